@@ -1,0 +1,315 @@
+"""Strict pydantic models of the hardware catalogue (hardware_specs/*.yaml).
+
+Every number in a spec is a ``Sourced`` leaf: ``{value: "312 TFLOP/s", source: datasheet}`` where
+``source`` is a key of the file's ``references`` map (or a full citation). Values are parsed to SI
+floats once, by ``Sourced.si(dimension)``; the models keep the original text so a report can quote
+it. Bandwidths of links say whether the quoted figure is one-way or bidirectional; the ``*_Bps``
+properties always return one-way bytes/s.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from perfmodel.units import Dimension, parse_quantity
+
+Precision = Literal["fp64", "tf32", "fp32", "bf16", "fp16", "fp8", "fp6", "fp4", "int8"]
+Direction = Literal["one-way", "bidirectional"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def __hash__(self) -> int:
+        # specs are loaded once and shared; identity hashing lets cost functions cache on them
+        # (field hashing fails on the dict-valued fields)
+        return id(self)
+
+
+class Sourced(_Strict):
+    """One number with its unit and where it comes from."""
+
+    value: str | float | int
+    source: str = Field(min_length=1, description="key of `references`, or a citation")
+    direction: Direction | None = Field(None, description="bandwidths of links: which the figure is")
+    note: str | None = None
+
+    def si(self, dim: Dimension, field: str = "value") -> float:
+        return parse_quantity(self.value, dim, field)
+
+    def one_way_Bps(self, field: str = "bandwidth") -> float:
+        bw = self.si("bytes_per_s", field)
+        if self.direction is None:
+            from perfmodel.errors import SpecError
+
+            raise SpecError(field, "a link bandwidth without `direction`", "direction: one-way or bidirectional")
+        return bw / 2.0 if self.direction == "bidirectional" else bw
+
+
+class GemmPoint(_Strict):
+    """An achieved GEMM rate on one shape (cuBLAS/hipBLASLt microbenchmark)."""
+
+    precision: Precision
+    m: int = Field(gt=0)
+    n: int = Field(gt=0)
+    k: int = Field(gt=0)
+    achieved: str
+    source: str
+
+    @property
+    def achieved_flop_per_s(self) -> float:
+        return parse_quantity(self.achieved, "flop_per_s", "calibration.gemm_shapes.achieved")
+
+
+class AttentionPoint(_Strict):
+    """An achieved fused-attention rate (FlashAttention benchmarks), FLOP counted as the kernel's
+    authors count them (4·b·s²·h·d forward, halved when causal; backward 2.5x forward)."""
+
+    kernel: str
+    direction: Literal["fwd", "bwd", "fwd_bwd"]
+    causal: bool
+    head_dim: int = Field(gt=0)
+    seq_len: int = Field(gt=0)
+    precision: Precision = "bf16"
+    achieved: str
+    source: str
+
+    @property
+    def achieved_flop_per_s(self) -> float:
+        return parse_quantity(self.achieved, "flop_per_s", "calibration.attention.achieved")
+
+
+class AcceleratorCalibration(_Strict):
+    """What real kernels achieve on this accelerator, from microbenchmarks (never from the
+    training runs perfmodel is judged on)."""
+
+    gemm_max_achievable: dict[Precision, Sourced] = Field(default_factory=dict)
+    gemm_shapes: list[GemmPoint] = Field(default_factory=list)
+    hbm_achieved: Sourced | None = None
+    attention: list[AttentionPoint] = Field(default_factory=list)
+    kernel_launch: Sourced | None = Field(None, description="back-to-back launch gap per kernel")
+    host_op_overhead: Sourced | None = Field(
+        None, description="host time to issue one eager framework op (dispatch + autograd)"
+    )
+
+
+class Price(_Strict):
+    purchase: Sourced | None = None
+    hourly: Sourced | None = None
+
+
+class Accelerator(_Strict):
+    id: str
+    name: str
+    vendor: Literal["nvidia", "amd", "google", "intel", "host"]
+    kind: Literal["gpu", "tpu", "hpu", "cpu"]
+    references: dict[str, str] = Field(default_factory=dict)
+    matrix_peak: dict[Precision, Sourced] = Field(description="dense (no sparsity) matrix-unit peaks")
+    vector_peak: dict[Precision, Sourced]
+    compute_units: Sourced = Field(description="SMs, CUs, TensorCores or CPU cores")
+    clock: Sourced
+    hbm_capacity: Sourced
+    hbm_bandwidth: Sourced
+    l2_cache: Sourced
+    tdp: Sourced
+    price: Price | None = None
+    reference_node: str | None = Field(None, description="node spec id a run without a system gets")
+    calibration: AcceleratorCalibration = Field(default_factory=AcceleratorCalibration)
+    notes: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Accelerator:
+        from perfmodel.errors import SpecError
+
+        checks = {
+            "compute_units": (self.compute_units, "dimensionless"),
+            "clock": (self.clock, "hertz"),
+            "hbm_capacity": (self.hbm_capacity, "bytes"),
+            "hbm_bandwidth": (self.hbm_bandwidth, "bytes_per_s"),
+            "l2_cache": (self.l2_cache, "bytes"),
+            "tdp": (self.tdp, "watts"),
+        }
+        for prec, s in self.matrix_peak.items():
+            checks[f"matrix_peak.{prec}"] = (s, "flop_per_s")
+        for prec, s in self.vector_peak.items():
+            checks[f"vector_peak.{prec}"] = (s, "flop_per_s")
+        cal = self.calibration
+        for prec, s in cal.gemm_max_achievable.items():
+            checks[f"calibration.gemm_max_achievable.{prec}"] = (s, "flop_per_s")
+        if cal.hbm_achieved:
+            checks["calibration.hbm_achieved"] = (cal.hbm_achieved, "bytes_per_s")
+        if cal.kernel_launch:
+            checks["calibration.kernel_launch"] = (cal.kernel_launch, "seconds")
+        if cal.host_op_overhead:
+            checks["calibration.host_op_overhead"] = (cal.host_op_overhead, "seconds")
+        if self.price and self.price.purchase:
+            checks["price.purchase"] = (self.price.purchase, "usd")
+        if self.price and self.price.hourly:
+            checks["price.hourly"] = (self.price.hourly, "usd_per_hour")
+        for field, (s, dim) in checks.items():
+            v = s.si(dim, field)
+            if v <= 0:
+                raise SpecError(field, f"{s.value!r} is not positive", "a positive quantity")
+        if "bf16" not in self.matrix_peak and "fp32" not in self.matrix_peak:
+            raise SpecError("matrix_peak", "neither bf16 nor fp32 is given", "at least one of them")
+        return self
+
+    # SI views, computed once -------------------------------------------------------------
+    @cached_property
+    def num_compute_units(self) -> int:
+        return int(self.compute_units.si("dimensionless"))
+
+    @cached_property
+    def hbm_bytes(self) -> float:
+        return self.hbm_capacity.si("bytes")
+
+    @cached_property
+    def hbm_Bps(self) -> float:
+        return self.hbm_bandwidth.si("bytes_per_s")
+
+    @cached_property
+    def hbm_achieved_Bps(self) -> float:
+        """Achieved streaming bandwidth (STREAM triad); falls back to the datasheet figure."""
+        cal = self.calibration.hbm_achieved
+        return cal.si("bytes_per_s") if cal else self.hbm_Bps
+
+    @cached_property
+    def tdp_w(self) -> float:
+        return self.tdp.si("watts")
+
+    def matrix_peak_flop_per_s(self, precision: str) -> float:
+        """Dense matrix-unit peak; fp8/fp4 fall back to the next wider format the chip has."""
+        for p in _fallback(precision):
+            if p in self.matrix_peak:
+                return self.matrix_peak[p].si("flop_per_s")  # type: ignore[index]
+        raise KeyError(precision)
+
+    def vector_peak_flop_per_s(self, precision: str) -> float:
+        for p in _fallback(precision) + ["fp32"]:
+            if p in self.vector_peak:
+                return self.vector_peak[p].si("flop_per_s")  # type: ignore[index]
+        raise KeyError(precision)
+
+    def has_matrix_precision(self, precision: str) -> bool:
+        return precision in self.matrix_peak
+
+
+def _fallback(precision: str) -> list[str]:
+    order = {
+        "fp4": ["fp4", "fp8", "bf16"], "fp6": ["fp6", "fp8", "bf16"], "fp8": ["fp8", "bf16"],
+        "bf16": ["bf16", "fp16", "fp32"], "fp16": ["fp16", "bf16", "fp32"], "fp32": ["fp32", "tf32"],
+        "tf32": ["tf32", "fp32"], "fp64": ["fp64"], "int8": ["int8", "fp8"],
+    }
+    return order.get(precision, [precision])
+
+
+class BusBwPoint(_Strict):
+    """nccl-tests bus bandwidth at one message size."""
+
+    size: str
+    busbw: str
+
+    @property
+    def size_bytes(self) -> float:
+        return parse_quantity(self.size, "bytes", "busbw_curve.size")
+
+    @property
+    def busbw_Bps(self) -> float:
+        return parse_quantity(self.busbw, "bytes_per_s", "busbw_curve.busbw")
+
+
+class CollectiveCurve(_Strict):
+    """Measured bus bandwidth of one collective against message size, with its provenance."""
+
+    collective: Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
+    algorithm: str = "ring"
+    group_size: int = Field(gt=1)
+    points: list[BusBwPoint] = Field(min_length=1)
+    source: str
+
+
+class IntraNode(_Strict):
+    fabric: str = Field(description="e.g. nvlink4-nvswitch, xgmi, ici-3d-torus, pcie4")
+    topology: Literal["switch", "full-mesh", "torus-3d", "ring", "shared-memory"]
+    bandwidth: Sourced = Field(description="per accelerator, into the fabric")
+    latency: Sourced
+    in_network_reduction: bool = False
+    in_network_reduction_source: str | None = None
+    collective_efficiency: Sourced | None = Field(
+        None, description="large-message busbw / line rate for ring collectives (nccl-tests)"
+    )
+    curves: list[CollectiveCurve] = Field(default_factory=list)
+
+
+class Nics(_Strict):
+    count: int = Field(gt=0, description="scale-out NICs per node")
+    kind: str
+    bandwidth: Sourced = Field(description="per NIC")
+    collective_efficiency: Sourced | None = Field(None, description="achieved busbw / line rate")
+
+
+class Node(_Strict):
+    id: str
+    name: str
+    accelerator: str
+    accelerators_per_node: int = Field(gt=0, description="accelerators per host (server or tray)")
+    scale_up_domain: int | None = Field(
+        None, gt=0, description="accelerators sharing the intra-node fabric (72 for NVL72)"
+    )
+    references: dict[str, str] = Field(default_factory=dict)
+    intra_node: IntraNode
+    nics: Nics | None = None
+    default_fabric: str | None = Field(None, description="fabric id used when a run names no cluster")
+    host_memory: Sourced | None = None
+    pcie: Sourced | None = None
+    price: Price | None = None
+    power: Sourced | None = Field(None, description="whole node at full load, if published")
+    notes: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Node:
+        from perfmodel.errors import SpecError
+
+        for field, s in (("intra_node.bandwidth", self.intra_node.bandwidth),):
+            if s.one_way_Bps(field) <= 0:
+                raise SpecError(field, f"{s.value!r} is not positive", "a positive bandwidth")
+        if self.intra_node.latency.si("seconds", "intra_node.latency") <= 0:
+            raise SpecError("intra_node.latency", "not positive", "a positive time")
+        if self.nics and self.nics.bandwidth.one_way_Bps("nics.bandwidth") <= 0:
+            raise SpecError("nics.bandwidth", "not positive", "a positive bandwidth")
+        return self
+
+    @property
+    def domain_size(self) -> int:
+        return self.scale_up_domain or self.accelerators_per_node
+
+
+class Fabric(_Strict):
+    """A scale-out network: InfiniBand HDR/NDR/XDR, RoCE, Omni-Path, ICI."""
+
+    id: str
+    name: str
+    kind: Literal["infiniband", "roce", "omnipath", "ici", "ethernet"]
+    references: dict[str, str] = Field(default_factory=dict)
+    link_bandwidth: Sourced = Field(description="per port")
+    per_hop_latency: Sourced
+    in_network_reduction: bool = False
+    notes: str | None = None
+
+
+class Cluster(_Strict):
+    id: str
+    name: str
+    node: str
+    num_nodes: int = Field(gt=0)
+    fabric: str
+    topology: Literal["fat-tree", "rail-optimized", "torus-3d", "dragonfly", "single-node"]
+    oversubscription: float = Field(1.0, ge=1.0, description="bisection taper, 1 = non-blocking")
+    hops: int = Field(3, gt=0, description="switch hops between two nodes on the worst path")
+    nics_per_node: int | None = Field(None, gt=0, description="overrides the node's NIC count")
+    nic_bandwidth: Sourced | None = Field(None, description="overrides the node's NIC speed")
+    references: dict[str, str] = Field(default_factory=dict)
+    notes: str | None = None

@@ -1,0 +1,126 @@
+"""ParallelPlan: the layout and training settings of one job, validated against model and GPUs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from perfmodel.errors import LayoutError
+from perfmodel.workload.spec import ModelSpec
+
+Precision = Literal["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"]
+Recompute = Literal["none", "selective", "full"]
+Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1"]
+
+
+class ParallelPlan(BaseModel):
+    """Degrees multiply to the GPU count: dp·tp·pp·cp (ep splits experts inside dp·cp)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dp: int = Field(1, gt=0)
+    tp: int = Field(1, gt=0)
+    pp: int = Field(1, gt=0)
+    cp: int = Field(1, gt=0)
+    ep: int = Field(1, gt=0)
+    vp: int = Field(1, gt=0, description="virtual stages per pipeline rank (interleaving)")
+    sequence_parallel: bool = False
+    zero_stage: Literal[0, 1, 2, 3] = 0
+    micro_batch: int = Field(1, gt=0, description="sequences per micro-batch")
+    global_batch: int = Field(1, gt=0, description="sequences per optimizer step")
+    seq_len: int | None = Field(None, gt=0, description="defaults to the workload's")
+    recompute: Recompute = "none"
+    precision: Precision = "bf16"
+    optimizer: Literal["adam", "adam8bit", "sgd"] = "adam"
+    schedule: Schedule | None = Field(None, description="default: 1f1b, interleaved when vp > 1")
+    attention_impl: Literal["flash", "unfused"] = "flash"
+    overlap_dp_comm: bool = Field(True, description="DP gradient reduction overlaps backward")
+    overlap_fsdp_prefetch: bool = Field(True, description="FSDP all-gathers prefetched")
+    overlap_tp_comm: bool = Field(False, description="TP collectives overlapped with GEMMs")
+    grad_reduce_bytes: int | None = Field(None, description="bytes per gradient element reduced; default 4 (fp32) for bf16/fp8, 2 for fp16")
+
+    @property
+    def world(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def num_micro_batches(self) -> int:
+        return self.global_batch // (self.micro_batch * self.dp)
+
+    @property
+    def schedule_name(self) -> Schedule:
+        if self.schedule:
+            return self.schedule
+        return "interleaved" if self.vp > 1 else "1f1b"
+
+    @property
+    def grad_bytes(self) -> int:
+        if self.grad_reduce_bytes:
+            return self.grad_reduce_bytes
+        return 2 if self.precision == "fp16" else 4
+
+    @model_validator(mode="after")
+    def _check(self) -> ParallelPlan:
+        if self.global_batch % (self.micro_batch * self.dp):
+            raise LayoutError(
+                f"global_batch {self.global_batch} is not divisible by micro_batch {self.micro_batch} x dp {self.dp}"
+                f" = {self.micro_batch * self.dp}; nearest valid global batches: "
+                f"{_nearest_multiples(self.global_batch, self.micro_batch * self.dp)}"
+            )
+        if self.ep > self.dp * self.cp or (self.dp * self.cp) % self.ep:
+            raise LayoutError(f"ep {self.ep} must divide dp x cp = {self.dp} x {self.cp} = {self.dp * self.cp}")
+        if self.vp > 1 and self.pp == 1:
+            raise LayoutError(f"vp {self.vp} needs pp > 1 (got pp 1)")
+        if self.schedule == "interleaved" and self.vp == 1:
+            raise LayoutError("schedule 'interleaved' needs vp > 1")
+        if self.sequence_parallel and self.tp == 1:
+            object.__setattr__(self, "sequence_parallel", False)
+        return self
+
+    def validate_for(self, spec: ModelSpec, n_gpus: int | None = None) -> list[str]:
+        """Check the plan against a model (and GPU count); return notes on what was assumed."""
+        notes: list[str] = []
+        if n_gpus is not None and self.world != n_gpus:
+            raise LayoutError(
+                f"world size {n_gpus} != dp {self.dp} x tp {self.tp} x pp {self.pp} x cp {self.cp} = {self.world}"
+            )
+        if spec.is_transformer:
+            heads, kv = spec.num_heads or 1, spec.kv_heads
+            if heads % self.tp:
+                raise LayoutError(f"tp {self.tp} does not divide num_heads {heads} of {spec.id}; valid tp: {_divisors(heads)}")
+            if kv % self.tp and self.tp % kv:
+                raise LayoutError(f"tp {self.tp} and num_kv_heads {kv} of {spec.id}: one must divide the other; valid tp: {_divisors(kv)}")
+            s = self.seq_len or spec.seq_len
+            if s % self.cp:
+                raise LayoutError(f"cp {self.cp} does not divide seq_len {s}")
+            if self.cp > 1 and (s // self.cp) % 2 and spec.causal:
+                notes.append("cp chunks of odd length: load balancing of causal attention assumed anyway")
+            chunks = self.pp * self.vp
+            if chunks > spec.num_layers:
+                raise LayoutError(f"pp {self.pp} x vp {self.vp} = {chunks} chunks > {spec.num_layers} layers of {spec.id}")
+            if spec.num_layers % chunks:
+                notes.append(
+                    f"{spec.num_layers} layers over pp {self.pp} x vp {self.vp} = {chunks} chunks is uneven: "
+                    f"the slowest stage holds {-(-spec.num_layers // chunks)} layers per chunk"
+                )
+        elif self.tp > 1 or self.cp > 1 or self.ep > 1:
+            raise LayoutError(f"{spec.family} model {spec.id}: tp/cp/ep need a transformer (got tp {self.tp}, cp {self.cp}, ep {self.ep})")
+        elif self.pp > spec.num_layers:
+            raise LayoutError(f"pp {self.pp} > {spec.num_layers} layers of {spec.id}")
+        if spec.family == "moe":
+            E = spec.num_experts or 1
+            if E % self.ep:
+                raise LayoutError(f"ep {self.ep} does not divide num_experts {E} of {spec.id}; valid ep: {_divisors(E)}")
+        elif self.ep > 1:
+            raise LayoutError(f"ep {self.ep} > 1 but {spec.id} has no experts")
+        return notes
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _nearest_multiples(x: int, m: int) -> list[int]:
+    lo = (x // m) * m
+    return [v for v in (lo, lo + m) if v > 0]

@@ -1,0 +1,380 @@
+"""Expand a ModelSpec into a Graph of ops for one micro-batch on one (tp, cp, ep) shard.
+
+Shapes per transformer layer, with T = b·s/cp tokens on this rank, h hidden, t = tp:
+    QKV    [T, h] x [h, (q + 2·kv)/t]        out-proj  [T, q/t] x [q/t, h]
+    FC1    [T, h] x [h, g·f/t] (g = 2 gated)  FC2       [T, f/t] x [f/t, h]
+    attention per rank: heads/t, queries s/cp against keys s; FLOPs 4·b·(s²/cp)·d_head·heads/t,
+    halved when causal (what a FlashAttention kernel executes).
+The forward FLOPs of a dense GPT layer are 24·b·s·h² + 4·b·s²·h (Narayanan et al. 2021, Eq. 2
+with the 4x FFN) and the tests hold the builder to that.
+
+Saved activations follow Korthikanti et al. 2022 (Table 2): per layer s·b·h·(34 + 5·a·s/h) bytes
+at 2-byte activations without parallelism; the LayerNorm inputs and dropout masks (10·s·b·h)
+stay replicated under tensor parallelism unless sequence parallelism shards them too.
+"""
+
+from __future__ import annotations
+
+from perfmodel.errors import LayoutError
+from perfmodel.workload.graph import Comm, Graph, Layer, Op
+from perfmodel.workload.spec import ModelSpec
+
+ACT_BYTES = 2  # bf16/fp16 activations; fp8 GEMMs still keep bf16 activations between ops
+
+
+def _gemm(name: str, m: int, n: int, k: int, precision: str, weight: bool = True, batch: int = 1,
+          repeat: int = 1, saved: float | None = None, bias: bool = False, in_bytes: int = ACT_BYTES) -> Op:
+    """A (batched) GEMM [m,k]x[k,n]; `saved` defaults to its input activation (what wgrad needs)."""
+    el = 1 if precision in ("fp8", "mxfp8", "fp4", "nvfp4") else 2
+    wbytes = k * n * el * (batch if not weight else 1)
+    ab = batch * repeat
+    bytes_ = ab * (m * k * in_bytes + m * n * ACT_BYTES) + wbytes * repeat
+    flop = 2.0 * m * n * k * ab
+    params = (k * n + (n if bias else 0)) if weight else 0
+    return Op(
+        name=name, kind="gemm" if weight else "bmm", flop=flop, bytes=bytes_, m=m, n=n, k=k,
+        batch=batch, repeat=repeat, precision=precision, weight_params=params,
+        saved_bytes=(m * k * ACT_BYTES * ab) if saved is None else saved,
+        kernels=repeat, bwd_kernels=2 * repeat if weight else 2 * repeat,
+    )
+
+
+def _elementwise(name: str, elems: float, reads: float = 1, writes: float = 1, flop_per_el: float = 1,
+                 saved: float = 0.0, bwd_bytes_factor: float = 2.0, kind: str = "elementwise",
+                 params: float = 0.0, kernels: int = 1, attn_core: bool = False) -> Op:
+    return Op(
+        name=name, kind=kind, flop=flop_per_el * elems, bytes=(reads + writes) * elems * ACT_BYTES,  # type: ignore[arg-type]
+        saved_bytes=saved, bwd_flop_factor=1.0, bwd_bytes_factor=bwd_bytes_factor,
+        weight_params=params, kernels=kernels, bwd_kernels=kernels, attn_core=attn_core,
+    )
+
+
+def build_graph(spec: ModelSpec, micro_batch: int = 1, seq_len: int | None = None, tp: int = 1, cp: int = 1,
+                ep: int = 1, sp: bool = False, precision: str = "bf16", attention_impl: str = "flash") -> Graph:
+    """The graph of one micro-batch of `micro_batch` sequences on one shard."""
+    s = seq_len or spec.seq_len
+    b = micro_batch
+    if spec.family in ("dense", "moe", "encoder", "patch_transformer"):
+        layers = _transformer(spec, b, s, tp, cp, ep, sp, precision, attention_impl)
+        tokens = b * s if spec.family != "patch_transformer" else b * _num_patches(spec, s) * (spec.input_size or 1)
+    elif spec.family == "lstm":
+        layers, tokens = _lstm(spec, b, s, precision), b * s
+    elif spec.family == "tcn":
+        layers, tokens = _tcn(spec, b, s, precision), b * s
+    else:
+        layers, tokens = _mlp(spec, b, precision), b
+    return Graph(model_id=spec.id, layers=tuple(layers), micro_batch=b, seq_len=s, tokens=tokens,
+                 degrees={"tp": tp, "cp": cp, "ep": ep, "sp": int(sp)})
+
+
+def _num_patches(spec: ModelSpec, s: int) -> int:
+    stride = spec.patch_stride or spec.patch_len or 1
+    return (s - (spec.patch_len or 1)) // stride + 1
+
+
+# --------------------------------------------------------------------------------------------
+def _transformer(spec: ModelSpec, b: int, s: int, tp: int, cp: int, ep: int, sp: bool, precision: str,
+                 attn_impl: str) -> list[Layer]:
+    h = spec.hidden
+    if spec.family == "patch_transformer":
+        # channel-independent patches: every variable's patches form one sequence
+        b, s = b * (spec.input_size or 1), _num_patches(spec, s)
+    if s % cp:
+        raise LayoutError(f"seq_len {s} is not divisible by cp {cp}")
+    T = b * s // cp
+    layers: list[Layer] = []
+    emb = _embedding(spec, b, s, T, tp, sp)
+    layers.append(emb)
+    ln_params = (2 * h if spec.norm == "layernorm" else h)
+    dense_count = spec.num_layers if spec.family != "moe" else sum(1 for i in range(spec.num_layers) if not spec.is_moe_layer(i))
+    moe_count = spec.num_layers - dense_count
+    if dense_count:
+        layers.append(_block(spec, b, s, T, tp, cp, ep, sp, precision, attn_impl, moe=False, count=dense_count))
+    if moe_count:
+        layers.append(_block(spec, b, s, T, tp, cp, ep, sp, precision, attn_impl, moe=True, count=moe_count))
+    layers.append(_head(spec, T, tp, sp, precision, ln_params))
+    return layers
+
+
+def _embedding(spec: ModelSpec, b: int, s: int, T: int, tp: int, sp: bool) -> Layer:
+    h = spec.hidden
+    if spec.family == "patch_transformer":
+        p = spec.patch_len or 1
+        op = _gemm("patch_embed", T, h, p, "bf16", bias=True)
+        params = p * h + h + (s * h if spec.position == "learned" else 0)
+        return Layer("embedding", "embedding", 1, (op,), params=params, params_full=params, recomputable=False)
+    V = spec.vocab or 1
+    pos = spec.seq_len * h if spec.position == "learned" else 0
+    full = V * h + pos
+    ops = (Op("embedding_lookup", "embedding", flop=0.0, bytes=2 * T * h * ACT_BYTES, saved_bytes=0.0,
+              bwd_flop_factor=0.0, bwd_bytes_factor=2.0, weight_params=V * h / tp + pos),)
+    comms: tuple[Comm, ...] = ()
+    if tp > 1:
+        # vocab-parallel embedding: partial lookups summed over tp
+        comms = (Comm("embedding_ar", "reduce_scatter" if sp else "all_reduce", "tp", T * h * ACT_BYTES, 1, 0),)
+    return Layer("embedding", "embedding", 1, ops, comms, params=V * h / tp + pos, params_full=full, recomputable=False)
+
+
+def _head(spec: ModelSpec, T: int, tp: int, sp: bool, precision: str, ln_params: int) -> Layer:
+    h = spec.hidden
+    Tl = T // tp if sp else T
+    norm = _elementwise("final_norm", Tl * h, 1, 1, 5, saved=Tl * h * ACT_BYTES, kind="norm", params=ln_params)
+    if spec.family == "patch_transformer":
+        out = spec.output_size or 1
+        ops = (norm, _gemm("forecast_head", T, out, h, precision, bias=True))
+        params = ln_params + h * out + out
+        return Layer("head", "head", 1, ops, params=params, params_full=params, recomputable=False)
+    V = spec.vocab or 1
+    logits = _gemm("lm_head", T, V // tp if V % tp == 0 else -(-V // tp), h, precision)
+    # softmax cross-entropy in fp32 over the vocab shard: read logits, write fp32 probs, grads
+    loss = Op("cross_entropy", "loss", flop=5.0 * T * V / tp, bytes=T * V / tp * (ACT_BYTES + 4 + 4),
+              saved_bytes=T * V / tp * 4, bwd_flop_factor=1.0, bwd_bytes_factor=1.0, kernels=3, bwd_kernels=2)
+    head_params = 0 if spec.tied_embeddings else V * h
+    comms: tuple[Comm, ...] = ()
+    if tp > 1:
+        comms = (Comm("head_allgather", "all_gather", "tp", T * h * ACT_BYTES, 1 if sp else 0, 1 if sp else 0),
+                 Comm("loss_allreduce", "all_reduce", "tp", T * 4 * 3, 1, 0))
+    return Layer("head", "head", 1, (norm, logits, loss), comms, params=ln_params + head_params / tp,
+                 params_full=ln_params + head_params, recomputable=False)
+
+
+def _replace(op: Op, **kw: object) -> Op:
+    from dataclasses import replace
+
+    return replace(op, **kw)  # type: ignore[arg-type]
+
+
+def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, precision: str, attn_impl: str) -> tuple[list[Op], float]:
+    """Q/K/V projections, attention core and output projection; returns (ops, params of the block)."""
+    h = spec.hidden
+    heads = spec.num_heads or 1
+    kvh = spec.kv_heads
+    if heads % tp or kvh % tp and tp % kvh:
+        raise LayoutError(f"tp {tp} must divide num_heads {heads} and num_kv_heads {kvh} (or be a multiple of kv heads)")
+    hl = heads // tp
+    kvl = max(1, kvh // tp)
+    ops: list[Op] = []
+    bias = spec.bias
+    params = 0.0
+    if spec.attention == "mla" and spec.mla:
+        m = spec.mla
+        dqk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        dv = m.v_head_dim
+        ops += [
+            _gemm("q_down", T, m.q_lora_rank, h, precision),
+            _elementwise("q_norm", T * m.q_lora_rank, 1, 1, 5, saved=T * m.q_lora_rank * ACT_BYTES, kind="norm", params=m.q_lora_rank),
+            _gemm("q_up", T, hl * dqk, m.q_lora_rank, precision),
+            _gemm("kv_down", T, m.kv_lora_rank + m.qk_rope_head_dim, h, precision),
+            _elementwise("kv_norm", T * m.kv_lora_rank, 1, 1, 5, saved=T * m.kv_lora_rank * ACT_BYTES, kind="norm", params=m.kv_lora_rank),
+            _gemm("kv_up", T, hl * (m.qk_nope_head_dim + dv), m.kv_lora_rank, precision),
+        ]
+        params = (h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * hl * dqk + h * (m.kv_lora_rank + m.qk_rope_head_dim)
+                  + m.kv_lora_rank + m.kv_lora_rank * hl * (m.qk_nope_head_dim + dv))
+        d_qk, d_v, q_out = dqk, dv, hl * dv
+    else:
+        d = spec.dhead
+        qkv_n = (hl + 2 * kvl) * d
+        ops.append(_gemm("qkv_proj", T, qkv_n, h, precision, bias=bias))
+        params = h * qkv_n + (qkv_n if bias else 0)
+        d_qk, d_v, q_out = d, d, hl * d
+    if spec.position == "rope":
+        ops.append(_elementwise("rope", T * (hl + kvl) * d_qk, 1, 1, 3))
+    sq, skv = s // cp, s
+    full_fwd = 2.0 * b * hl * sq * skv * (d_qk + d_v)  # QK^T and PV
+    causal = spec.causal
+    exec_fwd = full_fwd / 2 if causal else full_fwd
+    if attn_impl == "flash":
+        # saves Q, K, V, O and the fp32 log-sum-exp per row
+        saved = b * sq * hl * (2 * d_qk + 2 * d_v) * ACT_BYTES + b * hl * sq * 4
+        io = b * sq * hl * (d_qk + d_v) * ACT_BYTES + b * skv * kvl * (d_qk + d_v) * ACT_BYTES
+        ops.append(Op("flash_attention", "attention", flop=exec_fwd, bytes=io, model_flop=full_fwd,
+                      saved_bytes=saved, bwd_flop_factor=2.5, bwd_bytes_factor=2.5, kernels=1, bwd_kernels=3,
+                      attn_core=True, causal=causal, heads=hl, head_dim=d_qk, seq_q=sq, seq_kv=skv, precision=precision))
+    else:
+        # unfused (Megatron before FlashAttention): baddbmm, fused scale-mask-softmax, dropout, bmm
+        scores = b * hl * sq * skv
+        ops += [
+            _replace(_gemm("attn_scores", sq, skv, d_qk, precision, weight=False, batch=b * hl,
+                           saved=b * sq * hl * d_qk * ACT_BYTES * 2), attn_core=True, model_flop=2.0 * b * hl * sq * skv * d_qk),
+            _elementwise("scale_mask_softmax", scores, 1, 1, 5, saved=scores * ACT_BYTES, attn_core=True),
+            _elementwise("attn_dropout", scores, 1, 1.5, 1, saved=scores * (ACT_BYTES + 1), attn_core=True),
+            _replace(_gemm("attn_values", sq, d_v, skv, precision, weight=False, batch=b * hl,
+                           saved=b * sq * hl * d_v * ACT_BYTES), attn_core=True, model_flop=2.0 * b * hl * sq * skv * d_v),
+        ]
+    ops.append(_gemm("out_proj", T, h, q_out, precision, bias=bias))
+    params += q_out * h + (h if bias else 0)
+    return ops, params
+
+
+def _ffn_ops(spec: ModelSpec, T: int, width: int, tp: int, precision: str, name: str, bias: bool) -> tuple[list[Op], float]:
+    h = spec.hidden
+    gated = spec.activation in ("swiglu", "geglu")
+    if width % tp:
+        raise LayoutError(f"tp {tp} does not divide the FFN width {width} of {spec.id}")
+    f = width // tp
+    up_n = f * (2 if gated else 1)
+    act = _elementwise(f"{name}_act", T * f, 2 if gated else 1, 1, 8, saved=T * up_n * ACT_BYTES if gated else 0.0)
+    ops = [_gemm(f"{name}_fc1", T, up_n, h, precision, bias=bias), act,
+           _gemm(f"{name}_fc2", T, h, f, precision, bias=bias)]
+    params = h * up_n + up_n * (1 if bias else 0) + f * h + (h if bias else 0)
+    return ops, params
+
+
+def _block(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, ep: int, sp: bool, precision: str,
+           attn_impl: str, moe: bool, count: int) -> Layer:
+    h = spec.hidden
+    Tl = T // tp if sp else T  # tokens whose norm / dropout this rank computes
+    ln_params = 2 * h if spec.norm == "layernorm" else h
+    rep = 1 if sp else tp  # replicated activations are not divided by tp
+    norm = lambda nm: _elementwise(nm, Tl * h, 1, 1, 5, saved=Tl * h * ACT_BYTES, kind="norm", params=ln_params)  # noqa: E731
+    dropout_add = lambda nm: _elementwise(nm, Tl * h, 2, 1.5, 2, saved=Tl * h * 1, bwd_bytes_factor=1.5)  # noqa: E731
+    ops: list[Op] = [norm("norm1")]
+    attn_ops, attn_params = _attention_ops(spec, b, s, T, tp, cp, precision, attn_impl)
+    ops += attn_ops
+    ops.append(dropout_add("attn_residual"))
+    ops.append(norm("norm2"))
+    comms: list[Comm] = []
+    expert_params = 0.0
+    if not moe:
+        ffn_ops, ffn_params = _ffn_ops(spec, T, spec.ffn_hidden or 4 * h, tp, precision, "mlp", spec.bias)
+        ops += ffn_ops
+    else:
+        E, k = spec.num_experts or 1, spec.top_k or 1
+        if E % ep:
+            raise LayoutError(f"ep {ep} does not divide num_experts {E}")
+        el = E // ep
+        router = _gemm("router", T, E, h, "fp32" if precision != "fp16" else "fp16", in_bytes=ACT_BYTES)
+        ops.append(router)
+        ops.append(_elementwise("topk_softmax", T * E, 1, 1, 5, saved=T * E * 4))
+        tokens_local = T * k  # token copies this rank processes after dispatch (balanced routing)
+        me = max(1, tokens_local // el)
+        width = spec.moe_ffn_hidden or h
+        gated = spec.activation in ("swiglu", "geglu")
+        if width % tp:
+            raise LayoutError(f"tp {tp} does not divide moe_ffn_hidden {width}")
+        f = width // tp
+        up_n = f * (2 if gated else 1)
+        ops += [
+            _replace(_gemm("expert_fc1", me, up_n, h, precision, batch=el), weight_params=float(el * h * up_n)),
+            _elementwise("expert_act", tokens_local * f, 2 if gated else 1, 1, 8, saved=tokens_local * up_n * ACT_BYTES if gated else 0),
+            _replace(_gemm("expert_fc2", me, h, f, precision, batch=el), weight_params=float(el * f * h)),
+            _elementwise("expert_combine", tokens_local * h, 1, 1, 2, saved=0.0),
+        ]
+        expert_params = el * (h * up_n + f * h)
+        ffn_params = expert_params + h * E
+        if spec.num_shared_experts:
+            sh_ops, sh_params = _ffn_ops(spec, T, width * spec.num_shared_experts, tp, precision, "shared", False)
+            ops += sh_ops
+            ffn_params += sh_params
+        if ep > 1:
+            a2a = tokens_local * h * ACT_BYTES
+            comms += [Comm("moe_dispatch", "all_to_all", "ep", a2a), Comm("moe_combine", "all_to_all", "ep", a2a)]
+    ops.append(dropout_add("mlp_residual"))
+    if tp > 1:
+        act = T * h * ACT_BYTES
+        if sp:
+            comms += [Comm("tp_allgather", "all_gather", "tp", act, 2, 2), Comm("tp_reducescatter", "reduce_scatter", "tp", act, 2, 2)]
+        else:
+            comms += [Comm("tp_allreduce", "all_reduce", "tp", act, 2, 2)]
+    if cp > 1:
+        kvl = max(1, spec.kv_heads // tp)
+        dq = spec.dhead if spec.attention != "mla" else (spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim if spec.mla else spec.dhead)
+        kv_bytes = 2 * b * s * kvl * dq * ACT_BYTES  # K and V of the whole sequence, gathered in a ring
+        comms += [Comm("cp_kv_ring", "all_gather", "cp", kv_bytes, 1, 2, overlappable=True)]
+    params = 2 * ln_params + attn_params + ffn_params
+    params_full = _full_params(spec, moe, ln_params)
+    return Layer("moe_layers" if moe else "layers", "moe" if moe else "transformer", count, tuple(ops), tuple(comms),
+                 params=params, params_full=params_full, expert_params=expert_params,
+                 input_bytes=Tl * h * ACT_BYTES)
+
+
+def _full_params(spec: ModelSpec, moe: bool, ln_params: int) -> float:
+    """Unsharded parameters of one layer, written out from the architecture."""
+    h = spec.hidden
+    bias = spec.bias
+    heads, kvh = spec.num_heads or 1, spec.kv_heads
+    if spec.attention == "mla" and spec.mla:
+        m = spec.mla
+        dqk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        attn = (h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * heads * dqk + h * (m.kv_lora_rank + m.qk_rope_head_dim)
+                + m.kv_lora_rank + m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim) + heads * m.v_head_dim * h)
+    else:
+        d = spec.dhead
+        qkv = (heads + 2 * kvh) * d
+        attn = h * qkv + heads * d * h + ((qkv + h) if bias else 0)
+    gated = spec.activation in ("swiglu", "geglu")
+    def ffn(width: int, with_bias: bool) -> float:
+        up = width * (2 if gated else 1)
+        return h * up + width * h + ((up + h) if with_bias else 0)
+    if moe:
+        E, width = spec.num_experts or 1, spec.moe_ffn_hidden or h
+        mlp = E * ffn(width, False) + h * E + (ffn(width * spec.num_shared_experts, False) if spec.num_shared_experts else 0)
+    else:
+        mlp = ffn(spec.ffn_hidden or 4 * h, bias)
+    return 2 * ln_params + attn + mlp
+
+
+# --------------------------------------------------------------------------------------------
+def _lstm(spec: ModelSpec, b: int, s: int, precision: str) -> list[Layer]:
+    """Stacked LSTM forecaster (torch.nn.LSTM semantics: gates i,f,g,o; two bias vectors).
+
+    The input projection of all time steps is one GEMM [b·s, in] x [in, 4H]; the recurrent
+    projection is s sequential GEMMs [b, H] x [H, 4H], each a separate kernel (latency-bound)."""
+    H = spec.hidden
+    layers: list[Layer] = []
+    for i in range(spec.num_layers):
+        inp = spec.input_size if i == 0 else H
+        assert inp is not None
+        ops = (
+            _gemm(f"lstm{i}_input_proj", b * s, 4 * H, inp, precision),
+            _gemm(f"lstm{i}_recurrent", b, 4 * H, H, precision, repeat=s),
+            _elementwise(f"lstm{i}_gates", b * s * 4 * H, 2, 0.75, 4, saved=b * s * 6 * H * ACT_BYTES, kernels=s),
+        )
+        params = 4 * H * (inp + H) + 8 * H
+        layers.append(Layer(f"lstm{i}", "block", 1, ops, params=params, params_full=params))
+    out = spec.output_size or 1
+    head = _gemm("forecast_head", b, out, H, precision, bias=True)
+    layers.append(Layer("head", "head", 1, (head,), params=H * out + out, params_full=H * out + out, recomputable=False))
+    return layers
+
+
+def _tcn(spec: ModelSpec, b: int, s: int, precision: str) -> list[Layer]:
+    """Temporal convolution network (Bai et al. 2018): per level two dilated causal Conv1d of
+    kernel k with ReLU, plus a 1x1 residual conv where channels change. Conv1d as implicit GEMM
+    [b·s, C_in·k] x [C_in·k, C_out]."""
+    C, k = spec.hidden, spec.kernel_size or 3
+    layers: list[Layer] = []
+    for i in range(spec.num_layers):
+        cin = spec.input_size if i == 0 else C
+        assert cin is not None
+        ops = [
+            _gemm(f"tcn{i}_conv1", b * s, C, cin * k, precision, bias=True, saved=b * s * cin * ACT_BYTES),
+            _elementwise(f"tcn{i}_relu1", b * s * C, 1, 1, 1, saved=b * s * C * ACT_BYTES),
+            _gemm(f"tcn{i}_conv2", b * s, C, C * k, precision, bias=True, saved=b * s * C * ACT_BYTES),
+            _elementwise(f"tcn{i}_relu_add", b * s * C, 2, 1, 2, saved=b * s * C * ACT_BYTES),
+        ]
+        params = cin * k * C + C + C * k * C + C
+        if cin != C:
+            ops.append(_gemm(f"tcn{i}_downsample", b * s, C, cin, precision, bias=True))
+            params += cin * C + C
+        layers.append(Layer(f"tcn{i}", "block", 1, tuple(ops), params=params, params_full=params))
+    out = spec.output_size or 1
+    head = _gemm("forecast_head", b, out, C, precision, bias=True)
+    layers.append(Layer("head", "head", 1, (head,), params=C * out + out, params_full=C * out + out, recomputable=False))
+    return layers
+
+
+def _mlp(spec: ModelSpec, b: int, precision: str) -> list[Layer]:
+    """MLP: input -> num_layers hidden Linear+ReLU layers of width `hidden` -> output."""
+    H = spec.hidden
+    layers: list[Layer] = []
+    widths = [spec.input_size or 1] + [H] * spec.num_layers
+    for i in range(spec.num_layers):
+        ops = (_gemm(f"fc{i}", b, H, widths[i], precision, bias=True),
+               _elementwise(f"relu{i}", b * H, 1, 1, 1, saved=b * H * ACT_BYTES))
+        p = widths[i] * H + H
+        layers.append(Layer(f"fc{i}", "block", 1, ops, params=p, params_full=p))
+    out = spec.output_size or 1
+    head = _gemm("out", b, out, H, precision, bias=True)
+    layers.append(Layer("head", "head", 1, (head,), params=H * out + out, params_full=H * out + out, recomputable=False))
+    return layers
