@@ -1,0 +1,56 @@
+"""The library face: `perfmodel.estimate(workload, cluster, plan)`.
+
+    >>> import perfmodel
+    >>> est = perfmodel.estimate("gpt3-175b", "a100-sxm4-80gb",
+    ...                          perfmodel.ParallelPlan(tp=8, pp=8, dp=16, global_batch=1536))
+    >>> est.step_time_s, est.mfu
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from perfmodel.errors import LayoutError
+from perfmodel.estimate import Estimate
+from perfmodel.hardware.catalog import System, resolve_system
+from perfmodel.parallel.plan import ParallelPlan
+from perfmodel.workload.catalog import get_workload
+from perfmodel.workload.spec import ModelSpec
+
+Engine = Literal["analytic", "des"]
+
+
+def resolve(workload: str | ModelSpec, cluster: str | System, plan: ParallelPlan,
+            gpus_per_node: int | None = None) -> tuple[ModelSpec, System, list[str]]:
+    spec = get_workload(workload) if isinstance(workload, str) else workload
+    msgs: list[str] = []
+    if isinstance(cluster, System):
+        system = cluster
+    else:
+        from perfmodel.hardware.catalog import load_catalog
+
+        cat = load_catalog()
+        if cluster in cat.accelerators:
+            system, msgs = resolve_system(cluster, None, plan.world, gpus_per_node)
+        else:
+            system, msgs = resolve_system(None, cluster, plan.world, gpus_per_node)
+    return spec, system, msgs
+
+
+def estimate(workload: str | ModelSpec, cluster: str | System, plan: ParallelPlan,
+             engine: Engine = "analytic", gpus_per_node: int | None = None) -> Estimate:
+    """Predict one training step of `workload` on `cluster` (an accelerator id, a node or
+    cluster id, or a resolved System) under `plan`."""
+    spec, system, msgs = resolve(workload, cluster, plan, gpus_per_node)
+    if plan.world > system.num_gpus:
+        raise LayoutError(f"plan needs {plan.world} GPUs (dp {plan.dp} x tp {plan.tp} x pp {plan.pp} x cp {plan.cp}) "
+                          f"but {system.name} has {system.num_gpus}")
+    if engine == "analytic":
+        from perfmodel.engines.analytic import analytic_estimate
+
+        return analytic_estimate(spec, system, plan, msgs)
+    if engine == "des":
+        from perfmodel.engines.des import des_estimate
+
+        return des_estimate(spec, system, plan, msgs)
+    raise ValueError(f"engine {engine!r}: expected 'analytic' or 'des'")

@@ -1,0 +1,184 @@
+"""Op -> seconds on one accelerator: GEMM, attention and memory-bound kernels.
+
+Every function returns an `OpCost` (compute, memory, fixed seconds and which bound won), and the
+engines add them up. The efficiency each one uses comes from the accelerator's calibration block
+(microbenchmarks, see hardware_specs/) and falls back to a physical argument when it is absent:
+
+GEMM   t = ((F/R)^p + (B/W)^p)^(1/p) + t0                                       [s]
+       F FLOP, R the maximum achievable matmul rate (MAMF), B the bytes of A, B and C, W the
+       achieved streaming bandwidth, p = 2 a soft roofline (a GEMM near the ridge point neither
+       fully overlaps its loads with its math nor fully serialises them: the Azure A100 skinny
+       GEMM 802816x192x768 runs 1.50 ms where max() says 0.93 ms and a sum says 1.83 ms; p = 2
+       gives 1.29 ms), t0 the fixed fill/drain time of one kernel, fitted per accelerator to its
+       calibration `gemm_shapes` (A100: about 10 us, from the 1024^3 and 2048^3 points).
+       Without a MAMF measurement R = 0.80 x peak: the ratio MAMF/peak is 0.87 on A100,
+       0.80 on H100 SXM and 0.76 on H200 in Bekman's table, and 0.80 is their rounded mean.
+Attn   FlashAttention fwd+bwd rate measured by (head_dim, seq_len, causal), interpolated in
+       log(seq_len); without points 0.60 x R (FA2 on A100 reaches 187/271 = 0.69 of MAMF at
+       head_dim 128, 162/271 = 0.60 at head_dim 64).
+Memory-bound ops: t = max(B/W, F/vector peak) + launch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from perfmodel.hardware.specs import Accelerator
+from perfmodel.workload.graph import Op
+
+MAMF_FALLBACK_RATIO = 0.80  # see module docstring: mean MAMF/peak of A100, H100, H200
+FLASH_FALLBACK_RATIO = 0.60  # FA2 fwd+bwd / MAMF on A100 at head_dim 64
+SOFT_ROOFLINE_P = 2.0
+DEFAULT_GEMM_FIXED_S = 10e-6  # A100 fit; used for accelerators without gemm_shapes
+DEFAULT_LAUNCH_S = 2.5e-6  # back-to-back launch gap, gpu-benches A100 fit (2.555 us)
+
+
+@dataclass(frozen=True, slots=True)
+class OpCost:
+    compute_s: float
+    memory_s: float
+    fixed_s: float
+    time_s: float
+    bound: str  # "compute", "memory" or "latency"
+
+
+def _bound(tc: float, tm: float, t0: float) -> str:
+    if t0 > max(tc, tm):
+        return "latency"
+    return "compute" if tc >= tm else "memory"
+
+
+def gemm_precision(precision: str) -> str:
+    """The matrix format a GEMM runs in: mxfp8 runs on the fp8 units, nvfp4 on fp4."""
+    return {"mxfp8": "fp8", "nvfp4": "fp4"}.get(precision, precision)
+
+
+@lru_cache(maxsize=256)
+def gemm_rate_flop_per_s(acc: Accelerator, precision: str) -> float:
+    """R: the maximum achievable dense matmul rate (MAMF) in `precision`."""
+    prec = gemm_precision(precision)
+    peak = acc.matrix_peak_flop_per_s(prec)
+    cal = acc.calibration.gemm_max_achievable
+    if prec in cal:
+        return min(cal[prec].si("flop_per_s"), peak)  # type: ignore[index]
+    # a wider format's measured efficiency carries over to the narrower one
+    for p in ("bf16", "fp16"):
+        if p in cal:
+            base_peak = acc.matrix_peak_flop_per_s(p)
+            return peak * cal[p].si("flop_per_s") / base_peak  # type: ignore[index]
+    return MAMF_FALLBACK_RATIO * peak
+
+
+@lru_cache(maxsize=256)
+def gemm_fixed_s(acc: Accelerator) -> float:
+    """t0: fill/drain seconds per GEMM kernel, from the calibration shapes (least squares on
+    t_measured - t_ideal over shapes whose ideal time is under 200 us; large shapes measure the
+    asymptote, not t0)."""
+    pts = acc.calibration.gemm_shapes
+    residuals = []
+    for g in pts:
+        R = gemm_rate_flop_per_s(acc, g.precision)
+        flop = 2.0 * g.m * g.n * g.k
+        ideal = _soft_roofline(flop / R, _gemm_bytes(g.m, g.n, g.k, 2) / acc.hbm_achieved_Bps)
+        if ideal < 200e-6:
+            residuals.append(flop / g.achieved_flop_per_s - ideal)
+    if not residuals:
+        return max(launch_s(acc), DEFAULT_GEMM_FIXED_S)
+    return max(sum(residuals) / len(residuals), launch_s(acc))
+
+
+@lru_cache(maxsize=256)
+def launch_s(acc: Accelerator) -> float:
+    cal = acc.calibration.kernel_launch
+    return cal.si("seconds") if cal else DEFAULT_LAUNCH_S
+
+
+def _gemm_bytes(m: int, n: int, k: int, el: float) -> float:
+    return (m * k + k * n + m * n) * el
+
+
+def _soft_roofline(tc: float, tm: float) -> float:
+    p = SOFT_ROOFLINE_P
+    return (tc**p + tm**p) ** (1.0 / p)
+
+
+def gemm_cost(acc: Accelerator, m: int, n: int, k: int, precision: str, batch: int = 1,
+              flop_scale: float = 1.0) -> OpCost:
+    """One (batched) GEMM [m,k]x[k,n] of `batch` matrices, `flop_scale` times its FLOPs (the
+    backward pass runs two GEMMs of the same size: dgrad and wgrad)."""
+    R = gemm_rate_flop_per_s(acc, precision)
+    el = 1.0 if gemm_precision(precision) in ("fp8", "fp4") else 2.0
+    flop = 2.0 * m * n * k * batch * flop_scale
+    tc = flop / R
+    tm = _gemm_bytes(m, n, k, el) * batch * flop_scale / acc.hbm_achieved_Bps
+    t0 = gemm_fixed_s(acc) * max(1.0, flop_scale)
+    return OpCost(tc, tm, t0, _soft_roofline(tc, tm) + t0, _bound(tc, tm, t0))
+
+
+@lru_cache(maxsize=1024)
+def attention_rate_flop_per_s(acc: Accelerator, head_dim: int, seq_len: int, causal: bool, precision: str) -> float:
+    """Achieved FlashAttention fwd+bwd FLOP/s (executed FLOPs: causal counted half)."""
+    pts = [p for p in acc.calibration.attention if p.causal == causal and p.direction == "fwd_bwd"]
+    if not pts:
+        pts = [p for p in acc.calibration.attention if p.direction == "fwd_bwd"]
+    if pts:
+        dims = sorted({p.head_dim for p in pts}, key=lambda d: abs(d - head_dim))
+        curve = sorted((p.seq_len, p.achieved_flop_per_s) for p in pts if p.head_dim == dims[0])
+        rate = _interp_log(curve, seq_len)
+        if dims[0] != head_dim:
+            rate *= min(head_dim, 128) / min(dims[0], 128) if head_dim < dims[0] else 1.0
+        if gemm_precision(precision) in ("fp8", "fp4"):
+            rate *= 1.0  # FlashAttention runs in bf16 under fp8 GEMM training (TE default)
+        return rate
+    return FLASH_FALLBACK_RATIO * gemm_rate_flop_per_s(acc, "bf16")
+
+
+def _interp_log(curve: list[tuple[int, float]], x: float) -> float:
+    if x <= curve[0][0]:
+        # below the smallest measured length the kernel is launch/occupancy bound: scale linearly
+        return curve[0][1] * x / curve[0][0] if len(curve) > 1 else curve[0][1]
+    if x >= curve[-1][0]:
+        return curve[-1][1]
+    for (x0, y0), (x1, y1) in zip(curve, curve[1:]):
+        if x0 <= x <= x1:
+            f = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+            return y0 + f * (y1 - y0)
+    return curve[-1][1]
+
+
+def attention_cost(acc: Accelerator, op: Op, flop_scale: float = 1.0) -> OpCost:
+    """Fused attention: executed FLOPs x scale at the measured fwd+bwd rate."""
+    rate = attention_rate_flop_per_s(acc, op.head_dim, op.seq_kv, op.causal, op.precision)
+    tc = op.flop * flop_scale / rate
+    tm = op.bytes * flop_scale / acc.hbm_achieved_Bps
+    t0 = launch_s(acc) * max(1.0, flop_scale)
+    return OpCost(tc, tm, t0, max(tc, tm) + t0, _bound(tc, tm, t0))
+
+
+def memory_bound_cost(acc: Accelerator, flop: float, bytes_: float, kernels: int) -> OpCost:
+    """Element-wise, norm, softmax, embedding, loss: streaming at achieved HBM bandwidth."""
+    tm = bytes_ / acc.hbm_achieved_Bps
+    tc = flop / acc.vector_peak_flop_per_s("fp32")
+    t0 = launch_s(acc) * kernels
+    return OpCost(tc, tm, t0, max(tc, tm) + t0, _bound(tc, tm, t0))
+
+
+def op_cost(acc: Accelerator, op: Op, direction: str = "fwd") -> OpCost:
+    """Seconds of one op instance (all its `batch` and `repeat`) in `direction` fwd or bwd."""
+    bwd = direction == "bwd"
+    if op.kind in ("gemm", "bmm"):
+        scale = op.bwd_flop_factor if bwd else 1.0
+        if op.kind == "gemm" and bwd and not op.has_weight_grad:
+            scale = 1.0
+        c = gemm_cost(acc, op.m, op.n, op.k, op.precision, op.batch * op.repeat, scale)
+        return c
+    if op.kind == "attention":
+        return attention_cost(acc, op, op.bwd_flop_factor if bwd else 1.0)
+    flop = op.flop * (op.bwd_flop_factor if bwd else 1.0)
+    bytes_ = op.bytes * (op.bwd_bytes_factor if bwd else 1.0)
+    kernels = op.bwd_kernels if bwd else op.kernels
+    if bwd and op.bwd_bytes_factor == 0 and op.bwd_flop_factor == 0:
+        kernels = 0
+    return memory_bound_cost(acc, flop, bytes_, kernels)

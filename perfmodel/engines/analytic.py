@@ -1,0 +1,210 @@
+"""The analytical engine: step time in closed form from the shared per-layer costs.
+
+For m micro-batches over p pipeline stages with per-micro-batch stage times t_i = f_i + b_i:
+    1F1B / GPipe   T_pipe = m · max(t) + (Σ t - max(t))        = (m + p - 1)·t when uniform
+    interleaved    T_pipe = m · max(t) + (Σ t - max(t)) / v     bubble (p-1)/v·t
+    ZB-H1          T_pipe = m · max(t) + (Σ t - max(t)) · (f + b - 2w)/(f + b)
+                   (weight-gradient GEMMs w fill the bubble; 1/3 of 1F1B's when f = b/2 = w)
+(Narayanan et al. 2021 §2.2; Qi et al. 2024 "Zero Bubble Pipeline Parallelism" §3.)
+Then step = T_pipe + exposed DP collectives + optimizer step.
+
+DP gradient sync (grad_bytes per element, over dp·cp ranks; expert weights over dp·cp/ep):
+    ZeRO 0       all-reduce of the gradients after the last micro-batch's backward
+    ZeRO 1, 2    reduce-scatter of gradients + all-gather of the updated bf16 weights
+    ZeRO 3       per micro-batch: all-gather weights (fwd), again (bwd), reduce-scatter grads
+With overlap on, a collective hides behind the compute it runs beside except its last bucket
+(one layer's share); without, it is fully exposed.
+Optimizer: 38 B per local parameter through HBM (fp32 grad 4 read, master 4+4, Adam moments
+8+8, bf16 weight 2 write, grad-norm pass 4 read, zero_grad 4 write), at achieved bandwidth.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from perfmodel.engines.costs import LayerTime, comm_s, group_stride, layer_time
+from perfmodel.comm.collectives import collective_time_s
+from perfmodel.compute.ops import gemm_precision
+from perfmodel.estimate import Estimate
+from perfmodel.hardware.catalog import System
+from perfmodel.memory import memory_per_rank, stage_layers
+from perfmodel.parallel.plan import ParallelPlan
+from perfmodel.workload.builder import build_graph
+from perfmodel.workload.graph import Comm, Graph, Layer
+from perfmodel.workload.spec import ModelSpec
+
+OPTIMIZER_BYTES_PER_PARAM = {"adam": 38.0, "adam8bit": 26.0, "sgd": 18.0}
+ACT_BYTES = 2
+
+
+@lru_cache(maxsize=512)
+def cached_graph(spec: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int, ep: int, sp: bool,
+                 precision: str, attention_impl: str) -> Graph:
+    return build_graph(spec, micro_batch, seq_len, tp, cp, ep, sp, precision, attention_impl)
+
+
+def plan_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
+    return cached_graph(spec, plan.micro_batch, plan.seq_len or spec.seq_len, plan.tp, plan.cp, plan.ep,
+                        plan.sequence_parallel, plan.precision, plan.attention_impl)
+
+
+def model_flop_per_step(spec: ModelSpec, plan: ParallelPlan) -> tuple[float, float]:
+    """(model FLOPs, hardware FLOPs incl. recompute) of one optimizer step, whole job."""
+    full = cached_graph(spec, 1, plan.seq_len or spec.seq_len, 1, 1, 1, False, plan.precision, plan.attention_impl)
+    model = full.train_model_flop() * plan.global_batch
+    hw = full.train_flop()
+    for layer in full.layers:
+        if not layer.recomputable:
+            continue
+        if plan.recompute == "full":
+            hw += layer.fwd_flop * layer.count
+        elif plan.recompute == "selective":
+            hw += sum(o.flop for o in layer.ops if o.attn_core) * layer.count
+    return model, hw * plan.global_batch
+
+
+@lru_cache(maxsize=4096)
+def _layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
+    return layer_time(system, plan, layer)
+
+
+def stage_times(system: System, plan: ParallelPlan, graph: Graph) -> list[dict[str, float]]:
+    """Per pipeline stage, per micro-batch: fwd, bwd (incl. recompute), and their parts."""
+    out = []
+    for s in range(plan.pp):
+        acc = {"fwd": 0.0, "bwd": 0.0, "fwd_gpu": 0.0, "bwd_gpu": 0.0, "recompute": 0.0, "comm": 0.0,
+               "host": 0.0, "wgrad": 0.0, "params": 0.0, "layers": 0.0}
+        for layer, n in stage_layers(graph, plan.pp, s):
+            lt = _layer_time(system, plan, layer)
+            acc["fwd"] += n * lt.fwd_s
+            acc["bwd"] += n * lt.bwd_s
+            acc["fwd_gpu"] += n * lt.fwd_gpu_s
+            acc["bwd_gpu"] += n * lt.bwd_gpu_s
+            acc["recompute"] += n * lt.recompute_gpu_s
+            acc["comm"] += n * (lt.fwd_comm_s + lt.bwd_comm_s + lt.recompute_comm_s)
+            acc["host"] += n * lt.host_exposed_s
+            acc["wgrad"] += n * lt.wgrad_s
+            acc["params"] += n * layer.params
+            acc["dense_params"] = acc.get("dense_params", 0.0) + n * (layer.params - layer.expert_params)
+            acc["expert_params"] = acc.get("expert_params", 0.0) + n * layer.expert_params
+            acc["layers"] += n
+        out.append(acc)
+    return out
+
+
+def p2p_time_s(system: System, plan: ParallelPlan, graph: Graph, spec: ModelSpec) -> float:
+    """One activation (or its gradient) crossing one stage boundary for one micro-batch."""
+    if plan.pp == 1:
+        return 0.0
+    tokens = graph.tokens // plan.cp
+    size = tokens * spec.hidden * ACT_BYTES / (plan.tp if plan.sequence_parallel else 1)
+    degree, stride = group_stride(plan, "pp")
+    return collective_time_s(system, "send_recv", size, 2, stride)
+
+
+def dp_sync_s(system: System, plan: ParallelPlan, st: dict[str, float]) -> dict[str, float]:
+    """Seconds of the data-parallel collectives of one stage, unoverlapped."""
+    g = plan.grad_bytes
+    n_dense, dense_stride = group_stride(plan, "dp")
+    n_exp = max(1, n_dense // plan.ep)
+    exp_stride = plan.tp * plan.ep
+    dense, expert = st["dense_params"], st["expert_params"]
+
+    def coll(kind: str, bytes_per: float) -> float:
+        t = collective_time_s(system, kind, dense * bytes_per, n_dense, dense_stride)
+        if expert:
+            t += collective_time_s(system, kind, expert * bytes_per, n_exp, exp_stride)
+        return t
+
+    z = plan.zero_stage
+    if z == 0:
+        return {"grad": coll("all_reduce", g), "param": 0.0, "per_mb_ag": 0.0, "per_mb_rs": 0.0}
+    if z in (1, 2):
+        return {"grad": coll("reduce_scatter", g), "param": coll("all_gather", ACT_BYTES), "per_mb_ag": 0.0, "per_mb_rs": 0.0}
+    return {"grad": 0.0, "param": 0.0, "per_mb_ag": coll("all_gather", ACT_BYTES), "per_mb_rs": coll("reduce_scatter", g)}
+
+
+def analytic_estimate(spec: ModelSpec, system: System, plan: ParallelPlan, messages: list[str] | None = None) -> Estimate:
+    msgs = list(messages or [])
+    msgs += plan.validate_for(spec, plan.world)
+    graph = plan_graph(spec, plan)
+    m = plan.num_micro_batches
+    st = stage_times(system, plan, graph)
+    p2p = p2p_time_s(system, plan, graph, spec)
+    v = plan.vp
+    hops = 2 * v * p2p  # activation forward and gradient backward, per chunk boundary
+    t = [s["fwd"] + s["bwd"] + hops for s in st]
+    i_max = max(range(len(t)), key=t.__getitem__)
+    t_max, t_sum = t[i_max], sum(t)
+    sched = plan.schedule_name
+    if plan.pp > 1 and sched == "interleaved" and m % plan.pp:
+        msgs.append(f"interleaved schedule with {m} micro-batches not a multiple of pp {plan.pp} (Megatron requires it)")
+    bubble = t_sum - t_max
+    if sched == "interleaved":
+        bubble /= v
+    elif sched == "zb-h1":
+        avg = {k: sum(s[k] for s in st) / len(st) for k in ("fwd", "bwd", "wgrad")}
+        fb = avg["fwd"] + avg["bwd"]
+        bubble *= max(0.0, fb - 2 * avg["wgrad"]) / fb if fb else 1.0
+    pipe = m * t_max + bubble
+
+    # data parallel
+    worst = st[i_max]
+    dp = dp_sync_s(system, plan, worst)
+    layers_on_stage = max(1.0, worst["layers"])
+    if plan.zero_stage == 3:
+        ag, rs = dp["per_mb_ag"], dp["per_mb_rs"]
+        if plan.overlap_fsdp_prefetch:
+            exp_f = max(0.0, ag - worst["fwd"]) + ag / layers_on_stage
+            exp_b = max(0.0, ag + rs - worst["bwd"]) + rs / layers_on_stage
+        else:
+            exp_f, exp_b = ag, ag + rs
+        dp_exposed = m * (exp_f + exp_b)
+    else:
+        grad, param = dp["grad"], dp["param"]
+        if plan.overlap_dp_comm:
+            dp_exposed = max(grad - worst["bwd"], grad / layers_on_stage)
+            dp_exposed += max(param - worst["fwd"], param / layers_on_stage) if param else 0.0
+        else:
+            dp_exposed = grad + param
+
+    # optimizer: local parameters after ZeRO sharding
+    shard = plan.dp * plan.cp if plan.zero_stage >= 1 else 1
+    local = worst["dense_params"] / shard + worst["expert_params"] / (max(1, plan.dp * plan.cp // plan.ep) if plan.zero_stage >= 1 else 1)
+    acc = system.accelerator
+    optimizer = local * OPTIMIZER_BYTES_PER_PARAM[plan.optimizer] / acc.hbm_achieved_Bps
+    if plan.pp > 1 and spec.tied_embeddings and spec.vocab:
+        emb = spec.vocab * spec.hidden / plan.tp * plan.grad_bytes
+        optimizer += collective_time_s(system, "all_reduce", emb, 2, plan.tp * plan.cp * plan.dp)
+
+    step = pipe + dp_exposed + optimizer
+    mem = max((memory_per_rank(graph, plan, s) for s in {0, plan.pp - 1}), key=lambda x: x.total_bytes)
+    if mem.total_bytes > acc.hbm_bytes:
+        msgs.append(f"does not fit: {mem.total_bytes / 2**30:.1f} GiB per GPU > {acc.hbm_bytes / 2**30:.1f} GiB")
+    model_flop, hw_flop = model_flop_per_step(spec, plan)
+    prec = gemm_precision(plan.precision)
+    peak = acc.matrix_peak_flop_per_s(prec)
+    w = worst
+    gpu_f = w["fwd_gpu"]
+    gpu_b = w["bwd_gpu"]
+    breakdown = {
+        "compute_fwd_s": m * gpu_f,
+        "compute_bwd_s": m * gpu_b,
+        "recompute_s": m * w["recompute"],
+        "tp_ep_cp_comm_s": m * w["comm"],
+        "host_overhead_s": m * w["host"],
+        "pp_bubble_s": bubble,
+        "pp_p2p_s": m * hops,
+        "dp_comm_exposed_s": dp_exposed,
+        "optimizer_s": optimizer,
+    }
+    return Estimate(
+        workload=spec.id, system=system.name, accelerator=acc.id, plan=plan, engine="analytic",
+        step_time_s=step, breakdown_s=breakdown, memory=mem, hbm_bytes=acc.hbm_bytes,
+        tokens_per_step=float(plan.global_batch * (plan.seq_len or spec.seq_len)),
+        model_flop_per_step=model_flop, hardware_flop_per_step=hw_flop, peak_flop_per_s=peak,
+        n_gpus=plan.world, messages=tuple(msgs),
+    )
+
+
+__all__ = ["analytic_estimate", "plan_graph", "stage_times", "model_flop_per_step", "Comm", "comm_s"]

@@ -1,0 +1,107 @@
+"""Estimate: what one engine predicts for one (workload, system, plan)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from perfmodel.memory import MemoryBreakdown
+from perfmodel.parallel.plan import ParallelPlan
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+BREAKDOWN_DOC = {
+    "compute_fwd_s": "forward kernels on the slowest pipeline stage, all micro-batches",
+    "compute_bwd_s": "backward kernels (dgrad + wgrad), all micro-batches",
+    "recompute_s": "forward recomputed before backward (activation checkpointing)",
+    "tp_ep_cp_comm_s": "exposed tensor-, expert- and context-parallel collectives",
+    "host_overhead_s": "time the GPU waits for the host to issue kernels",
+    "pp_bubble_s": "pipeline fill and drain",
+    "pp_p2p_s": "pipeline activation / gradient sends on the critical path",
+    "dp_comm_exposed_s": "data-parallel gradient / parameter collectives not hidden by compute",
+    "optimizer_s": "optimizer step (memory bound) and embedding gradient sync",
+}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    workload: str
+    system: str
+    accelerator: str
+    plan: ParallelPlan
+    engine: str
+    step_time_s: float
+    breakdown_s: dict[str, float]
+    memory: MemoryBreakdown
+    hbm_bytes: float
+    tokens_per_step: float
+    model_flop_per_step: float
+    hardware_flop_per_step: float
+    peak_flop_per_s: float
+    n_gpus: int
+    messages: tuple[str, ...] = ()
+    timeline: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_time_s
+
+    @property
+    def tflops_per_gpu(self) -> float:
+        """Model TFLOP/s per GPU (no recompute counted), the convention of Megatron and MosaicML."""
+        return self.model_flop_per_step / self.step_time_s / self.n_gpus / 1e12
+
+    @property
+    def mfu(self) -> float:
+        return self.model_flop_per_step / (self.step_time_s * self.n_gpus * self.peak_flop_per_s)
+
+    @property
+    def hfu(self) -> float:
+        return self.hardware_flop_per_step / (self.step_time_s * self.n_gpus * self.peak_flop_per_s)
+
+    @property
+    def memory_per_gpu_bytes(self) -> float:
+        return self.memory.total_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.total_bytes <= self.hbm_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload, "system": self.system, "accelerator": self.accelerator,
+            "engine": self.engine, "n_gpus": self.n_gpus, "plan": self.plan.model_dump(),
+            "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s,
+            "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu, "hfu": self.hfu,
+            "breakdown_s": dict(self.breakdown_s),
+            "memory_bytes": {**self.memory.as_dict(), "total": self.memory.total_bytes, "capacity": self.hbm_bytes},
+            "fits_in_memory": self.fits, "messages": list(self.messages),
+        }
+
+    def to_frame(self) -> pd.DataFrame:
+        """Long form: one row per component, kind 'time' (seconds) or 'memory' (bytes)."""
+        import pandas as pd
+
+        rows = [{"kind": "time", "component": k, "value": v, "unit": "s"} for k, v in self.breakdown_s.items()]
+        rows += [{"kind": "memory", "component": k, "value": v, "unit": "B"} for k, v in self.memory.as_dict().items()]
+        return pd.DataFrame(rows)
+
+    def summary(self) -> str:
+        from perfmodel.units import fmt
+
+        lines = [
+            f"{self.workload} on {self.n_gpus} x {self.accelerator} ({self.system}), {self.engine} engine",
+            f"  layout  dp {self.plan.dp} tp {self.plan.tp} pp {self.plan.pp} cp {self.plan.cp} ep {self.plan.ep}"
+            f" vp {self.plan.vp} zero {self.plan.zero_stage} mb {self.plan.micro_batch} gb {self.plan.global_batch}"
+            f" recompute {self.plan.recompute} {self.plan.precision}",
+            f"  step    {self.step_time_s:.4g} s   {self.tokens_per_s:,.0f} tokens/s   "
+            f"{self.tflops_per_gpu:.1f} TFLOP/s/GPU   MFU {self.mfu:.1%}",
+            f"  memory  {fmt(self.memory.total_bytes, 'B')} of {fmt(self.hbm_bytes, 'B')} per GPU"
+            + ("" if self.fits else "  (DOES NOT FIT)"),
+        ]
+        for k, v in self.breakdown_s.items():
+            if v > 0:
+                lines.append(f"    {k:<20} {v:10.4g} s  {v / self.step_time_s:6.1%}")
+        lines += [f"  note: {m}" for m in self.messages]
+        return "\n".join(lines)
