@@ -1,0 +1,198 @@
+"""perfmodel command line: estimate, validate, calibrate, search, compare, list."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from perfmodel.errors import PerfmodelError
+
+
+def _plan_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("layout")
+    for name in ("dp", "tp", "pp", "cp", "ep", "vp"):
+        g.add_argument(f"--{name}", type=int, default=None if name == "dp" else 1)
+    g.add_argument("--sp", "--sequence-parallel", dest="sp", action="store_true", help="sequence parallelism (needs tp > 1)")
+    g.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO stage (3 = FSDP full shard)")
+    g.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch")
+    g.add_argument("--global-batch", type=int, default=None, help="sequences per step (default: micro_batch x dp)")
+    g.add_argument("--seq-len", type=int, default=None)
+    g.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
+    g.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"])
+    g.add_argument("--schedule", default=None, choices=["gpipe", "1f1b", "interleaved", "zb-h1"])
+    g.add_argument("--no-overlap", action="store_true", help="no DP comm / FSDP prefetch overlap")
+
+
+def _plan(a: argparse.Namespace, n_gpus: int):  # noqa: ANN202
+    from perfmodel.errors import LayoutError
+    from perfmodel.parallel.plan import ParallelPlan
+
+    model_par = a.tp * a.pp * a.cp
+    dp = a.dp
+    if dp is None:
+        if n_gpus % model_par:
+            raise LayoutError(f"--n-gpus {n_gpus} is not divisible by tp {a.tp} x pp {a.pp} x cp {a.cp} = {model_par}")
+        dp = n_gpus // model_par
+    gb = a.global_batch or a.micro_batch * dp
+    return ParallelPlan(dp=dp, tp=a.tp, pp=a.pp, cp=a.cp, ep=a.ep, vp=a.vp, sequence_parallel=a.sp,
+                        zero_stage=a.zero, micro_batch=a.micro_batch, global_batch=gb, seq_len=a.seq_len,
+                        recompute=a.recompute, precision=a.precision, schedule=a.schedule,
+                        overlap_dp_comm=not a.no_overlap, overlap_fsdp_prefetch=not a.no_overlap)
+
+
+def cmd_estimate(a: argparse.Namespace) -> int:
+    import perfmodel
+
+    if a.torch:
+        from perfmodel.workload.torch_import import estimate_module_cli
+
+        spec_or_graph = estimate_module_cli(a.workload)
+        raise PerfmodelError(f"--torch: imported {spec_or_graph!r}; estimating imported graphs is not wired yet")
+    n = a.n_gpus or (a.dp or 1) * a.tp * a.pp * a.cp
+    plan = _plan(a, n)
+    est = perfmodel.estimate(a.workload, a.hardware, plan, engine=a.engine, gpus_per_node=a.gpus_per_node)
+    if a.json:
+        print(json.dumps(est.to_dict(), indent=2))
+    else:
+        print(est.summary())
+    if a.trace and est.timeline is not None:
+        Path(a.trace).write_text(json.dumps(est.timeline))
+    return 0
+
+
+def cmd_validate(a: argparse.Namespace) -> int:
+    from perfmodel.validation.predict import validate_file
+
+    preds = validate_file(a.runs, a.out, a.engine)
+    ok = sum(p["status"] == "ok" for p in preds)
+    print(f"{len(preds)} rows read, {ok} predicted, {len(preds) - ok} errors -> {a.out}", file=sys.stderr)
+    if a.report:
+        from perfmodel.validation.report import write_report
+
+        summary = write_report([Path(a.runs)], [Path(a.out)], Path(a.report))
+        print(summary, file=sys.stderr)
+    return 0
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    from perfmodel.validation.report import write_report
+
+    print(write_report([Path(r) for r in a.runs], [Path(p) for p in a.pred], Path(a.out)))
+    return 0
+
+
+def cmd_calibrate(a: argparse.Namespace) -> int:
+    from perfmodel.calibrate import run_calibration
+
+    res = run_calibration(Path(a.out), quick=a.quick)
+    print(json.dumps(res, indent=2, default=str))
+    return 0
+
+
+def cmd_list(a: argparse.Namespace) -> int:
+    from perfmodel.hardware.catalog import load_catalog
+    from perfmodel.workload.catalog import load_workloads
+
+    cat = load_catalog()
+    if a.what in ("hardware", "all"):
+        for acc in cat.accelerators.values():
+            print(f"accelerator  {acc.id:<24} {acc.name}")
+        for node in cat.nodes.values():
+            print(f"node         {node.id:<24} {node.name}")
+        for cl in cat.clusters.values():
+            print(f"cluster      {cl.id:<24} {cl.name}")
+    if a.what in ("workloads", "all"):
+        for spec in load_workloads().values():
+            print(f"workload     {spec.id:<24} {spec.name} ({spec.family})")
+    return 0
+
+
+def cmd_search(a: argparse.Namespace) -> int:
+    from perfmodel.planning.cli import search_main
+
+    return search_main(a)
+
+
+def cmd_compare(a: argparse.Namespace) -> int:
+    from perfmodel.planning.cli import compare_main
+
+    return compare_main(a)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="perfmodel", description="Predict deep-learning training step time, memory and cost.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    e = sub.add_parser("estimate", help="one step-time estimate")
+    e.add_argument("workload", help="workload id from workloads/ (see `perfmodel list workloads`)")
+    e.add_argument("--hardware", "--cluster", dest="hardware", default="a100-sxm4-80gb", help="accelerator, node or cluster id")
+    e.add_argument("--n-gpus", type=int, default=None)
+    e.add_argument("--gpus-per-node", type=int, default=None)
+    e.add_argument("--engine", default="analytic", choices=["analytic", "des"])
+    e.add_argument("--json", action="store_true", help="machine-readable output")
+    e.add_argument("--trace", default=None, help="write a Chrome trace (des engine)")
+    e.add_argument("--torch", action="store_true", help="workload is package.module:factory of an nn.Module")
+    _plan_args(e)
+    e.set_defaults(func=cmd_estimate)
+
+    v = sub.add_parser("validate", help="predict every row of a runs file (DESIGN.md contract)")
+    v.add_argument("--runs", required=True)
+    v.add_argument("--out", required=True)
+    v.add_argument("--engine", default="analytic", choices=["analytic", "des"])
+    v.add_argument("--report", default=None, help="also write an error report (markdown, HTML, PNG) here")
+    v.set_defaults(func=cmd_validate)
+
+    r = sub.add_parser("report", help="error report from runs files and their predictions")
+    r.add_argument("--runs", nargs="+", required=True)
+    r.add_argument("--pred", nargs="+", required=True)
+    r.add_argument("--out", required=True)
+    r.set_defaults(func=cmd_report)
+
+    c = sub.add_parser("calibrate", help="microbenchmark this host's CPU into hardware_specs/")
+    c.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "hardware_specs"))
+    c.add_argument("--quick", action="store_true")
+    c.set_defaults(func=cmd_calibrate)
+
+    ls = sub.add_parser("list", help="list hardware and workloads")
+    ls.add_argument("what", nargs="?", default="all", choices=["all", "hardware", "workloads"])
+    ls.set_defaults(func=cmd_list)
+
+    s = sub.add_parser("search", help="search parallel layouts for a workload on hardware")
+    s.add_argument("workload")
+    s.add_argument("--hardware", default="h100-sxm5-80gb")
+    s.add_argument("--n-gpus", type=int, required=True)
+    s.add_argument("--global-batch", type=int, required=True)
+    s.add_argument("--seq-len", type=int, default=None)
+    s.add_argument("--precision", default="bf16")
+    s.add_argument("--top", type=int, default=10)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_search)
+
+    cmp = sub.add_parser("compare", help="compare accelerators on time, cost and energy")
+    cmp.add_argument("workload")
+    cmp.add_argument("--hardware", nargs="+", required=True)
+    cmp.add_argument("--n-gpus", type=int, required=True)
+    cmp.add_argument("--global-batch", type=int, required=True)
+    cmp.add_argument("--tokens", type=float, default=None, help="training tokens for time-to-train")
+    cmp.add_argument("--out", default=None, help="write a report (markdown + HTML) here")
+    cmp.add_argument("--json", action="store_true")
+    cmp.set_defaults(func=cmd_compare)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except PerfmodelError as e:
+        print(f"perfmodel: error: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, KeyError, FileNotFoundError) as e:
+        print(f"perfmodel: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""`perfmodel validate`: predict every row of a runs file, one output row per input row.
+
+Measured values are read only to be copied next to the prediction in the report; nothing
+measured flows into a prediction.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from perfmodel.errors import PerfmodelError
+from perfmodel.validation.runs import OUTPUT_COLUMNS, RowError, read_rows, row_run
+from perfmodel.workload.catalog import load_workloads
+
+
+def predict_row(row: dict[str, str], workloads: dict, engine: str = "analytic") -> dict[str, str]:
+    out = {c: "" for c in OUTPUT_COLUMNS}
+    out["run_id"] = row.get("run_id", "")
+    try:
+        run = row_run(row, workloads)
+        if engine == "des":
+            from perfmodel.engines.des import des_estimate
+
+            est = des_estimate(run.spec, run.system, run.plan, run.notes)
+        else:
+            from perfmodel.engines.analytic import analytic_estimate
+
+            est = analytic_estimate(run.spec, run.system, run.plan, run.notes)
+    except (PerfmodelError, RowError, ValueError, KeyError) as e:
+        out["status"] = "error"
+        out["message"] = f"{type(e).__name__}: {e}"
+        return out
+    out.update(
+        status="ok",
+        predicted_step_time_s=f"{est.step_time_s:.6g}",
+        predicted_tokens_per_s=f"{est.tokens_per_s:.6g}",
+        predicted_tflops_per_gpu=f"{est.tflops_per_gpu:.6g}",
+        predicted_mfu=f"{est.mfu:.4f}",
+        predicted_memory_per_gpu_bytes=f"{est.memory_per_gpu_bytes:.6g}",
+        message="; ".join(est.messages),
+    )
+    return out
+
+
+def validate_file(runs: Path | str, out: Path | str, engine: str = "analytic") -> list[dict[str, str]]:
+    rows = read_rows(runs)
+    workloads = load_workloads()
+    preds = [predict_row(r, workloads, engine) for r in rows]
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=OUTPUT_COLUMNS)
+        w.writeheader()
+        w.writerows(preds)
+    return preds

@@ -1,0 +1,122 @@
+"""Error report: predicted vs measured step time per source, with charts.
+
+Metrics per source and overall, on rows predicted ok with a measured step time:
+    APE_i = |pred_i - meas_i| / meas_i;  MAPE = mean APE;  median APE;  worst APE
+    bias = median signed error (pred - meas)/meas  (> 0: the model is slow, < 0: optimistic)
+    Kendall tau between predicted and measured step time (does the model rank layouts right)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+TARGETS = {"overall_mape": 0.10, "source_mape": 0.15, "kendall_tau": 0.8, "cpu_mape": 0.15}
+
+
+def joined(runs: list[Path], preds: list[Path]) -> pd.DataFrame:
+    frames = []
+    for r, p in zip(runs, preds):
+        d = pd.read_csv(r, dtype={"run_id": str})
+        q = pd.read_csv(p, dtype={"run_id": str, "message": str})
+        frames.append(d.merge(q, on="run_id", how="left"))
+    m = pd.concat(frames, ignore_index=True)
+    m["signed_error"] = (m["predicted_step_time_s"] - m["step_time_s"]) / m["step_time_s"]
+    m["ape"] = m["signed_error"].abs()
+    return m
+
+
+def metrics(m: pd.DataFrame) -> pd.DataFrame:
+    from scipy.stats import kendalltau
+
+    ok = m[(m["status"] == "ok") & m["step_time_s"].notna()]
+    rows = []
+    for name, g in [("overall", ok)] + list(ok.groupby("source")):
+        tau = kendalltau(g["predicted_step_time_s"], g["step_time_s"]).statistic if len(g) > 2 else float("nan")
+        rows.append({"source": name, "rows": len(g), "mape": g["ape"].mean(), "median_ape": g["ape"].median(),
+                     "bias": g["signed_error"].median(), "worst_ape": g["ape"].max(),
+                     "worst_run": g.loc[g["ape"].idxmax(), "run_id"] if len(g) else "", "kendall_tau": tau,
+                     "within_10pct": (g["ape"] <= 0.10).mean(), "within_20pct": (g["ape"] <= 0.20).mean()})
+    errors = m[m["status"] != "ok"]
+    out = pd.DataFrame(rows)
+    out.attrs["errors"] = len(errors)
+    return out
+
+
+def charts(m: pd.DataFrame):  # noqa: ANN201
+    import altair as alt
+
+    ok = m[(m["status"] == "ok") & m["step_time_s"].notna()].copy()
+    ok["model_params_b"] = _params_b(ok)
+    ok["layout"] = ok.apply(lambda r: f"tp{int(r.tp)} pp{int(r.pp)} dp{int(r.dp) if r.dp == r.dp else '?'}", axis=1)
+    lo, hi = float(min(ok.step_time_s.min(), ok.predicted_step_time_s.min())), float(max(ok.step_time_s.max(), ok.predicted_step_time_s.max()))
+    line = pd.DataFrame({"x": [lo, hi], "y": [lo, hi]})
+    base = alt.Chart(ok).mark_circle(size=30, opacity=0.6).encode(
+        x=alt.X("step_time_s:Q", scale=alt.Scale(type="log"), title="measured step time (s)"),
+        y=alt.Y("predicted_step_time_s:Q", scale=alt.Scale(type="log"), title="predicted step time (s)"),
+        color=alt.Color("source:N", legend=alt.Legend(orient="bottom", columns=2)),
+        tooltip=["run_id", "source", "model", "layout", "n_gpus", "step_time_s", "predicted_step_time_s", "signed_error"],
+    )
+    diag = alt.Chart(line).mark_line(color="black", strokeDash=[4, 4]).encode(x="x:Q", y="y:Q")
+    band = pd.DataFrame({"x": [lo, hi, hi, lo], "y": [lo * 1.1, hi * 1.1, hi * 0.9, lo * 0.9]})
+    scatter = (diag + base).properties(width=420, height=420, title="predicted vs measured (dashed: equal)")
+    feats = []
+    for feat, title in (("n_gpus", "GPUs"), ("model_params_b", "model parameters (B)"), ("tp", "tp"), ("pp", "pp")):
+        feats.append(alt.Chart(ok).mark_circle(size=20, opacity=0.5).encode(
+            x=alt.X(f"{feat}:Q", scale=alt.Scale(type="log"), title=title),
+            y=alt.Y("signed_error:Q", title="(pred - meas) / meas", axis=alt.Axis(format="%")),
+            color="source:N").properties(width=200, height=180))
+    del band
+    grid = alt.vconcat(alt.hconcat(*feats[:2]), alt.hconcat(*feats[2:]))
+    return alt.hconcat(scatter, grid).resolve_scale(color="shared")
+
+
+def _params_b(ok: pd.DataFrame) -> pd.Series:
+    h = ok["hidden"].astype(float)
+    L = ok["n_layers"].astype(float)
+    return 12 * L * h * h / 1e9
+
+
+def write_report(runs: list[Path], preds: list[Path], out: Path) -> str:
+    out.mkdir(parents=True, exist_ok=True)
+    m = joined(runs, preds)
+    met = metrics(m)
+    met.to_csv(out / "metrics.csv", index=False)
+    m.to_csv(out / "joined.csv", index=False)
+    text = summary_markdown(met, m)
+    (out / "report.md").write_text(text)
+    try:
+        ch = charts(m)
+        ch.save(str(out / "validation.html"))
+        try:
+            ch.save(str(out / "validation.png"), scale_factor=1.5)
+        except Exception as e:  # vl-convert missing: the HTML still carries the chart
+            (out / "png_error.txt").write_text(str(e))
+    except Exception as e:
+        (out / "chart_error.txt").write_text(repr(e))
+    return text
+
+
+def summary_markdown(met: pd.DataFrame, m: pd.DataFrame) -> str:
+    lines = ["| source | rows | MAPE | median | bias | worst (run) | Kendall τ | ≤10% | ≤20% |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in met.itertuples():
+        lines.append(f"| {r.source} | {r.rows} | {r.mape:.1%} | {r.median_ape:.1%} | {r.bias:+.1%} | "
+                     f"{r.worst_ape:.1%} ({r.worst_run}) | {r.kendall_tau:.3f} | {r.within_10pct:.0%} | {r.within_20pct:.0%} |")
+    n_err = int((m["status"] != "ok").sum())
+    lines.append("")
+    lines.append(f"{len(m)} rows, {n_err} not predicted (status error).")
+    if n_err:
+        top = m[m["status"] != "ok"]["message"].value_counts().head(5)
+        lines += [f"- {c} x {msg}" for msg, c in top.items()]
+    return "\n".join(lines) + "\n"
+
+
+def worst_rows(m: pd.DataFrame, n: int = 10) -> pd.DataFrame:
+    ok = m[m["status"] == "ok"]
+    return ok.reindex(ok["ape"].sort_values(ascending=False).index).head(n)
+
+
+__all__ = ["write_report", "metrics", "joined", "charts", "TARGETS", "worst_rows", "np"]

@@ -1,0 +1,184 @@
+"""Read a runs file (the DESIGN.md validation contract) into (ModelSpec, ParallelPlan, System).
+
+Empty cells take the documented defaults: micro_batch 1, vp 1, cp 1, ep 1, precision bf16,
+recompute none, zero_stage 0, sequence_parallel false, accelerator a100-sxm4-80gb; dp defaults
+to n_gpus / (tp·pp·cp) and n_gpus to dp·tp·pp·cp. Every default taken is named in `notes`.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.catalog import System, resolve_system
+from perfmodel.parallel.plan import ParallelPlan
+from perfmodel.workload.catalog import load_workloads
+from perfmodel.workload.spec import ModelSpec
+
+COLUMNS = [
+    "run_id", "source", "source_detail", "model", "arch", "n_layers", "hidden", "ffn_hidden", "n_heads",
+    "n_kv_heads", "vocab", "n_experts", "top_k", "moe_ffn_hidden", "n_shared_experts", "seq_len",
+    "global_batch", "micro_batch", "tp", "pp", "dp", "cp", "ep", "vp", "sequence_parallel", "zero_stage",
+    "recompute", "precision", "accelerator", "n_gpus", "gpus_per_node", "system", "step_time_s",
+    "tokens_per_s", "tflops_per_gpu", "mfu", "notes",
+]
+OUTPUT_COLUMNS = [
+    "run_id", "status", "predicted_step_time_s", "predicted_tokens_per_s", "predicted_tflops_per_gpu",
+    "predicted_mfu", "predicted_memory_per_gpu_bytes", "message",
+]
+DEFAULTS = {
+    "micro_batch": "1", "vp": "1", "cp": "1", "ep": "1", "precision": "bf16", "recompute": "none",
+    "zero_stage": "0", "sequence_parallel": "false", "accelerator": "a100-sxm4-80gb",
+}
+ARCH_DEFAULTS: dict[str, dict[str, object]] = {
+    # gpt: learned positions, GELU MLP, LayerNorm with biases, tied embeddings (GPT-2/3, MPT, BLOOM)
+    "gpt": {"family": "dense", "norm": "layernorm", "activation": "gelu", "position": "learned",
+            "bias": True, "tied_embeddings": True, "attention": "mha"},
+    "llama": {"family": "dense", "norm": "rmsnorm", "activation": "swiglu", "position": "rope",
+              "bias": False, "tied_embeddings": False, "attention": "gqa"},
+    "moe": {"family": "moe", "norm": "rmsnorm", "activation": "swiglu", "position": "rope",
+            "bias": False, "tied_embeddings": False, "attention": "gqa"},
+}
+ARCH_COLUMNS = {"n_layers": "num_layers", "hidden": "hidden", "ffn_hidden": "ffn_hidden", "n_heads": "num_heads",
+                "n_kv_heads": "num_kv_heads", "vocab": "vocab", "n_experts": "num_experts", "top_k": "top_k",
+                "moe_ffn_hidden": "moe_ffn_hidden", "n_shared_experts": "num_shared_experts", "seq_len": "seq_len"}
+
+
+class RowError(PerfmodelError):
+    """A runs-file row that cannot be predicted; the message says which column and why."""
+
+
+@dataclass
+class Run:
+    run_id: str
+    spec: ModelSpec
+    plan: ParallelPlan
+    system: System
+    notes: list[str] = field(default_factory=list)
+    measured_step_time_s: float | None = None
+
+
+def read_rows(path: Path | str) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in ("run_id",) if c not in (reader.fieldnames or [])]
+        if missing:
+            raise RowError(f"{path}: header lacks required column(s) {missing}; expected columns: {', '.join(COLUMNS)}")
+        return [{k: (v or "").strip() for k, v in row.items() if k is not None} for row in reader]
+
+
+def _int(row: dict[str, str], col: str) -> int | None:
+    v = row.get(col, "")
+    if v == "":
+        return None
+    try:
+        f = float(v)
+    except ValueError:
+        raise RowError(f"column {col}: {v!r} is not a number") from None
+    if f != int(f) or f < 0:
+        raise RowError(f"column {col}: {v!r} is not a non-negative integer")
+    return int(f)
+
+
+def _bool(v: str, col: str) -> bool:
+    s = v.lower()
+    if s in ("true", "1", "yes"):
+        return True
+    if s in ("false", "0", "no"):
+        return False
+    raise RowError(f"column {col}: {v!r}; allowed values: true, false")
+
+
+def row_spec(row: dict[str, str], workloads: dict[str, ModelSpec], notes: list[str]) -> ModelSpec:
+    model = row.get("model", "")
+    sizes = {ARCH_COLUMNS[c]: _int(row, c) for c in ARCH_COLUMNS}
+    sizes = {k: v for k, v in sizes.items() if v is not None}
+    if sizes.get("num_shared_experts") == 0:
+        sizes.pop("num_shared_experts")
+    if model and model in workloads:
+        spec = workloads[model]
+        changes = {k: v for k, v in sizes.items() if getattr(spec, k) != v}
+        return spec.with_(**changes) if changes else spec
+    arch = row.get("arch", "")
+    if arch not in ARCH_DEFAULTS:
+        where = f"model {model!r} is not in workloads/ and " if model else ""
+        raise RowError(f"{where}column arch {arch!r}: allowed values: {', '.join(ARCH_DEFAULTS)}")
+    if "vocab" not in sizes:
+        # the GPT-2 BPE vocabulary: the default tokenizer of Megatron-LM / Megatron-DeepSpeed GPT
+        # examples (gpt2-vocab.json), which the builder pads no further
+        sizes["vocab"] = 50257
+        notes.append("vocab empty: used 50257 (GPT-2 BPE)")
+    for need in ("num_layers", "hidden", "num_heads"):
+        if need not in sizes:
+            col = next(c for c, f in ARCH_COLUMNS.items() if f == need)
+            raise RowError(f"column {col} is empty and model {model!r} is not a workload id")
+    data: dict[str, object] = dict(ARCH_DEFAULTS[arch])
+    data.update(sizes)
+    if "ffn_hidden" not in data:
+        h = int(sizes["hidden"])
+        data["ffn_hidden"] = 4 * h if arch == "gpt" else 256 * -(-int(8 * h / 3) // 256)
+        notes.append(f"ffn_hidden empty: used {data['ffn_hidden']}")
+    if data.get("num_kv_heads") in (None, data["num_heads"]):
+        data["attention"] = "mha"
+    data.update(id=model or f"row-{row.get('run_id', '?')}", name=model or "from runs columns",
+                source=f"runs file columns ({row.get('source', '')})")
+    try:
+        return ModelSpec.model_validate(data)
+    except Exception as e:  # pydantic / SpecError: report the field
+        raise RowError(f"architecture columns: {e}") from None
+
+
+def row_run(row: dict[str, str], workloads: dict[str, ModelSpec]) -> Run:
+    notes: list[str] = []
+    used = [f"{k}={v}" for k, v in DEFAULTS.items() if row.get(k, "") == ""]
+    vals = {k: (row.get(k, "") or DEFAULTS[k]) for k in DEFAULTS}
+    spec = row_spec(row, workloads, notes)
+    tp, pp = _int(row, "tp") or 1, _int(row, "pp") or 1
+    cp, ep, vp = int(vals["cp"]), int(vals["ep"]), int(vals["vp"])
+    n_gpus, dp = _int(row, "n_gpus"), _int(row, "dp")
+    if dp is None:
+        if n_gpus is None:
+            raise RowError("columns dp and n_gpus are both empty")
+        if n_gpus % (tp * pp * cp):
+            raise RowError(f"n_gpus {n_gpus} is not divisible by tp {tp} x pp {pp} x cp {cp}")
+        dp = n_gpus // (tp * pp * cp)
+        used.append(f"dp={dp} (n_gpus/(tp·pp·cp))")
+    if n_gpus is None:
+        n_gpus = dp * tp * pp * cp
+        used.append(f"n_gpus={n_gpus}")
+    gb = _int(row, "global_batch")
+    if not gb:
+        raise RowError("column global_batch is empty")
+    prec = vals["precision"]
+    if prec not in ("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"):
+        raise RowError(f"column precision {prec!r}; allowed values: bf16, fp16, fp8, mxfp8, nvfp4")
+    rec = vals["recompute"]
+    if rec not in ("none", "selective", "full"):
+        raise RowError(f"column recompute {rec!r}; allowed values: none, selective, full")
+    zero = _int({"z": vals["zero_stage"]}, "z")
+    if zero not in (0, 1, 2, 3):
+        raise RowError(f"column zero_stage {vals['zero_stage']!r}; allowed values: 0, 1, 2, 3")
+    try:
+        plan = ParallelPlan(
+            dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, sequence_parallel=_bool(vals["sequence_parallel"], "sequence_parallel"),
+            zero_stage=zero, micro_batch=int(vals["micro_batch"]), global_batch=gb,
+            seq_len=_int(row, "seq_len") or spec.seq_len, recompute=rec, precision=prec,  # type: ignore[arg-type]
+        )
+    except PerfmodelError as e:
+        raise RowError(str(e)) from None
+    except ValueError as e:
+        raise RowError(str(e).splitlines()[-1] if str(e) else repr(e)) from None
+    if plan.world != n_gpus:
+        raise RowError(f"n_gpus {n_gpus} != dp {dp} x tp {tp} x pp {pp} x cp {cp} = {plan.world}")
+    system, msgs = resolve_system(vals["accelerator"], row.get("system") or None, n_gpus, _int(row, "gpus_per_node"))
+    notes += msgs
+    if used:
+        notes.insert(0, "defaults: " + ", ".join(used))
+    measured = row.get("step_time_s", "")
+    return Run(row["run_id"], spec, plan, system, notes, float(measured) if measured else None)
+
+
+def load_runs_workloads() -> dict[str, ModelSpec]:
+    return load_workloads()
