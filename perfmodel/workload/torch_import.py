@@ -1,0 +1,680 @@
+"""Turn any `torch.nn.Module` into a perfmodel `Graph` by tracing one forward pass on the meta device.
+
+No real memory is touched: parameters, buffers and inputs are replaced by meta tensors (shapes and
+dtypes only), so a 70B-parameter module traces on a laptop. Two interposers see the forward pass:
+
+  TorchFunctionMode   catches fused calls the meta device would otherwise decompose
+                      (`F.scaled_dot_product_attention` -> one `attention` op, `F.rms_norm` -> one norm)
+  TorchDispatchMode   sees every aten op with its tensor shapes and maps it to an `Op`:
+      mm / addmm / bmm / baddbmm / mv   -> gemm [m,k]x[k,n] (kind "gemm" when one operand is a
+                                           parameter, else "bmm"); FLOP = 2·m·n·k·batch
+      convolution                       -> implicit GEMM: m = N·prod(out spatial), n = C_out/groups,
+                                           k = C_in/groups·prod(kernel), batch = groups
+      native_layer_norm, group/batch/rms norm -> "norm" (5 FLOP per element)
+      pointwise ops, reductions, softmax, copies, cat, index... -> "elementwise", bytes from shapes
+      embedding                         -> "embedding" (reads the looked-up rows, not the table)
+      nll_loss / mse_loss / ...         -> "loss"
+      anything else                     -> "elementwise" with its bytes, named `unsupported.<op>`
+                                           and listed in an `UnsupportedOpWarning`
+Module hooks give each op its owning module; ops are grouped into `Layer`s by top-level submodule
+(descending into `ModuleList` / `Sequential` / `ModuleDict`, so `blocks.3` is one layer) and
+consecutive identical layers collapse into one `Layer` with `count`. Saved activations come from
+`torch.autograd.graph.saved_tensors_hooks` (parameters excluded, shared storage counted once).
+
+FLOP convention: `Op.model_flop` of gemm / bmm / attention ops equals what
+`torch.utils.flop_counter.FlopCounterMode` counts on the same module (it counts causal attention in
+full); `Op.flop` of a causal attention op is halved, what a FlashAttention kernel executes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import sys
+import time
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from perfmodel.errors import PerfmodelError
+from perfmodel.workload.graph import Graph, Layer, Op
+
+__all__ = ["TorchImportError", "TraceResult", "UnsupportedOpWarning", "estimate_module_cli",
+           "flop_counter_flop", "from_torch", "trace_module"]
+
+
+class TorchImportError(PerfmodelError, ValueError):
+    """A module, factory or example input that cannot be traced on the meta device."""
+
+
+class UnsupportedOpWarning(UserWarning):
+    """Ops perfmodel has no cost model for; they are kept as memory-bound element-wise ops."""
+
+
+# --------------------------------------------------------------------------------------------
+# aten op tables (names without the overload, as in `func.overloadpacket.__name__`)
+_GEMM = {"mm", "addmm", "bmm", "baddbmm", "mv", "addmv", "dot", "convolution", "_convolution"}
+_NORM = {"native_layer_norm", "native_group_norm", "native_batch_norm", "_native_batch_norm_legit",
+         "_native_batch_norm_legit_no_training", "_fused_rms_norm", "rms_norm"}
+_LOSS = {"nll_loss_forward", "nll_loss2d_forward", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+         "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div"}
+_EMBEDDING = {"embedding", "_embedding_bag", "embedding_bag"}
+_SOFTMAX = {"_softmax", "_log_softmax", "_safe_softmax", "softmax", "log_softmax"}
+# data movement and tensor creation: memory traffic only, known to perfmodel
+_MOVE = {"cat", "stack", "clone", "copy_", "_to_copy", "copy", "index", "index_select", "gather", "scatter",
+         "scatter_add", "scatter_add_", "scatter_", "index_put", "index_put_", "index_add", "index_add_",
+         "index_copy", "masked_fill", "masked_fill_", "masked_scatter", "where", "constant_pad_nd",
+         "reflection_pad1d", "reflection_pad2d", "replication_pad1d", "replication_pad2d", "fill_", "fill",
+         "zero_", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "arange", "scalar_tensor",
+         "tril", "triu", "repeat", "roll", "flip", "native_dropout", "bernoulli_", "bernoulli", "rand",
+         "rand_like", "randn", "randn_like", "cumsum", "cumprod", "repeat_interleave", "_unsafe_index",
+         "new_zeros", "new_ones", "new_full", "new_empty", "linspace", "tril_indices", "triu_indices",
+         "max_pool1d", "max_pool2d", "max_pool2d_with_indices", "avg_pool1d", "avg_pool2d",
+         "adaptive_avg_pool1d", "adaptive_avg_pool2d", "_adaptive_avg_pool2d", "upsample_nearest2d",
+         "_local_scalar_dense"}
+# no kernel, no traffic: views, aliases and allocations
+_FREE = {"detach", "alias", "lift_fresh", "lift_fresh_copy", "empty", "empty_like", "empty_strided",
+         "_reshape_alias", "_unsafe_view", "view", "reshape", "t", "transpose", "permute", "expand",
+         "squeeze", "unsqueeze", "slice", "select", "split", "split_with_sizes", "unsafe_split",
+         "unsafe_split_with_sizes", "unbind", "chunk", "narrow", "as_strided", "diagonal", "unfold",
+         "contiguous", "resize_", "set_", "sym_size", "sym_stride", "sym_numel", "is_same_size",
+         "_has_compatible_shallow_copy_type", "result_type"}
+# FLOP per output element of element-wise ops (the builder's conventions: activations 8, norms 5)
+_FLOP_PER_EL = {"gelu": 8, "silu": 8, "mish": 8, "tanh": 4, "sigmoid": 4, "exp": 4, "erf": 4, "log": 4,
+                "softplus": 4, "elu": 4, "rsqrt": 2, "sqrt": 2, "pow": 2, "sin": 4, "cos": 4}
+
+_TRACE_DTYPE = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16}
+
+
+def _name(func: Any) -> str:
+    return str(func.overloadpacket.__name__) if hasattr(func, "overloadpacket") else str(getattr(func, "__name__", func))
+
+
+def _nbytes(t: torch.Tensor) -> float:
+    """Bytes a kernel touches for `t`: its elements, capped by its storage (expanded views are small)."""
+    n = t.numel() * t.element_size()
+    try:
+        return float(min(n, t.untyped_storage().nbytes()))
+    except (RuntimeError, NotImplementedError):
+        return float(n)
+
+
+def _tensors(tree: Any) -> list[torch.Tensor]:
+    return [x for x in tree_flatten(tree)[0] if isinstance(x, torch.Tensor)]
+
+
+# --------------------------------------------------------------------------------------------
+@dataclass
+class _Rec:
+    """One recorded aten (or fused torch) op."""
+
+    path: str
+    aten: str
+    kind: str
+    flop: float
+    bytes: float
+    model_flop: float = -1.0
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    batch: int = 1
+    weight: str = ""  # name of the parameter operand, if any
+    weight_params: float = 0.0
+    saved_bytes: float = 0.0
+    shapes: tuple[tuple[int, ...], ...] = ()
+    out_ids: frozenset[int] = frozenset()  # valid while `_State.last_outs` holds the outputs
+    causal: bool = False
+    heads: int = 0
+    head_dim: int = 0
+    seq_q: int = 0
+    seq_kv: int = 0
+    unsupported: bool = False
+
+
+@dataclass
+class _State:
+    """Everything the interposers share during one trace."""
+
+    params: dict[int, tuple[str, int, bool]]  # id(meta tensor) -> (name, numel, requires_grad)
+    stack: list[str] = field(default_factory=lambda: [""])
+    records: list[_Rec] = field(default_factory=list)
+    keep: list[torch.Tensor] = field(default_factory=list)  # keeps ids of marked tensors stable
+    saved_seen: set[int] = field(default_factory=set)
+    pending_saved: float = 0.0
+    suppress: int = 0
+    input_bytes: dict[str, float] = field(default_factory=dict)
+    last_outs: list[torch.Tensor] = field(default_factory=list)  # keeps the last op's output ids unique
+
+    def param_of(self, t: torch.Tensor) -> tuple[str, int, bool] | None:
+        p = self.params.get(id(t))
+        if p is None and t._base is not None:
+            p = self.params.get(id(t._base))
+        return p
+
+    def pack(self, t: torch.Tensor) -> torch.Tensor:
+        """saved_tensors_hooks pack: count each saved activation once, on the op that made it."""
+        if self.suppress or self.param_of(t) is not None:
+            return t
+        base = t._base if t._base is not None else t
+        if id(base) in self.saved_seen:
+            return t
+        self.saved_seen.add(id(base))
+        self.keep.append(base)
+        nb = _nbytes(base)
+        if self.records and id(t) in self.records[-1].out_ids:
+            self.records[-1].saved_bytes += nb
+        else:  # an input saved before its op runs: goes to the next op recorded
+            self.pending_saved += nb
+        return t
+
+    def add(self, rec: _Rec, outs: list[torch.Tensor]) -> None:
+        rec.saved_bytes += self.pending_saved
+        rec.out_ids = frozenset(id(o) for o in outs)
+        self.pending_saved = 0.0
+        self.last_outs = outs
+        self.records.append(rec)
+
+
+class _Dispatch(TorchDispatchMode):
+    def __init__(self, st: _State):
+        super().__init__()
+        self.st = st
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        st = self.st
+        name = _name(func)
+        ins = _tensors((args, kwargs))
+        outs = _tensors(out)
+        if name in _FREE or getattr(func, "is_view", False):
+            # a view of a parameter is still that parameter (W.t() feeding addmm)
+            src = st.param_of(ins[0]) if ins else None
+            if src is not None:
+                for o in outs:
+                    st.params[id(o)] = src
+                    st.keep.append(o)
+            return out
+        if st.suppress:
+            return out
+        rec = _classify(st, func, name, args, kwargs, ins, outs)
+        rec.path = st.stack[-1]
+        st.add(rec, outs)
+        return out
+
+
+class _Fused(TorchFunctionMode):
+    """Records fused functions as one op each and hides their meta-device decomposition."""
+
+    def __init__(self, st: _State):
+        super().__init__()
+        self.st = st
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            rec = _attention(args, kwargs)
+        elif func in (F.rms_norm, torch.rms_norm):
+            x = args[0]
+            w = args[2] if len(args) > 2 else kwargs.get("weight")
+            p = self.st.param_of(w) if isinstance(w, torch.Tensor) else None
+            rec = _Rec("", "rms_norm", "norm", flop=5.0 * x.numel(), bytes=2 * _nbytes(x),
+                       weight=p[0] if p else "", weight_params=float(p[1]) if p else 0.0,
+                       saved_bytes=_nbytes(x), shapes=(tuple(x.shape),))
+        else:
+            return func(*args, **kwargs)
+        self.st.suppress += 1
+        try:
+            out = func(*args, **kwargs)  # its decomposition is neither recorded nor saved
+        finally:
+            self.st.suppress -= 1
+        rec.path = self.st.stack[-1]
+        self.st.add(rec, _tensors(out))
+        return out
+
+
+def _attention(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Rec:
+    """F.scaled_dot_product_attention(q [..., H, Sq, D], k [..., Hkv, Skv, D], v [..., Hkv, Skv, Dv]).
+
+    FLOP (QK^T and PV) = 2·B·H·Sq·Skv·(D + Dv), as FlopCounterMode counts; a causal kernel executes
+    half. Saved for backward (FlashAttention): Q, K, V, O and the fp32 log-sum-exp per row."""
+    q, k, v = args[:3]
+    causal = bool(kwargs.get("is_causal", args[5] if len(args) > 5 else False))
+    *lead, H, Sq, D = q.shape
+    Hkv, Skv, Dv = k.shape[-3], k.shape[-2], v.shape[-1]
+    B = math.prod(lead)
+    full = 2.0 * B * H * Sq * Skv * (D + Dv)
+    el = q.element_size()
+    io = B * (H * Sq * (D + Dv) + Hkv * Skv * (D + Dv)) * el
+    saved = B * H * Sq * (2 * D + 2 * Dv) * el + B * H * Sq * 4
+    return _Rec("", "scaled_dot_product_attention", "attention", flop=full / 2 if causal else full, bytes=float(io),
+                model_flop=full, saved_bytes=float(saved), shapes=(tuple(q.shape), tuple(k.shape), tuple(v.shape)),
+                causal=causal, heads=H, head_dim=D, seq_q=Sq, seq_kv=Skv)
+
+
+def _classify(st: _State, func: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+              ins: list[torch.Tensor], outs: list[torch.Tensor]) -> _Rec:
+    shapes = tuple(tuple(t.shape) for t in ins)
+    io = sum(_nbytes(t) for t in ins) + sum(_nbytes(t) for t in outs)
+    out_el = float(sum(t.numel() for t in outs))
+    if name in _GEMM:
+        return _gemm_rec(st, name, args, ins, outs, shapes, io)
+    if name in _EMBEDDING:
+        w, idx = args[0], args[1]
+        p = st.param_of(w)
+        return _Rec("", name, "embedding", flop=0.0, bytes=_nbytes(idx) + 2 * sum(_nbytes(o) for o in outs),
+                    weight=p[0] if p else "", weight_params=float(p[1]) if p and p[2] else 0.0, shapes=shapes)
+    if name in _NORM:
+        wp = [st.param_of(t) for t in ins[1:]]
+        params = float(sum(p[1] for p in wp if p and p[2]))
+        return _Rec("", name, "norm", flop=5.0 * ins[0].numel(), bytes=2.0 * _nbytes(ins[0]) + sum(_nbytes(t) for t in ins[1:]),
+                    weight=",".join(p[0] for p in wp if p), weight_params=params, shapes=shapes)
+    if name.startswith("nll_loss"):
+        # a gather of one log-probability per target, not a pass over the whole [T, V] input
+        x, target = args[0], args[1]
+        return _Rec("", name, "loss", flop=2.0 * target.numel(), shapes=shapes,
+                    bytes=_nbytes(target) + target.numel() * x.element_size() + sum(_nbytes(o) for o in outs))
+    if name in _LOSS:
+        return _Rec("", name, "loss", flop=5.0 * (ins[0].numel() if ins else 0), bytes=io, shapes=shapes)
+    if name in _SOFTMAX:
+        return _Rec("", name, "elementwise", flop=5.0 * out_el, bytes=io, shapes=shapes)
+    tags = getattr(func, "tags", ())
+    if torch.Tag.pointwise in tags:
+        return _Rec("", name, "elementwise", flop=_FLOP_PER_EL.get(name.rstrip("_"), 1) * out_el, bytes=io, shapes=shapes)
+    if torch.Tag.reduction in tags or name in _MOVE:
+        flop = float(sum(t.numel() for t in ins[:1])) if torch.Tag.reduction in tags else 0.0
+        return _Rec("", name, "elementwise", flop=flop, bytes=io, shapes=shapes)
+    return _Rec("", name, "elementwise", flop=0.0, bytes=io, shapes=shapes, unsupported=True)
+
+
+def _gemm_rec(st: _State, name: str, args: tuple[Any, ...], ins: list[torch.Tensor], outs: list[torch.Tensor],
+              shapes: tuple[tuple[int, ...], ...], io: float) -> _Rec:
+    batch = 1
+    bias: torch.Tensor | None = None
+    if name in ("convolution", "_convolution"):
+        x, w = args[0], args[1]
+        bias = args[2] if isinstance(args[2], torch.Tensor) else None
+        transposed, groups = bool(args[6]), int(args[8])
+        out = outs[0]
+        spatial = x.shape[2:] if transposed else out.shape[2:]
+        # FlopCounterMode's conv_flop_count: 2 · N · prod(spatial) · prod(w.shape)
+        m = int(x.shape[0] * math.prod(spatial))
+        kprod = math.prod(w.shape[2:])
+        if transposed:  # w [C_in, C_out/g, k...]
+            n, k = int(w.shape[1]), int(w.shape[0] // groups * kprod)
+        else:  # w [C_out, C_in/g, k...]
+            n, k = int(w.shape[0] // groups), int(w.shape[1] * kprod)
+        batch = groups
+        a, b = x, w
+    else:
+        if name in ("addmm", "baddbmm", "addmv"):
+            bias, a, b = args[0], args[1], args[2]
+        else:
+            a, b = args[0], args[1]
+        if name in ("bmm", "baddbmm"):
+            batch, m, k, n = int(a.shape[0]), int(a.shape[1]), int(a.shape[2]), int(b.shape[2])
+        elif name in ("mv", "addmv"):
+            m, k, n = int(a.shape[0]), int(a.shape[1]), 1
+        elif name == "dot":
+            m, k, n = 1, int(a.shape[0]), 1
+        else:
+            m, k, n = int(a.shape[0]), int(a.shape[1]), int(b.shape[1])
+    pw = st.param_of(b) or st.param_of(a)
+    pb = st.param_of(bias) if isinstance(bias, torch.Tensor) else None
+    weight_params = 0.0
+    if pw and pw[2]:
+        weight_params += pw[1]
+    if pb and pb[2]:
+        weight_params += pb[1]
+    return _Rec("", name, "gemm" if pw else "bmm", flop=2.0 * m * n * k * batch, bytes=io, m=m, n=n, k=k,
+                batch=batch, weight=pw[0] if pw else "", weight_params=weight_params, shapes=shapes)
+
+
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TraceResult:
+    """A traced module: its graph, the ops perfmodel has no model for, and what the trace cost."""
+
+    graph: Graph
+    unsupported: dict[str, int]  # aten op -> occurrences, kept as memory-bound element-wise ops
+    notes: tuple[str, ...]
+    trace_time_s: float
+    num_aten_ops: int
+
+
+def _materialise(module_or_factory: nn.Module | Callable[[], nn.Module]) -> nn.Module:
+    if isinstance(module_or_factory, nn.Module):
+        return module_or_factory
+    if not callable(module_or_factory):
+        raise TorchImportError(f"expected an nn.Module or a factory returning one, got {type(module_or_factory).__name__}")
+    with torch.device("meta"):
+        built = module_or_factory()
+    if not isinstance(built, nn.Module):
+        raise TorchImportError(f"factory {module_or_factory!r} returned {type(built).__name__}, expected an nn.Module")
+    return built
+
+
+def _meta(t: Any, dtype: torch.dtype) -> Any:
+    if not isinstance(t, torch.Tensor):
+        return t
+    dt = dtype if t.is_floating_point() else t.dtype
+    return torch.empty(t.shape, dtype=dt, device="meta")
+
+
+def _meta_state(module: nn.Module, dtype: torch.dtype) -> tuple[dict[str, torch.Tensor], dict[int, tuple[str, int, bool]], dict[int, str]]:
+    """Meta copies of parameters and buffers for `functional_call` (tied parameters stay one tensor).
+
+    Returns (state by name, id(meta param) -> (name, numel, requires_grad), id(real param) -> name)."""
+    state: dict[str, torch.Tensor] = {}
+    by_id: dict[int, torch.Tensor] = {}
+    params: dict[int, tuple[str, int, bool]] = {}
+    first_name: dict[int, str] = {}
+    for pname, p in module.named_parameters(remove_duplicate=False):
+        if id(p) not in by_id:
+            mt = torch.empty(p.shape, dtype=dtype if p.is_floating_point() else p.dtype, device="meta")
+            mt.requires_grad_(p.requires_grad and mt.is_floating_point())
+            by_id[id(p)] = mt
+            first_name[id(p)] = pname
+            params[id(mt)] = (pname, p.numel(), p.requires_grad)
+        state[pname] = by_id[id(p)]
+    for bname, b in module.named_buffers(remove_duplicate=False):
+        state[bname] = _meta(b, dtype)
+    return state, params, first_name
+
+
+def _meta_inputs(example_inputs: Any, dtype: torch.dtype) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """(args, kwargs) on the meta device: a tensor, a tuple / list of inputs or a dict of keyword inputs."""
+    conv = lambda t: _meta(t, dtype)  # noqa: E731
+    if isinstance(example_inputs, dict):
+        return (), tree_map(conv, example_inputs)
+    seq = tuple(example_inputs) if isinstance(example_inputs, list | tuple) else (example_inputs,)
+    return tuple(tree_map(conv, seq)), {}
+
+
+def _layer_key(root: nn.Module, path: str) -> tuple[str, bool]:
+    """The layer a module path belongs to: its top-level child, descending through containers."""
+    if not path:
+        return "", False
+    parts = path.split(".")
+    mod, key, item = root, [], False
+    for part in parts:
+        is_container = isinstance(mod, nn.ModuleList | nn.Sequential | nn.ModuleDict)
+        if key and not is_container:
+            break
+        item = item or is_container
+        key.append(part)
+        mod = mod.get_submodule(part)
+    return ".".join(key), item
+
+
+def trace_module(module_or_factory: nn.Module | Callable[[], nn.Module], example_inputs: Any,
+                 precision: str = "bf16", name: str | None = None, micro_batch: int | None = None,
+                 seq_len: int | None = None, collapse_repeats: bool = True) -> TraceResult:
+    """Trace one forward pass on the meta device and build the Graph (see the module docstring).
+
+    `example_inputs`: a tensor, a tuple of positional inputs or a dict of keyword inputs (real or
+    meta tensors; only shapes and dtypes are read). Floating inputs, parameters and buffers are
+    traced in the activation dtype of `precision` (bf16 unless fp32/tf32/fp16). `micro_batch` and
+    `seq_len` default to dims 0 and 1 of the first input (batch-first)."""
+    t0 = time.perf_counter()
+    module = _materialise(module_or_factory)
+    dtype = _TRACE_DTYPE.get(precision, torch.bfloat16)
+    state, params, first_name = _meta_state(module, dtype)
+    args, kwargs = _meta_inputs(example_inputs, dtype)
+    st = _State(params)
+    keys = {p: _layer_key(module, p) for p, _ in module.named_modules()}
+    hooks = _install_hooks(module, st, keys)
+    dispatch = _Dispatch(st)
+
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(st.pack, lambda t: t), dispatch, _Fused(st):
+            torch.func.functional_call(module, state, args, kwargs, tie_weights=False, strict=False)
+    except (RuntimeError, NotImplementedError, TypeError) as e:
+        raise TorchImportError(
+            f"tracing {type(module).__name__} on the meta device failed: {e}. Meta tensors carry no values, so "
+            "data-dependent code (.item(), boolean masks, Python branches on tensor values) cannot be traced; "
+            "pass inputs whose shapes are all the module needs, or move the data-dependent part out of forward") from e
+    finally:
+        for h in hooks:
+            h.remove()
+    if st.pending_saved and st.records:
+        st.records[-1].saved_bytes += st.pending_saved
+    first = _tensors((args, kwargs))
+    shape = tuple(first[0].shape) if first else ()
+    # [b, s] token ids or [b, s, features] series carry a sequence; [b, features] does not
+    has_seq = bool(first) and len(shape) >= (3 if first[0].is_floating_point() else 2)
+    b = micro_batch or (shape[0] if shape else 1)
+    s = seq_len or (shape[1] if has_seq else 1)
+    graph, notes = _build_graph(module, st, keys, name or type(module).__name__, b, s, precision, collapse_repeats, first_name)
+    unsupported = dict(Counter(r.aten for r in st.records if r.unsupported))
+    return TraceResult(graph, unsupported, tuple(notes), time.perf_counter() - t0, len(st.records))
+
+
+def _install_hooks(module: nn.Module, st: _State, keys: dict[str, tuple[str, bool]]) -> list[Any]:
+    hooks = []
+    for path, sub in module.named_modules():
+        def pre(_m: nn.Module, inp: Any, path: str = path) -> None:
+            st.stack.append(path)
+            if keys[path][0] == path and path not in st.input_bytes:
+                st.input_bytes[path] = sum(_nbytes(t) for t in _tensors(inp))
+
+        def post(_m: nn.Module, _inp: Any, _out: Any) -> None:
+            st.stack.pop()
+
+        hooks += [sub.register_forward_pre_hook(pre), sub.register_forward_hook(post, always_call=True)]
+    return hooks
+
+
+# --------------------------------------------------------------------------------------------
+def _merge(recs: list[_Rec], key: str, precision: str) -> tuple[Op, ...]:
+    """Identical ops of one layer (same module, op, shapes, weight) become one Op with `repeat`."""
+    groups: dict[tuple[Any, ...], list[_Rec]] = {}
+    for r in recs:
+        groups.setdefault((r.path, r.aten, r.shapes, r.weight, r.causal), []).append(r)
+    ops = []
+    for rs in groups.values():
+        r, n = rs[0], len(rs)
+        rel = r.path[len(key) + 1:] if key and r.path.startswith(key + ".") else ("" if r.path == key else r.path)
+        label = ("unsupported." if r.unsupported else "") + r.aten
+        nm = f"{rel}.{label}" if rel else label
+        matmul = r.kind in ("gemm", "bmm")
+        model_flop = sum(x.model_flop for x in rs) if r.model_flop >= 0 else -1.0
+        ops.append(Op(
+            name=nm, kind=r.kind, flop=sum(x.flop for x in rs), bytes=sum(x.bytes for x in rs),  # type: ignore[arg-type]
+            m=r.m, n=r.n, k=r.k, batch=r.batch, repeat=n, model_flop=model_flop,
+            precision=precision if (matmul or r.kind == "attention") else "bf16",
+            weight_params=r.weight_params, saved_bytes=sum(x.saved_bytes for x in rs), kernels=n,
+            bwd_kernels=(2 * n if matmul else (3 * n if r.kind == "attention" else n)),
+            bwd_flop_factor=2.0 if matmul else (2.5 if r.kind == "attention" else (0.0 if r.kind == "embedding" else 1.0)),
+            bwd_bytes_factor=2.5 if r.kind == "attention" else 2.0, attn_core=r.kind == "attention", causal=r.causal,
+            heads=r.heads, head_dim=r.head_dim, seq_q=r.seq_q, seq_kv=r.seq_kv,
+        ))
+    return tuple(ops)
+
+
+def _build_graph(module: nn.Module, st: _State, keys: dict[str, tuple[str, bool]], model_id: str, b: int, s: int,
+                 precision: str, collapse: bool, first_name: dict[int, str]) -> tuple[Graph, list[str]]:
+    # consecutive records with the same layer key form a segment
+    segs: list[tuple[str, bool, list[_Rec]]] = []
+    for r in st.records:
+        key, item = keys.get(r.path, ("", False))
+        if segs and segs[-1][0] == key:
+            segs[-1][2].append(r)
+        else:
+            segs.append((key, item, [r]))
+    notes: list[str] = []
+    # parameters: each counted once, in the first layer whose module owns it
+    owned: set[str] = set()
+    seg_params: list[float] = []
+    for key, _item, _recs in segs:
+        sub = module.get_submodule(key) if key else module
+        total = 0.0
+        for pname, p in sub.named_parameters(recurse=bool(key)):
+            full = f"{key}.{pname}" if key else pname
+            canon = first_name.get(id(p), full)
+            if canon not in owned:
+                owned.add(canon)
+                total += p.numel()
+        seg_params.append(total)
+    unused = sum(p.numel() for n, p in module.named_parameters() if n not in owned)
+    if unused and segs:
+        seg_params[0] += unused
+        notes.append(f"{unused:.0f} parameters of modules the forward pass never called are counted in layer '{segs[0][0] or 'root'}'")
+    items = [i for i, (_k, item, _r) in enumerate(segs) if item]
+    lo, hi = (items[0], items[-1]) if items else (0, len(segs) - 1)
+    layers: list[Layer] = []
+    seen_names: Counter[str] = Counter()
+    for i, (key, _item, recs) in enumerate(segs):
+        ops = _merge(recs, key, precision)
+        if i < lo or (not items and all(o.kind == "embedding" for o in ops) and i == 0):
+            kind = "embedding"
+        elif i > hi:
+            kind = "head"
+        elif any(o.kind == "attention" for o in ops):
+            kind = "transformer"
+        else:
+            kind = "block"
+        label = key or "root"
+        seen_names[label] += 1
+        if seen_names[label] > 1:
+            label = f"{label}#{seen_names[label]}"
+        body = kind not in ("embedding", "head")
+        layers.append(Layer(label, kind, 1, ops, params=seg_params[i], params_full=seg_params[i],
+                            input_bytes=st.input_bytes.get(key, 0.0), recomputable=body))
+    if collapse:
+        layers = _collapse(layers)
+    unsup = Counter(r.aten for r in st.records if r.unsupported)
+    if unsup:
+        notes.append("ops without a cost model, kept as memory-bound element-wise ops: "
+                     + ", ".join(f"{k} x{v}" for k, v in sorted(unsup.items())))
+    tokens = b * s
+    return Graph(model_id=model_id, layers=tuple(layers), micro_batch=b, seq_len=s, tokens=tokens,
+                 degrees={"tp": 1, "cp": 1, "ep": 1, "sp": 0}), notes
+
+
+def _signature(layer: Layer) -> tuple[Any, ...]:
+    return (layer.kind, layer.params, layer.ops)
+
+
+def _collapse(layers: list[Layer]) -> list[Layer]:
+    """Consecutive body layers with identical ops and parameters -> one Layer with `count`."""
+    out: list[Layer] = []
+    run: list[Layer] = []
+
+    def flush() -> None:
+        if not run:
+            return
+        if len(run) == 1:
+            out.append(run[0])
+        else:
+            first, last = run[0].name, run[-1].name.rsplit(".", 1)[-1]
+            from dataclasses import replace
+            out.append(replace(run[0], name=f"{first}..{last}", count=len(run)))
+        run.clear()
+
+    for layer in layers:
+        if run and layer.kind not in ("embedding", "head") and _signature(layer) == _signature(run[0]):
+            run.append(layer)
+            continue
+        flush()
+        run.append(layer)
+    flush()
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+def from_torch(module: nn.Module | Callable[[], nn.Module], example_inputs: Any, precision: str = "bf16",
+               name: str | None = None, **kw: Any) -> Graph:
+    """The Graph of one forward pass of `module` on `example_inputs` (traced on the meta device).
+
+    Ops perfmodel has no cost model for are kept as memory-bound element-wise ops named
+    `unsupported.<aten op>` and listed in an `UnsupportedOpWarning`. See `trace_module` for the
+    trace time, the unsupported-op counts and the notes."""
+    res = trace_module(module, example_inputs, precision=precision, name=name, **kw)
+    if res.unsupported:
+        warnings.warn(f"{res.graph.model_id}: " + "; ".join(res.notes), UnsupportedOpWarning, stacklevel=2)
+    return res.graph
+
+
+def flop_counter_flop(module: nn.Module | Callable[[], nn.Module], example_inputs: Any, precision: str = "bf16") -> float:
+    """Forward FLOPs `torch.utils.flop_counter.FlopCounterMode` counts on the same meta-device module."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    module = _materialise(module)
+    dtype = _TRACE_DTYPE.get(precision, torch.bfloat16)
+    state, _, _ = _meta_state(module, dtype)
+    args, kwargs = _meta_inputs(example_inputs, dtype)
+    with FlopCounterMode(display=False) as counter:
+        torch.func.functional_call(module, state, args, kwargs, strict=False)
+    return float(counter.get_total_flops())
+
+
+def matmul_model_flop(graph: Graph) -> float:
+    """Forward model FLOPs of the gemm, bmm and attention ops (what FlopCounterMode counts)."""
+    return sum(layer.count * o.mflop for layer in graph.layers for o in layer.ops if o.kind in ("gemm", "bmm", "attention"))
+
+
+# --------------------------------------------------------------------------------------------
+def _load_factory(path_spec: str) -> Callable[..., Any]:
+    if ":" not in path_spec:
+        raise TorchImportError(f"--torch expects 'package.module:factory' or 'path/to/file.py:factory', got {path_spec!r}")
+    target, attr = path_spec.rsplit(":", 1)
+    if target.endswith(".py") or "/" in target or "\\" in target:
+        file = Path(target)
+        if not file.is_file():
+            raise TorchImportError(f"{path_spec!r}: no such file {file}")
+        spec = importlib.util.spec_from_file_location(f"perfmodel_user_{file.stem}", file)
+        if spec is None or spec.loader is None:
+            raise TorchImportError(f"{path_spec!r}: cannot import {file}")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+    else:
+        try:
+            mod = importlib.import_module(target)
+        except ImportError as e:
+            raise TorchImportError(f"{path_spec!r}: cannot import module {target!r}: {e}") from e
+    if not hasattr(mod, attr):
+        public = sorted(n for n in dir(mod) if callable(getattr(mod, n)) and not n.startswith("_"))
+        raise TorchImportError(f"{path_spec!r}: module {target!r} has no {attr!r}; callables there: {', '.join(public[:20])}")
+    return getattr(mod, attr)  # type: ignore[no-any-return]
+
+
+def estimate_module_cli(path_spec: str, example_shape: Iterable[int] | None = None, precision: str = "bf16",
+                        input_dtype: str = "auto", name: str | None = None) -> Graph:
+    """The Graph of the module a 'package.module:factory' or 'file.py:factory' spec builds.
+
+    The factory is called with no arguments under `torch.device("meta")`. It returns a module, or
+    `(module, example_inputs)`; with a bare module, `example_shape` (e.g. (8, 2048)) gives the
+    input: int64 token ids when the module has an nn.Embedding (`input_dtype="auto"`), else floats."""
+    factory = _load_factory(path_spec)
+    with torch.device("meta"):
+        built = factory()
+    inputs: Any = None
+    if isinstance(built, tuple) and len(built) == 2 and isinstance(built[0], nn.Module):
+        built, inputs = built
+    if not isinstance(built, nn.Module):
+        raise TorchImportError(f"{path_spec!r} returned {type(built).__name__}; expected an nn.Module or (module, example_inputs)")
+    if example_shape is not None:
+        shape = tuple(int(d) for d in example_shape)
+        if input_dtype == "auto":
+            is_tokens = any(isinstance(m, nn.Embedding) for m in built.modules())
+            dt = torch.int64 if is_tokens else torch.float32
+        else:
+            dt = getattr(torch, input_dtype)
+        inputs = torch.empty(shape, dtype=dt, device="meta")
+    if inputs is None:
+        raise TorchImportError(f"{path_spec!r} returned a bare module and no example shape was given; pass "
+                               "--example-shape 8,2048 or return (module, example_inputs) from the factory")
+    return from_torch(built, inputs, precision=precision, name=name or path_spec.rsplit(":", 1)[-1])
