@@ -1,6 +1,6 @@
 """perfmodel: predict deep-learning training step time, memory, throughput and cost."""
 
-from perfmodel.api import estimate, resolve
+from perfmodel.api import estimate, estimate_graph, resolve
 from perfmodel.errors import LayoutError, PerfmodelError, SpecError, UnknownIdError
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import load_catalog, resolve_system
@@ -9,7 +9,7 @@ from perfmodel.workload.builder import build_graph
 from perfmodel.workload.catalog import get_workload, load_workloads
 
 __all__ = [
-    "estimate", "resolve", "Estimate", "ParallelPlan", "load_catalog", "resolve_system", "build_graph",
+    "estimate", "estimate_graph", "resolve", "Estimate", "ParallelPlan", "load_catalog", "resolve_system", "build_graph",
     "get_workload", "load_workloads", "PerfmodelError", "SpecError", "LayoutError", "UnknownIdError",
 ]
 __version__ = "0.1.0"

@@ -15,6 +15,7 @@ from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import System, resolve_system
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.workload.catalog import get_workload
+from perfmodel.workload.graph import Graph
 from perfmodel.workload.spec import ModelSpec
 
 Engine = Literal["analytic", "des"]
@@ -54,3 +55,18 @@ def estimate(workload: str | ModelSpec, cluster: str | System, plan: ParallelPla
 
         return des_estimate(spec, system, plan, msgs)
     raise ValueError(f"engine {engine!r}: expected 'analytic' or 'des'")
+
+
+def estimate_graph(graph: Graph, cluster: str | System, plan: ParallelPlan, gpus_per_node: int | None = None) -> Estimate:
+    """Predict a step of an already-built graph (e.g. `from_torch(module, inputs)`): dp and pp
+    layouts only, since an imported graph is not sharded."""
+    from perfmodel.engines.analytic import analytic_estimate
+    from perfmodel.hardware.catalog import load_catalog
+
+    if isinstance(cluster, System):
+        system, msgs = cluster, []
+    elif cluster in load_catalog().accelerators:
+        system, msgs = resolve_system(cluster, None, plan.world, gpus_per_node)
+    else:
+        system, msgs = resolve_system(None, cluster, plan.world, gpus_per_node)
+    return analytic_estimate(None, system, plan, msgs, graph=graph)

@@ -48,11 +48,16 @@ def cmd_estimate(a: argparse.Namespace) -> int:
     if a.torch:
         from perfmodel.workload.torch_import import estimate_module_cli
 
-        spec_or_graph = estimate_module_cli(a.workload)
-        raise PerfmodelError(f"--torch: imported {spec_or_graph!r}; estimating imported graphs is not wired yet")
-    n = a.n_gpus or (a.dp or 1) * a.tp * a.pp * a.cp
-    plan = _plan(a, n)
-    est = perfmodel.estimate(a.workload, a.hardware, plan, engine=a.engine, gpus_per_node=a.gpus_per_node)
+        shape = [int(x) for x in a.example_shape.split(",")] if a.example_shape else None
+        graph = estimate_module_cli(a.workload, shape, precision=a.precision)
+        n = a.n_gpus or (a.dp or 1) * a.pp
+        a.micro_batch = graph.micro_batch if a.micro_batch == 1 else a.micro_batch
+        plan = _plan(a, n)
+        est = perfmodel.estimate_graph(graph, a.hardware, plan, gpus_per_node=a.gpus_per_node)
+    else:
+        n = a.n_gpus or (a.dp or 1) * a.tp * a.pp * a.cp
+        plan = _plan(a, n)
+        est = perfmodel.estimate(a.workload, a.hardware, plan, engine=a.engine, gpus_per_node=a.gpus_per_node)
     if a.json:
         print(json.dumps(est.to_dict(), indent=2))
     else:
@@ -133,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--engine", default="analytic", choices=["analytic", "des"])
     e.add_argument("--json", action="store_true", help="machine-readable output")
     e.add_argument("--trace", default=None, help="write a Chrome trace (des engine)")
-    e.add_argument("--torch", action="store_true", help="workload is package.module:factory of an nn.Module")
+    e.add_argument("--torch", action="store_true", help="workload is package.module:factory (or file.py:factory) of an nn.Module")
+    e.add_argument("--example-shape", default=None, help="with --torch: input shape, e.g. 8,2048 (batch first)")
     _plan_args(e)
     e.set_defaults(func=cmd_estimate)
 

@@ -102,9 +102,9 @@ def intra_time_s(system: System, kind: str, size: float, n: int) -> float:
     if kind == "all_reduce" and system.in_network_reduction:
         factor = 1.0  # NVLS / SHARP: each rank sends and receives its buffer once
     bw = system.intra_Bps * system.intra_efficiency
-    steps = 2 * (n - 1) if kind == "all_reduce" else (n - 1 if kind != "send_recv" else 1)
-    latency = system.intra_latency_s + (steps - 1) * 0.1 * system.intra_latency_s
-    return latency + factor * size / bw
+    # alpha-beta model: one base latency per collective (NCCL's tuning model charges a base
+    # latency per algorithm plus small per-hop terms that NVSwitch keeps to one hop)
+    return system.intra_latency_s + factor * size / bw
 
 
 def nic_Bps_per_gpu(system: System) -> float:

@@ -92,13 +92,19 @@ def stage_times(system: System, plan: ParallelPlan, graph: Graph) -> list[dict[s
     return out
 
 
-def p2p_time_s(system: System, plan: ParallelPlan, graph: Graph, spec: ModelSpec) -> float:
+def p2p_time_s(system: System, plan: ParallelPlan, graph: Graph, spec: ModelSpec | None) -> float:
     """One activation (or its gradient) crossing one stage boundary for one micro-batch."""
     if plan.pp == 1:
         return 0.0
-    tokens = graph.tokens // plan.cp
-    size = tokens * spec.hidden * ACT_BYTES / (plan.tp if plan.sequence_parallel else 1)
     degree, stride = group_stride(plan, "pp")
+    if spec is None:  # imported graph: the biggest body-layer input is what crosses
+        size = max((layer.input_bytes for layer in graph.layers if layer.kind not in ("embedding", "head")), default=0.0)
+        return collective_time_s(system, "send_recv", size, 2, stride)
+    tokens = graph.tokens // plan.cp
+    # each tp rank sends 1/tp of the activation and the receivers all-gather it over the
+    # scale-up fabric (Megatron's scatter/gather optimisation, Narayanan et al. 2021 §4.1;
+    # with sequence parallelism the activation is already split)
+    size = tokens * spec.hidden * ACT_BYTES / plan.tp
     return collective_time_s(system, "send_recv", size, 2, stride)
 
 
@@ -124,10 +130,56 @@ def dp_sync_s(system: System, plan: ParallelPlan, st: dict[str, float]) -> dict[
     return {"grad": 0.0, "param": 0.0, "per_mb_ag": coll("all_gather", ACT_BYTES), "per_mb_rs": coll("reduce_scatter", g)}
 
 
-def analytic_estimate(spec: ModelSpec, system: System, plan: ParallelPlan, messages: list[str] | None = None) -> Estimate:
+def pipeline_time_s(stage_s: list[float], m: int, vp: int, schedule: str, fwd_s: float = 0.0,
+                    bwd_s: float = 0.0, wgrad_s: float = 0.0) -> tuple[float, float]:
+    """(pipeline seconds, bubble seconds) for m micro-batches over stages taking `stage_s`
+    each per micro-batch (see the module docstring for the closed forms)."""
+    t_max, t_sum = max(stage_s), sum(stage_s)
+    bubble = t_sum - t_max
+    if schedule == "interleaved":
+        bubble /= vp
+    elif schedule == "zb-h1":
+        fb = fwd_s + bwd_s
+        bubble *= max(0.0, fb - 2 * wgrad_s) / fb if fb else 1.0
+    return m * t_max + bubble, bubble
+
+
+def graph_flop_per_step(graph: Graph, plan: ParallelPlan) -> tuple[float, float]:
+    """(model, hardware) FLOPs of one step from a graph of one micro-batch (imported graphs)."""
+    per_mb = plan.global_batch / graph.micro_batch
+    hw = graph.train_flop()
+    for layer in graph.layers:
+        if layer.recomputable and plan.recompute == "full":
+            hw += layer.fwd_flop * layer.count
+    return graph.train_model_flop() * per_mb, hw * per_mb
+
+
+def check_imported(graph: Graph, plan: ParallelPlan) -> list[str]:
+    from perfmodel.errors import LayoutError
+
+    if plan.tp > 1 or plan.cp > 1 or plan.ep > 1:
+        raise LayoutError(f"an imported graph ({graph.model_id}) is not sharded: use dp and pp only "
+                          f"(got tp {plan.tp}, cp {plan.cp}, ep {plan.ep})")
+    body = sum(layer.count for layer in graph.layers if layer.kind not in ("embedding", "head"))
+    if plan.pp * plan.vp > max(body, 1):
+        raise LayoutError(f"pp {plan.pp} x vp {plan.vp} > {body} layers of {graph.model_id}")
+    if plan.micro_batch != graph.micro_batch:
+        raise LayoutError(f"micro_batch {plan.micro_batch} != the traced example batch {graph.micro_batch}: "
+                          "trace with the micro-batch you will run")
+    return []
+
+
+def analytic_estimate(spec: ModelSpec | None, system: System, plan: ParallelPlan, messages: list[str] | None = None,
+                      graph: Graph | None = None) -> Estimate:
+    """Estimate from a ModelSpec, or (spec None) from a prebuilt graph such as from_torch's."""
     msgs = list(messages or [])
-    msgs += plan.validate_for(spec, plan.world)
-    graph = plan_graph(spec, plan)
+    if spec is not None:
+        msgs += plan.validate_for(spec, plan.world)
+        graph = plan_graph(spec, plan)
+    elif graph is None:
+        raise ValueError("analytic_estimate needs a ModelSpec or a Graph")
+    else:
+        msgs += check_imported(graph, plan)
     m = plan.num_micro_batches
     st = stage_times(system, plan, graph)
     p2p = p2p_time_s(system, plan, graph, spec)
@@ -135,18 +187,11 @@ def analytic_estimate(spec: ModelSpec, system: System, plan: ParallelPlan, messa
     hops = 2 * v * p2p  # activation forward and gradient backward, per chunk boundary
     t = [s["fwd"] + s["bwd"] + hops for s in st]
     i_max = max(range(len(t)), key=t.__getitem__)
-    t_max, t_sum = t[i_max], sum(t)
     sched = plan.schedule_name
     if plan.pp > 1 and sched == "interleaved" and m % plan.pp:
         msgs.append(f"interleaved schedule with {m} micro-batches not a multiple of pp {plan.pp} (Megatron requires it)")
-    bubble = t_sum - t_max
-    if sched == "interleaved":
-        bubble /= v
-    elif sched == "zb-h1":
-        avg = {k: sum(s[k] for s in st) / len(st) for k in ("fwd", "bwd", "wgrad")}
-        fb = avg["fwd"] + avg["bwd"]
-        bubble *= max(0.0, fb - 2 * avg["wgrad"]) / fb if fb else 1.0
-    pipe = m * t_max + bubble
+    avg = {k: sum(s[k] for s in st) / len(st) for k in ("fwd", "bwd", "wgrad")}
+    pipe, bubble = pipeline_time_s(t, m, v, sched, avg["fwd"], avg["bwd"], avg["wgrad"])
 
     # data parallel
     worst = st[i_max]
@@ -173,7 +218,7 @@ def analytic_estimate(spec: ModelSpec, system: System, plan: ParallelPlan, messa
     local = worst["dense_params"] / shard + worst["expert_params"] / (max(1, plan.dp * plan.cp // plan.ep) if plan.zero_stage >= 1 else 1)
     acc = system.accelerator
     optimizer = local * OPTIMIZER_BYTES_PER_PARAM[plan.optimizer] / acc.hbm_achieved_Bps
-    if plan.pp > 1 and spec.tied_embeddings and spec.vocab:
+    if spec is not None and plan.pp > 1 and spec.tied_embeddings and spec.vocab:
         emb = spec.vocab * spec.hidden / plan.tp * plan.grad_bytes
         optimizer += collective_time_s(system, "all_reduce", emb, 2, plan.tp * plan.cp * plan.dp)
 
@@ -181,7 +226,7 @@ def analytic_estimate(spec: ModelSpec, system: System, plan: ParallelPlan, messa
     mem = max((memory_per_rank(graph, plan, s) for s in {0, plan.pp - 1}), key=lambda x: x.total_bytes)
     if mem.total_bytes > acc.hbm_bytes:
         msgs.append(f"does not fit: {mem.total_bytes / 2**30:.1f} GiB per GPU > {acc.hbm_bytes / 2**30:.1f} GiB")
-    model_flop, hw_flop = model_flop_per_step(spec, plan)
+    model_flop, hw_flop = model_flop_per_step(spec, plan) if spec is not None else graph_flop_per_step(graph, plan)
     prec = gemm_precision(plan.precision)
     peak = acc.matrix_peak_flop_per_s(prec)
     w = worst
@@ -199,12 +244,13 @@ def analytic_estimate(spec: ModelSpec, system: System, plan: ParallelPlan, messa
         "optimizer_s": optimizer,
     }
     return Estimate(
-        workload=spec.id, system=system.name, accelerator=acc.id, plan=plan, engine="analytic",
+        workload=spec.id if spec is not None else graph.model_id, system=system.name, accelerator=acc.id, plan=plan, engine="analytic",
         step_time_s=step, breakdown_s=breakdown, memory=mem, hbm_bytes=acc.hbm_bytes,
-        tokens_per_step=float(plan.global_batch * (plan.seq_len or spec.seq_len)),
+        tokens_per_step=float(plan.global_batch * (plan.seq_len or spec.seq_len) if spec is not None
+                              else plan.global_batch * graph.tokens / graph.micro_batch),
         model_flop_per_step=model_flop, hardware_flop_per_step=hw_flop, peak_flop_per_s=peak,
         n_gpus=plan.world, messages=tuple(msgs),
     )
 
 
-__all__ = ["analytic_estimate", "plan_graph", "stage_times", "model_flop_per_step", "Comm", "comm_s"]
+__all__ = ["analytic_estimate", "plan_graph", "stage_times", "model_flop_per_step", "pipeline_time_s", "p2p_time_s", "dp_sync_s", "Comm", "comm_s"]

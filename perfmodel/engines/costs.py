@@ -2,10 +2,22 @@
 and recompute time on one rank, with the collectives each needs, and the host-side limit.
 
 Host limit: an eager framework issues kernels from one CPU thread. When the GPU finishes a
-kernel faster than the host issues the next, the host is the bottleneck, so a layer's time in
-one direction is max(GPU seconds + exposed comm, kernels x host_op_overhead). The per-kernel
-host cost is the accelerator's calibration `host_op_overhead` (PyTorch eager dispatch and
-autograd bookkeeping, pytorch/pytorch#41383: about 7 us per op with autograd), 7 us when absent.
+kernel faster than the host issues the next, the host is the bottleneck, so on a GPU a layer's
+time in one direction is max(GPU seconds + exposed comm, graph kernels x host seconds/kernel).
+On a CPU the same thread both dispatches and computes, so the two add.
+
+Host seconds per graph kernel come from the one published launch-bound measurement of a whole
+model (CALIBRATION_FACTS §5, ml-engineering "torch.compile" table, B200, torch 2.13): Llama-3.2-1B
+at batch 1 x 512 tokens runs its eager forward in 8.1 ms and eager forward+backward with
+activation checkpointing in 48.8 ms, while CUDA graphs bring them to 1.9 and 8.1 ms, so eager
+is host bound. The same model in perfmodel's graph has 182 forward and 278 backward kernels
+(tests/test_engine.py recomputes these counts), hence
+    forward   8.1 ms / 182                  = 44.5 us per graph kernel
+    backward  (48.8 - 2 x 8.1) ms / 278     = 117 us per graph kernel (recompute = one forward)
+A graph kernel stands for the several eager framework ops (views, casts, bias, RNG, autograd
+bookkeeping) around one fused kernel; the ratio carries over to other models through their own
+kernel counts. It is a property of host CPU plus framework, applied to every GPU whose
+calibration does not give `host_op_overhead`; compiled stacks (XLA on TPU) issue no per-op work.
 """
 
 from __future__ import annotations
@@ -20,13 +32,20 @@ from perfmodel.hardware.specs import Accelerator
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.workload.graph import Comm, Layer
 
-DEFAULT_HOST_OP_S = 7e-6  # pytorch/pytorch#41383, see module docstring
+HOST_FWD_S_PER_KERNEL = 8.1e-3 / 182  # see module docstring: B200 Llama-3.2-1B eager forward
+HOST_BWD_S_PER_KERNEL = (48.8e-3 - 2 * 8.1e-3) / 278  # eager fwd+bwd with checkpointing
 
 
 @lru_cache(maxsize=4096)
-def host_op_s(acc: Accelerator) -> float:
+def host_op_s(acc: Accelerator) -> tuple[float, float]:
+    """(forward, backward) host seconds per graph kernel on this accelerator's host."""
+    if acc.kind == "tpu":
+        return 0.0, 0.0
     cal = acc.calibration.host_op_overhead
-    return cal.si("seconds") if cal else DEFAULT_HOST_OP_S
+    if cal:
+        h = cal.si("seconds")
+        return h, h * HOST_BWD_S_PER_KERNEL / HOST_FWD_S_PER_KERNEL
+    return HOST_FWD_S_PER_KERNEL, HOST_BWD_S_PER_KERNEL
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,20 +63,25 @@ class LayerTime:
     recompute_host_s: float
     wgrad_s: float  # the weight-gradient GEMMs inside bwd_gpu_s (zero-bubble schedules defer them)
 
+    host_serial: bool = False  # CPU: the dispatching thread also computes, times add
+
     @property
     def fwd_s(self) -> float:
-        return max(self.fwd_gpu_s + self.fwd_comm_s, self.fwd_host_s)
+        gpu = self.fwd_gpu_s + self.fwd_comm_s
+        return gpu + self.fwd_host_s if self.host_serial else max(gpu, self.fwd_host_s)
 
     @property
     def bwd_s(self) -> float:
         """Backward including recompute (recompute runs right before the layer's backward)."""
         gpu = self.bwd_gpu_s + self.bwd_comm_s + self.recompute_gpu_s + self.recompute_comm_s
-        return max(gpu, self.bwd_host_s + self.recompute_host_s)
+        host = self.bwd_host_s + self.recompute_host_s
+        return gpu + host if self.host_serial else max(gpu, host)
 
     @property
     def host_exposed_s(self) -> float:
-        return (self.fwd_s - self.fwd_gpu_s - self.fwd_comm_s) + (
-            self.bwd_s - self.bwd_gpu_s - self.bwd_comm_s - self.recompute_gpu_s - self.recompute_comm_s)
+        f = self.fwd_s - self.fwd_gpu_s - self.fwd_comm_s
+        b = self.bwd_s - self.bwd_gpu_s - self.bwd_comm_s - self.recompute_gpu_s - self.recompute_comm_s
+        return max(0.0, f) + max(0.0, b)
 
 
 def group_stride(plan: ParallelPlan, group: str) -> tuple[int, int]:
@@ -113,12 +137,12 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
             continue
         cf += t * c.fwd
         cb += t * c.bwd
-    h = host_op_s(acc)
+    hf, hb = host_op_s(acc)
     rec = plan.recompute if layer.recomputable else "none"
     if rec == "full":
-        r_gpu, r_comm, r_host = fwd, cf, kf * h
+        r_gpu, r_comm, r_host = fwd, cf, kf * hf
     elif rec == "selective":
-        r_gpu, r_comm, r_host = core, 0.0, kcore * h
+        r_gpu, r_comm, r_host = core, 0.0, kcore * hf
     else:
         r_gpu = r_comm = r_host = 0.0
-    return LayerTime(fwd, bwd, r_gpu, cf, cb, r_comm, kf * h, kb * h, r_host, wgrad)
+    return LayerTime(fwd, bwd, r_gpu, cf, cb, r_comm, kf * hf, kb * hb, r_host, wgrad, acc.kind == "cpu")

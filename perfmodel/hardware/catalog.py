@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from perfmodel.errors import SpecError, UnknownIdError
 from perfmodel.hardware.specs import Accelerator, Cluster, Fabric, Node, Sourced
+from perfmodel.units import Dimension, parse_quantity
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -188,9 +189,9 @@ class System:
     span domains go over the NICs, `nics_per_domain` of them at `nic_Bps` each (one-way).
     """
 
-    accelerator: Accelerator
-    node: Node
-    fabric: Fabric | None
+    accelerator: Accelerator = field(repr=False)
+    node: Node = field(repr=False)
+    fabric: Fabric | None = field(repr=False)
     num_nodes: int
     gpus_per_node: int
     domain_size: int
@@ -209,18 +210,49 @@ class System:
     def num_gpus(self) -> int:
         return self.num_nodes * self.gpus_per_node
 
-    def scaled(self, **factors: float) -> System:
-        """What-if copy: scaled(flops=1.2, hbm_bw=..., intra_bw=..., inter_bw=..., latency=...)."""
+    def scaled(self, flops: float = 1.0, hbm_bw: float = 1.0, intra_bw: float = 1.0, inter_bw: float = 1.0,
+               latency: float = 1.0) -> System:
+        """What-if copy with FLOP/s (peaks and measured rates), HBM bandwidth, scale-up and
+        scale-out bandwidth, or latencies multiplied by the given factors."""
         from dataclasses import replace
 
+        for name, f in (("flops", flops), ("hbm_bw", hbm_bw), ("intra_bw", intra_bw), ("inter_bw", inter_bw), ("latency", latency)):
+            if not f > 0:
+                raise ValueError(f"scaled({name}={f}): factors must be positive")
         s = self
-        if "intra_bw" in factors:
-            s = replace(s, intra_Bps=s.intra_Bps * factors["intra_bw"])
-        if "inter_bw" in factors:
-            s = replace(s, nic_Bps=s.nic_Bps * factors["inter_bw"])
-        if "latency" in factors:
-            s = replace(s, intra_latency_s=s.intra_latency_s * factors["latency"], inter_latency_s=s.inter_latency_s * factors["latency"])
-        return s
+        if flops != 1.0 or hbm_bw != 1.0:
+            s = replace(s, accelerator=_scaled_accelerator(s.accelerator, flops, hbm_bw))
+        return replace(
+            s, intra_Bps=s.intra_Bps * intra_bw, nic_Bps=s.nic_Bps * inter_bw,
+            intra_latency_s=s.intra_latency_s * latency, inter_latency_s=s.inter_latency_s * latency,
+            name=s.name if (flops, hbm_bw, intra_bw, inter_bw, latency) == (1.0,) * 5 else f"{s.name} (what-if)",
+        )
+
+
+def _scaled_accelerator(acc: Accelerator, flops: float, hbm_bw: float) -> Accelerator:
+    """A rebuilt (re-validated) accelerator whose FLOP rates and HBM bandwidths are scaled.
+    Curves built from calibration drop out: the intra-node curves live on the Node."""
+    d = acc.model_dump()
+
+    def sc(entry: dict[str, Any], dim: Dimension, f: float, key: str = "value") -> None:
+        v = parse_quantity(entry[key], dim, key)
+        entry[key] = f"{v * f:.6e} {'FLOP/s' if dim == 'flop_per_s' else 'B/s'}"
+
+    for group in ("matrix_peak", "vector_peak"):
+        for e in d[group].values():
+            sc(e, "flop_per_s", flops)
+    cal = d["calibration"]
+    for e in cal["gemm_max_achievable"].values():
+        sc(e, "flop_per_s", flops)
+    for e in cal["gemm_shapes"]:
+        sc(e, "flop_per_s", flops, "achieved")
+    for e in cal["attention"]:
+        sc(e, "flop_per_s", flops, "achieved")
+    sc(d["hbm_bandwidth"], "bytes_per_s", hbm_bw)
+    if cal.get("hbm_achieved"):
+        sc(cal["hbm_achieved"], "bytes_per_s", hbm_bw)
+    d["id"] = acc.id
+    return Accelerator.model_validate(d)
 
 
 def resolve_system(accelerator: str | None, system: str | None, n_gpus: int, gpus_per_node: int | None = None) -> tuple[System, list[str]]:

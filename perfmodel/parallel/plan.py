@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfmodel.errors import LayoutError
 from perfmodel.workload.spec import ModelSpec
@@ -39,6 +39,12 @@ class ParallelPlan(BaseModel):
     overlap_fsdp_prefetch: bool = Field(True, description="FSDP all-gathers prefetched")
     overlap_tp_comm: bool = Field(False, description="TP collectives overlapped with GEMMs")
     grad_reduce_bytes: int | None = Field(None, description="bytes per gradient element reduced; default 4 (fp32) for bf16/fp8, 2 for fp16")
+
+    def __init__(self, **data: object) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as e:
+            raise _layout_error(e) from None
 
     @property
     def world(self) -> int:
@@ -124,3 +130,16 @@ def _divisors(n: int) -> list[int]:
 def _nearest_multiples(x: int, m: int) -> list[int]:
     lo = (x // m) * m
     return [v for v in (lo, lo + m) if v > 0]
+
+
+def _layout_error(e: ValidationError) -> LayoutError:
+    """One LayoutError naming every bad field, its value and what is allowed."""
+    parts = []
+    for err in e.errors():
+        inner = (err.get("ctx") or {}).get("error")
+        if isinstance(inner, LayoutError):
+            return inner
+        field = ".".join(str(p) for p in err["loc"]) or "plan"
+        allowed = (err.get("ctx") or {}).get("expected") or err["msg"]
+        parts.append(f"{field}={err.get('input')!r}: {allowed}")
+    return LayoutError("invalid parallel plan: " + "; ".join(parts))

@@ -110,6 +110,13 @@ def row_spec(row: dict[str, str], workloads: dict[str, ModelSpec], notes: list[s
         # examples (gpt2-vocab.json), which the builder pads no further
         sizes["vocab"] = 50257
         notes.append("vocab empty: used 50257 (GPT-2 BPE)")
+    if "num_heads" not in sizes and "hidden" in sizes:
+        # head count only shapes the attention kernel (its FLOPs depend on hidden alone):
+        # take the divisor of hidden whose head_dim is nearest 128
+        h = int(sizes["hidden"])
+        heads = min((d for d in range(1, h + 1) if h % d == 0), key=lambda d: abs(h / d - 128))
+        sizes["num_heads"] = heads
+        notes.append(f"n_heads empty: assumed {heads} heads (head_dim {h // heads})")
     for need in ("num_layers", "hidden", "num_heads"):
         if need not in sizes:
             col = next(c for c, f in ARCH_COLUMNS.items() if f == need)

@@ -1,0 +1,196 @@
+"""The analytical engine against hand-computed closed forms."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+import perfmodel
+from perfmodel import ParallelPlan
+from perfmodel.engines.analytic import analytic_estimate, model_flop_per_step, pipeline_time_s, stage_times
+from perfmodel.engines.costs import HOST_BWD_S_PER_KERNEL, HOST_FWD_S_PER_KERNEL, layer_time
+from perfmodel.memory import memory_per_rank
+from perfmodel.workload.builder import build_graph
+from perfmodel.workload.catalog import load_workload_file
+from perfmodel.workload.graph import Graph, Layer, Op
+from perfmodel.workload.spec import ModelSpec
+
+GPT3 = "gpt3-175b"
+
+
+def gpt3() -> ModelSpec:
+    return perfmodel.get_workload(GPT3)
+
+
+def test_model_flops_match_megatron_closed_form():
+    """Narayanan et al. 2021 Eq. 3 without recompute: 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h))."""
+    spec = gpt3()
+    B, s, l, h, V = 1536, 2048, 96, 12288, 50257
+    plan = ParallelPlan(dp=16, tp=8, pp=8, global_batch=B)
+    model, _ = model_flop_per_step(spec, plan)
+    closed = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
+    assert model == pytest.approx(closed, rel=0.01)
+    # and the 6·N·tokens rule of thumb, plus the attention term 12·l·h·s per token
+    n_params = 174.6e9
+    assert model == pytest.approx((6 * n_params + 12 * l * h * s) * B * s, rel=0.02)
+
+
+def test_full_recompute_adds_one_forward():
+    spec = gpt3()
+    base = ParallelPlan(dp=16, tp=8, pp=8, global_batch=1536)
+    model, hw = model_flop_per_step(spec, base.model_copy(update={"recompute": "full"}))
+    _, hw0 = model_flop_per_step(spec, base)
+    assert hw0 == pytest.approx(model, rel=0.03)  # no recompute: executed ~ model FLOPs
+    assert hw / model == pytest.approx(4 / 3, rel=0.02)  # Megatron's 4x-forward HFU convention
+
+
+def _uniform_graph(count: int) -> Graph:
+    """`count` identical layers, one 8192^3 GEMM each, nothing else: closed forms are exact."""
+    op = Op("g", "gemm", flop=2.0 * 8192**3, bytes=3 * 8192 * 8192 * 2, m=8192, n=8192, k=8192,
+            weight_params=8192 * 8192, kernels=1, bwd_kernels=2)
+    layer = Layer("layers", "transformer", count, (op,), params=8192 * 8192, params_full=8192 * 8192)
+    return Graph("synthetic", (layer,), micro_batch=1, seq_len=8192, tokens=8192)
+
+
+@pytest.mark.parametrize("p,m", [(2, 1), (4, 4), (8, 8), (8, 32), (4, 16)])
+def test_1f1b_bubble_fraction(a100_system, p, m):
+    """Uniform stages: pipeline time (m + p - 1)·t, bubble fraction (p - 1)/(m + p - 1)."""
+    sys_ = a100_system(p)
+    plan = ParallelPlan(pp=p, global_batch=m)
+    g = _uniform_graph(8 * p)
+    st = stage_times(sys_, plan, g)
+    t = st[0]["fwd"] + st[0]["bwd"]
+    assert all(s["fwd"] + s["bwd"] == pytest.approx(t) for s in st)
+    bubble = sum(s["fwd"] + s["bwd"] for s in st) - t
+    total = m * t + bubble
+    assert bubble / total == pytest.approx((p - 1) / (m + p - 1), rel=1e-9)
+
+
+@pytest.mark.parametrize("p,m,v", [(4, 8, 2), (8, 16, 4), (2, 4, 2)])
+def test_interleaved_bubble_closed_form(p, m, v):
+    """Uniform stages of t per micro-batch: bubble (p - 1)·t/v, so its fraction of the
+    pipeline is (p - 1)/(v·m + p - 1) (Narayanan et al. 2021 §2.2.2)."""
+    t = 0.25
+    pipe, bubble = pipeline_time_s([t] * p, m, v, "interleaved")
+    assert bubble == pytest.approx((p - 1) * t / v)
+    assert bubble / pipe == pytest.approx((p - 1) / (v * m + p - 1))
+    pipe1, bubble1 = pipeline_time_s([t] * p, m, 1, "1f1b")
+    assert pipe1 == pytest.approx((m + p - 1) * t)
+
+
+def test_zero_bubble_h1_is_a_third_when_f_b_w_equal():
+    """ZB-H1 (Qi et al. 2024): with f = b_input = w the bubble is 1/3 of 1F1B's."""
+    f = 1.0
+    _, b1 = pipeline_time_s([3 * f] * 8, 16, 1, "1f1b")
+    _, bz = pipeline_time_s([3 * f] * 8, 16, 1, "zb-h1", fwd_s=f, bwd_s=2 * f, wgrad_s=f)
+    assert bz == pytest.approx(b1 / 3)
+
+
+def test_real_model_schedules_order(a100_system):
+    spec = gpt3()
+    base = ParallelPlan(dp=1, tp=8, pp=8, global_batch=64, recompute="full")
+    sys_ = a100_system(64)
+    e1 = analytic_estimate(spec, sys_, base)
+    e2 = analytic_estimate(spec, sys_, base.model_copy(update={"vp": 4}))
+    ezb = analytic_estimate(spec, sys_, base.model_copy(update={"schedule": "zb-h1"}))
+    eg = analytic_estimate(spec, sys_, base.model_copy(update={"schedule": "gpipe"}))
+    assert e2.breakdown_s["pp_bubble_s"] < e1.breakdown_s["pp_bubble_s"] / 3
+    assert ezb.breakdown_s["pp_bubble_s"] < e1.breakdown_s["pp_bubble_s"]
+    assert eg.step_time_s == pytest.approx(e1.step_time_s)  # same time, more memory
+    assert eg.memory.activations_bytes > e1.memory.activations_bytes
+
+
+def test_breakdown_sums_to_step_time(a100_system):
+    spec = gpt3()
+    for plan in (ParallelPlan(dp=16, tp=8, pp=8, global_batch=1536, recompute="full"),
+                 ParallelPlan(dp=8, tp=8, pp=1, global_batch=64, zero_stage=3, recompute="selective", sequence_parallel=True),
+                 ParallelPlan(dp=32, tp=2, pp=1, global_batch=256, zero_stage=1, recompute="full")):
+        e = analytic_estimate(spec, a100_system(plan.world), plan)
+        assert sum(e.breakdown_s.values()) == pytest.approx(e.step_time_s, rel=1e-9)
+
+
+def test_memory_closed_form(a100_system):
+    """No ZeRO: 2 + 4 + 4 + 8 = 18 bytes per parameter; ZeRO-1 over dp 8: 2 + 4 + 12/8."""
+    spec = gpt3()
+    g = build_graph(spec, 1, 2048, tp=8)
+    p0 = ParallelPlan(tp=8, pp=1, dp=1, global_batch=1)
+    mem = memory_per_rank(g, p0)
+    params = sum(layer.params * layer.count for layer in g.layers)
+    assert mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes == pytest.approx(18 * params)
+    p1 = ParallelPlan(tp=8, pp=1, dp=8, global_batch=8, zero_stage=1)
+    mem1 = memory_per_rank(g, p1)
+    assert mem1.weights_bytes + mem1.grads_bytes + mem1.optimizer_bytes == pytest.approx((2 + 4 + 12 / 8) * params)
+    # full recompute keeps only layer inputs: far less than storing every activation
+    full = memory_per_rank(g, p0.model_copy(update={"recompute": "full"}))
+    assert full.activations_bytes < mem.activations_bytes / 5
+
+
+def test_korthikanti_activation_bytes():
+    """Per layer s·b·h·(34 + 5·a·s/h) bytes without parallelism and unfused attention
+    (Korthikanti et al. 2022, Eq. 1); flash attention drops the 5·a·s/h term."""
+    spec = gpt3()
+    s, b, h, a = 2048, 1, 12288, 96
+    g = build_graph(spec, b, s, attention_impl="unfused")
+    body = [layer for layer in g.layers if layer.kind == "transformer"][0]
+    assert body.saved_bytes == pytest.approx(s * b * h * (34 + 5 * a * s / h), rel=0.03)
+
+
+def test_more_flops_or_bandwidth_never_slower(a100_system):
+    spec = gpt3()
+    plan = ParallelPlan(dp=4, tp=8, pp=4, global_batch=128, recompute="full")
+    sys_ = a100_system(128)
+    base = analytic_estimate(spec, sys_, plan).step_time_s
+    for kw in ({"flops": 1.5}, {"hbm_bw": 1.5}, {"intra_bw": 2.0}, {"inter_bw": 2.0}, {"latency": 0.5}):
+        assert analytic_estimate(spec, sys_.scaled(**kw), plan).step_time_s <= base * (1 + 1e-12), kw
+
+
+def test_host_overhead_constants_recomputed_from_graph():
+    """The host seconds per graph kernel are 8.1 ms / 182 and (48.8 - 16.2) ms / 278 for
+    Llama-3.2-1B at batch 1 x 512 (see perfmodel/engines/costs.py): the counts must hold."""
+    spec = load_workload_file(Path(__file__).resolve().parents[1] / "workloads" / "llama3.2-1b.yaml")
+    g = build_graph(spec, 1, 512)
+    kf = sum(layer.count * sum(o.kernels for o in layer.ops) for layer in g.layers)
+    kb = sum(layer.count * sum(o.bwd_kernels for o in layer.ops) for layer in g.layers)
+    assert HOST_FWD_S_PER_KERNEL == pytest.approx(8.1e-3 / kf, rel=0.03)
+    assert HOST_BWD_S_PER_KERNEL == pytest.approx(32.6e-3 / kb, rel=0.03)
+
+
+def test_small_model_is_host_bound_large_is_not(a100_system):
+    sys_ = a100_system(1)
+    spec = gpt3()
+    big = analytic_estimate(spec, a100_system(8), ParallelPlan(tp=8, global_batch=1, recompute="full"))
+    assert big.breakdown_s["host_overhead_s"] == pytest.approx(0.0, abs=1e-9)
+    small = ModelSpec(id="tiny", name="tiny", family="dense", source="test", num_layers=2, hidden=256, ffn_hidden=1024,
+                      num_heads=4, vocab=1000, seq_len=128)
+    e = analytic_estimate(small, sys_, ParallelPlan(global_batch=1))
+    assert e.breakdown_s["host_overhead_s"] > 0.5 * e.step_time_s
+
+
+def test_gemm_layer_time_is_roofline_plus_fixed(a100_system):
+    """A 8192^3 bf16 GEMM: 1.0995e12 FLOP at MAMF 271.2 TFLOP/s = 4.054 ms (memory 0.24 ms
+    adds 7 us under the p=2 soft roofline), plus the fixed fill time."""
+    sys_ = a100_system(1)
+    g = _uniform_graph(1)
+    lt = layer_time(sys_, ParallelPlan(global_batch=1), g.layers[0])
+    assert lt.fwd_gpu_s == pytest.approx(2 * 8192**3 / 271.2e12, rel=0.01)
+    assert lt.bwd_gpu_s == pytest.approx(2 * lt.fwd_gpu_s, rel=0.01)
+
+
+def test_estimate_is_fast():
+    plan = ParallelPlan(dp=16, tp=8, pp=8, global_batch=1536, recompute="full")
+    perfmodel.estimate(GPT3, "a100-sxm4-80gb", plan)
+    n = 200
+    t0 = time.perf_counter()
+    for _ in range(n):
+        perfmodel.estimate(GPT3, "a100-sxm4-80gb", plan)
+    per = (time.perf_counter() - t0) / n
+    assert per < 5e-3  # generous bound for CI noise; benchmarks/bench_estimate.py reports the figure
+
+
+def test_layout_errors_name_the_values():
+    with pytest.raises(perfmodel.LayoutError, match="tp 7 does not divide num_heads 96"):
+        perfmodel.estimate(GPT3, "a100-sxm4-80gb", ParallelPlan(tp=7, global_batch=1))
+    with pytest.raises(perfmodel.LayoutError, match="global_batch 10 is not divisible"):
+        ParallelPlan(dp=4, global_batch=10)
