@@ -32,7 +32,8 @@ def specs_dir() -> Path:
 
 def read_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(path.read_text())
+        # libyaml's C loader when present: 5x faster than the pure-Python one on the catalogue
+        data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
     except yaml.YAMLError as e:
         raise SpecError("(file)", f"not valid YAML: {e}", "a YAML mapping", str(path)) from None
     if not isinstance(data, dict):
@@ -178,6 +179,11 @@ def _check_links(cat: Catalog) -> None:
             raise SpecError("node", f"{c.node!r} unknown", f"one of {sorted(cat.nodes)}", str(d / "clusters" / f"{c.id}.yaml"))
         if c.fabric not in cat.fabrics:
             raise SpecError("fabric", f"{c.fabric!r} unknown", f"one of {sorted(cat.fabrics)}", str(d / "clusters" / f"{c.id}.yaml"))
+        for acc_id, node_id in c.nodes_by_accelerator.items():
+            if node_id not in cat.nodes or cat.nodes[node_id].accelerator != acc_id:
+                raise SpecError(f"nodes_by_accelerator.{acc_id}", f"{node_id!r} is not a node spec holding {acc_id}",
+                                f"a node id from {sorted(n.id for n in cat.nodes.values() if n.accelerator == acc_id)}",
+                                str(d / "clusters" / f"{c.id}.yaml"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,7 +270,7 @@ def resolve_system(accelerator: str | None, system: str | None, n_gpus: int, gpu
     if system:
         if system in cat.clusters:
             cluster = cat.clusters[system]
-            node = cat.node(cluster.node)
+            node = cat.node(cluster.node_for(accelerator))
         elif system in cat.nodes:
             node = cat.nodes[system]
         else:

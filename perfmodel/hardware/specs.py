@@ -113,8 +113,8 @@ class Accelerator(_Strict):
     clock: Sourced
     hbm_capacity: Sourced
     hbm_bandwidth: Sourced
-    l2_cache: Sourced
-    tdp: Sourced
+    l2_cache: Sourced = Field(description="L2 cache, or the chip's on-chip SRAM (TPU VMEM/CMEM, Gaudi SRAM)")
+    tdp: Sourced | None = Field(None, description="board power; None only where the vendor publishes none")
     price: Price | None = None
     reference_node: str | None = Field(None, description="node spec id a run without a system gets")
     calibration: AcceleratorCalibration = Field(default_factory=AcceleratorCalibration)
@@ -130,8 +130,9 @@ class Accelerator(_Strict):
             "hbm_capacity": (self.hbm_capacity, "bytes"),
             "hbm_bandwidth": (self.hbm_bandwidth, "bytes_per_s"),
             "l2_cache": (self.l2_cache, "bytes"),
-            "tdp": (self.tdp, "watts"),
         }
+        if self.tdp is not None:
+            checks["tdp"] = (self.tdp, "watts")
         for prec, s in self.matrix_peak.items():
             checks[f"matrix_peak.{prec}"] = (s, "flop_per_s")
         for prec, s in self.vector_peak.items():
@@ -178,7 +179,15 @@ class Accelerator(_Strict):
 
     @cached_property
     def tdp_w(self) -> float:
+        if self.tdp is None:
+            from perfmodel.errors import SpecError
+
+            raise SpecError("tdp", f"{self.id} has no published TDP", "a `tdp:` entry before energy can be estimated")
         return self.tdp.si("watts")
+
+    @property
+    def has_tdp(self) -> bool:
+        return self.tdp is not None
 
     def matrix_peak_flop_per_s(self, precision: str) -> float:
         """Dense matrix-unit peak; fp8/fp4 fall back to the next wider format the chip has."""
@@ -188,7 +197,9 @@ class Accelerator(_Strict):
         raise KeyError(precision)
 
     def vector_peak_flop_per_s(self, precision: str) -> float:
-        for p in _fallback(precision) + ["fp32"]:
+        """Non-matrix peak; a chip that publishes only a 16-bit vector rate (Gaudi 3) serves it
+        for wider formats too, since no wider figure exists to prefer."""
+        for p in _fallback(precision) + ["fp32", "bf16", "fp16"]:
             if p in self.vector_peak:
                 return self.vector_peak[p].si("flop_per_s")  # type: ignore[index]
         raise KeyError(precision)
@@ -306,10 +317,20 @@ class Cluster(_Strict):
     node: str
     num_nodes: int = Field(gt=0)
     fabric: str
-    topology: Literal["fat-tree", "rail-optimized", "torus-3d", "dragonfly", "single-node"]
+    topology: Literal["fat-tree", "rail-optimized", "torus-3d", "dragonfly", "hypercube", "single-node"]
     oversubscription: float = Field(1.0, ge=1.0, description="bisection taper, 1 = non-blocking")
     hops: int = Field(3, gt=0, description="switch hops between two nodes on the worst path")
     nics_per_node: int | None = Field(None, gt=0, description="overrides the node's NIC count")
     nic_bandwidth: Sourced | None = Field(None, description="overrides the node's NIC speed")
+    nodes_by_accelerator: dict[str, str] = Field(
+        default_factory=dict,
+        description="accelerator id -> node id, for a cluster id shared by several builds (nvl72: gb200 or gb300)",
+    )
     references: dict[str, str] = Field(default_factory=dict)
     notes: str | None = None
+
+    def node_for(self, accelerator: str | None) -> str:
+        """The node spec this cluster is built from when it holds `accelerator`."""
+        if accelerator is None:
+            return self.node
+        return self.nodes_by_accelerator.get(accelerator, self.node)

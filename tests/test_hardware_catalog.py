@@ -1,0 +1,395 @@
+"""The hardware catalogue: every id the design names loads, datasheet arithmetic comes out right,
+calibration never beats physics, and a malformed spec fails with a message that names the file,
+the field and what is allowed."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from perfmodel.errors import SpecError
+from perfmodel.hardware import catalog
+from perfmodel.hardware.catalog import load_catalog, resolve_system, specs_dir
+from perfmodel.hardware.specs import Accelerator, Sourced
+from perfmodel.units import parse_quantity
+
+# DESIGN.md, "Hardware specs": the identifiers the validation files use.
+DESIGN_ACCELERATORS = [
+    "v100-sxm2-32gb", "a100-sxm4-40gb", "a100-sxm4-80gb", "h100-sxm5-80gb", "h100-hbm2e-96gb-500w",
+    "h200-sxm-141gb", "b200", "b300", "gb200", "gb300", "mi300x", "tpu-v4", "tpu-v5p", "host-cpu",
+]
+DESIGN_SYSTEMS = ["nvl72", "jean-zay-a100-80gb"]
+# Brief for the catalogue: the rest of what it covers.
+MORE_ACCELERATORS = ["mi325x", "gaudi3"]
+FABRICS = ["ib-edr", "ib-hdr", "ib-ndr", "ib-xdr", "roce", "omni-path"]
+
+T, G = 1e12, 1e9
+
+
+@pytest.fixture(scope="module")
+def cat() -> catalog.Catalog:
+    return load_catalog()
+
+
+# --- every id loads ------------------------------------------------------------------------
+@pytest.mark.parametrize("acc_id", DESIGN_ACCELERATORS + MORE_ACCELERATORS)
+def test_design_accelerator_ids_load(cat: catalog.Catalog, acc_id: str) -> None:
+    acc = cat.accelerator(acc_id)
+    assert acc.id == acc_id
+    assert acc.matrix_peak_flop_per_s("bf16" if "bf16" in acc.matrix_peak else "fp32") > 0
+    assert acc.hbm_bytes > 0 and acc.hbm_Bps > 0
+
+
+@pytest.mark.parametrize("system", DESIGN_SYSTEMS)
+def test_design_system_ids_are_clusters(cat: catalog.Catalog, system: str) -> None:
+    assert system in cat.clusters
+    assert system in cat.system_ids()
+
+
+@pytest.mark.parametrize("fabric", FABRICS)
+def test_fabrics_load(cat: catalog.Catalog, fabric: str) -> None:
+    f = cat.fabric(fabric)
+    assert f.per_hop_latency.si("seconds") > 0
+
+
+def test_whole_catalogue_loads_in_under_a_second() -> None:
+    catalog._load.cache_clear()
+    t0 = time.perf_counter()
+    c = catalog._load(str(specs_dir()))
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 1.0, f"catalogue took {elapsed:.3f} s"
+    assert len(c.accelerators) >= 15 and len(c.nodes) >= 15 and len(c.fabrics) >= 6
+
+
+# --- links between specs ---------------------------------------------------------------------
+def test_every_gpu_has_a_reference_node_holding_it(cat: catalog.Catalog) -> None:
+    for acc in cat.accelerators.values():
+        if acc.kind == "cpu":
+            continue
+        assert acc.reference_node, acc.id
+        assert cat.node(acc.reference_node).accelerator == acc.id, acc.id
+
+
+def test_nodes_name_known_fabrics(cat: catalog.Catalog) -> None:
+    for node in cat.nodes.values():
+        if node.default_fabric:
+            assert node.default_fabric in cat.fabrics, node.id
+
+
+def _sourced_leaves(obj: object, path: str = ""):
+    from pydantic import BaseModel
+
+    if isinstance(obj, BaseModel):
+        if hasattr(obj, "source") and isinstance(getattr(obj, "source"), str):
+            yield path, obj
+        for name in type(obj).model_fields:
+            yield from _sourced_leaves(getattr(obj, name), f"{path}.{name}" if path else name)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _sourced_leaves(v, f"{path}.{k}")
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _sourced_leaves(v, f"{path}[{i}]")
+
+
+def test_every_number_in_this_catalogue_cites_a_references_key(cat: catalog.Catalog) -> None:
+    """Stricter than the loader (which also takes a free-text citation): the files here name a
+    references key whose value says precisely which document the number came from."""
+    objs = [*cat.accelerators.values(), *cat.nodes.values(), *cat.fabrics.values(), *cat.clusters.values()]
+    checked = 0
+    for obj in objs:
+        if obj.id in ("host-cpu", "host-node"):  # written by the calibration helper
+            continue
+        for path, leaf in _sourced_leaves(obj):
+            assert leaf.source in obj.references, f"{obj.id}: {path}.source = {leaf.source!r}"
+            assert len(obj.references[leaf.source]) > 30, f"{obj.id}: reference {leaf.source!r} is too vague"
+            checked += 1
+    assert checked > 400
+
+
+# --- datasheet arithmetic --------------------------------------------------------------------
+def test_h100_sxm_dense_peaks(cat: catalog.Catalog) -> None:
+    h100 = cat.accelerator("h100-sxm5-80gb")
+    assert h100.matrix_peak_flop_per_s("bf16") == pytest.approx(989.4 * T)
+    # 132 SMs x 4096 dense FLOP/clk x 1.83 GHz
+    assert h100.num_compute_units * 4096 * h100.clock.si("hertz") == pytest.approx(989.4 * T, rel=1e-3)
+    assert h100.matrix_peak_flop_per_s("fp8") == pytest.approx(1978.9 * T)
+    assert h100.matrix_peak_flop_per_s("fp8") == pytest.approx(2 * h100.matrix_peak_flop_per_s("bf16"), rel=1e-4)
+    assert h100.hbm_bytes == 80e9 and h100.hbm_Bps == 3.35e12
+
+
+def test_nvlink4_900_bidirectional_is_450_one_way(cat: catalog.Catalog) -> None:
+    for node_id in ("dgx-h100", "dgx-h200", "grand-teton-h100-96gb"):
+        bw = cat.node(node_id).intra_node.bandwidth
+        assert bw.direction == "bidirectional"
+        assert bw.one_way_Bps() == 450e9
+
+
+def test_nvlink5_and_other_scale_up_fabrics_one_way(cat: catalog.Catalog) -> None:
+    assert cat.node("hgx-b200").intra_node.bandwidth.one_way_Bps() == 900e9
+    assert cat.node("gb200-nvl72").intra_node.bandwidth.one_way_Bps() == 900e9
+    assert cat.node("mi300x-platform").intra_node.bandwidth.one_way_Bps() == 7 * 64e9
+    assert cat.node("gaudi3-hls").intra_node.bandwidth.one_way_Bps() == 21 * 200e9 / 8
+    assert cat.node("tpu-v5p-slice").intra_node.bandwidth.one_way_Bps() == 6 * 1e11
+    assert cat.node("tpu-v4-slice").intra_node.bandwidth.one_way_Bps() == 6 * 4.5e10
+    assert cat.node("dgx1-v100").intra_node.bandwidth.one_way_Bps() == 6 * 25e9
+
+
+def test_gib_and_gb_are_distinct() -> None:
+    assert parse_quantity("80 GiB", "bytes") == 80 * 2**30 == 85_899_345_920
+    assert parse_quantity("80 GB", "bytes") == 80e9
+    assert parse_quantity("400 Gb/s", "bytes_per_s") == 50e9
+
+
+def test_capacities_keep_their_prefixes(cat: catalog.Catalog) -> None:
+    assert cat.accelerator("tpu-v4").hbm_bytes == 32 * 2**30
+    assert cat.accelerator("b200").hbm_bytes == 182631 * 2**20  # driver-reported MiB
+    assert cat.accelerator("h200-sxm-141gb").hbm_bytes == 141e9
+    assert cat.accelerator("v100-sxm2-32gb").l2_cache.si("bytes") == 6144 * 2**10
+
+
+def test_blackwell_peaks_are_half_the_sparse_datasheet(cat: catalog.Catalog) -> None:
+    b200, gb200, gb300, b300 = (cat.accelerator(a) for a in ("b200", "gb200", "gb300", "b300"))
+    assert b200.matrix_peak_flop_per_s("bf16") == 36e15 / 8 / 2  # HGX B200: 36 PF sparse, 8 GPUs
+    assert b200.matrix_peak_flop_per_s("fp4") == 72e15 / 8  # dense FP4 printed as such
+    assert gb200.matrix_peak_flop_per_s("fp8") == 720e15 / 72 / 2  # NVL72: 720 PF sparse
+    assert gb300.matrix_peak_flop_per_s("fp4") == 1080e15 / 72  # NVL72 GB300: 1080 PF dense
+    assert b300.matrix_peak_flop_per_s("fp4") == 105e15 / 8
+    assert b300.matrix_peak_flop_per_s("fp64") == pytest.approx(10e12 / 8)
+
+
+def test_other_vendors_peaks(cat: catalog.Catalog) -> None:
+    assert cat.accelerator("mi300x").matrix_peak_flop_per_s("bf16") == pytest.approx(1307.4 * T)
+    assert cat.accelerator("mi325x").hbm_Bps == 6e12
+    assert cat.accelerator("tpu-v5p").matrix_peak_flop_per_s("bf16") == 459 * T
+    assert cat.accelerator("tpu-v5p").matrix_peak_flop_per_s("int8") == 918 * T
+    gaudi = cat.accelerator("gaudi3")
+    assert gaudi.matrix_peak_flop_per_s("fp8") == gaudi.matrix_peak_flop_per_s("bf16") == 1835 * T
+    # only a BF16 vector rate is published: it serves fp32 lookups instead of a KeyError
+    assert gaudi.vector_peak_flop_per_s("fp32") == 28.7 * T
+
+
+def test_power_capped_h100_differs_only_where_published(cat: catalog.Catalog) -> None:
+    capped, sxm = cat.accelerator("h100-hbm2e-96gb-500w"), cat.accelerator("h100-sxm5-80gb")
+    assert capped.tdp_w == 500 and sxm.tdp_w == 700
+    assert capped.hbm_bytes == 96e9 and capped.hbm_Bps == 2.4e12
+    assert capped.matrix_peak_flop_per_s("bf16") == sxm.matrix_peak_flop_per_s("bf16")
+    assert capped.calibration.gemm_max_achievable == {}  # nothing measured: physics fallback
+
+
+def test_unpublished_tdp_raises_instead_of_guessing(cat: catalog.Catalog) -> None:
+    v5p = cat.accelerator("tpu-v5p")
+    assert not v5p.has_tdp
+    with pytest.raises(SpecError, match="tdp"):
+        _ = v5p.tdp_w
+
+
+def test_v100_has_no_bf16_unit_and_falls_back_to_fp16(cat: catalog.Catalog) -> None:
+    v100 = cat.accelerator("v100-sxm2-32gb")
+    assert not v100.has_matrix_precision("bf16")
+    assert v100.matrix_peak_flop_per_s("bf16") == 125 * T
+
+
+# --- calibration never beats the datasheet ----------------------------------------------------
+def _peak(acc: Accelerator, precision: str) -> float:
+    return acc.matrix_peak_flop_per_s(precision)
+
+
+def test_calibration_is_below_physics(cat: catalog.Catalog) -> None:
+    for acc in cat.accelerators.values():
+        cal = acc.calibration
+        for prec, s in cal.gemm_max_achievable.items():
+            assert s.si("flop_per_s") <= _peak(acc, prec), (acc.id, prec)
+        for g in cal.gemm_shapes:
+            assert g.achieved_flop_per_s <= _peak(acc, g.precision), (acc.id, g)
+        for a in cal.attention:
+            assert a.achieved_flop_per_s <= _peak(acc, a.precision), (acc.id, a)
+        if cal.hbm_achieved:
+            assert acc.hbm_achieved_Bps <= acc.hbm_Bps, acc.id
+
+
+def test_published_microbenchmarks_are_carried(cat: catalog.Catalog) -> None:
+    h100 = cat.accelerator("h100-sxm5-80gb").calibration
+    assert h100.gemm_max_achievable["bf16"].si("flop_per_s") == 794.5 * T
+    assert h100.hbm_achieved is not None and h100.hbm_achieved.si("bytes_per_s") == 2.97e12
+    gb200 = cat.accelerator("gb200").calibration
+    assert gb200.gemm_max_achievable["fp4"].si("flop_per_s") == 7627.6 * T
+    assert cat.accelerator("h200-sxm-141gb").calibration.kernel_launch.si("seconds") == pytest.approx(2.433e-6)
+    assert cat.accelerator("mi300x").calibration.hbm_achieved.si("bytes_per_s") == 4.09e12
+    assert len(cat.accelerator("b200").calibration.attention) == 4
+
+
+def test_intra_node_curves_are_monotone_and_under_line_rate(cat: catalog.Catalog) -> None:
+    for node in cat.nodes.values():
+        if node.id == "host-node":  # measured on this machine by the calibration helper; noisy
+            continue
+        line = node.intra_node.bandwidth.one_way_Bps()
+        for c in node.intra_node.curves:
+            pts = sorted((p.size_bytes, p.busbw_Bps) for p in c.points)
+            assert len(pts) >= 5, node.id  # a one-point curve would wreck interpolation
+            assert all(b1 <= b2 * 1.02 for (_, b1), (_, b2) in zip(pts, pts[1:])), node.id
+            bound = line * (1.0 / 0.74 if c.algorithm == "nvls" else 1.0)  # NVLS moves half the bytes
+            assert pts[-1][1] <= bound, node.id
+        eff = node.intra_node.collective_efficiency
+        if eff:
+            assert 0.5 < eff.si("dimensionless") < 1.0, node.id
+
+
+# --- systems ----------------------------------------------------------------------------------
+def test_nvl72_cluster_covers_gb200_and_gb300(cat: catalog.Catalog) -> None:
+    rack = cat.clusters["nvl72"]
+    assert rack.num_nodes * cat.node(rack.node).accelerators_per_node == 72
+    assert set(rack.nodes_by_accelerator) == {"gb200", "gb300"}
+    for acc_id, node_id in rack.nodes_by_accelerator.items():
+        node = cat.node(node_id)
+        assert node.accelerator == acc_id
+        assert node.domain_size == 72 and node.accelerators_per_node == 4
+        assert rack.node_for(acc_id) == node_id
+    system, msgs = resolve_system("gb200", "nvl72", 72)
+    assert system.domain_size == 72 and system.intra_Bps == 900e9 and system.num_nodes == 18
+    assert msgs == []
+    system, _ = resolve_system("gb300", "nvl72", 72)
+    assert system.node.id == "gb300-nvl72" and system.domain_size == 72
+    assert system.nic_Bps == 100e9  # ConnectX-8, 800 Gb/s
+
+
+def test_jean_zay_is_four_omni_path_links_per_node(cat: catalog.Catalog) -> None:
+    jz = cat.clusters["jean-zay-a100-80gb"]
+    assert cat.node(jz.node).accelerator == "a100-sxm4-80gb"
+    assert cat.node(jz.node).accelerators_per_node == 8
+    assert jz.fabric == "omni-path" and jz.nics_per_node == 4
+    system, msgs = resolve_system("a100-sxm4-80gb", "jean-zay-a100-80gb", 384, 8)
+    assert msgs == []
+    assert system.num_nodes == 48 and system.nics_per_node == 4
+    assert system.nic_Bps == 12.5e9  # 100 Gb/s
+    assert system.nics_per_node * system.nic_Bps / system.gpus_per_node == 6.25e9
+
+
+def test_tpu_slice_is_one_ici_domain(cat: catalog.Catalog) -> None:
+    system, _ = resolve_system("tpu-v5p", None, 256)
+    assert system.domain_size == 8960 and system.gpus_per_node == 4
+    assert system.intra_Bps == 600e9
+
+
+# --- malformed specs fail loudly ---------------------------------------------------------------
+def _mini_catalogue(root: Path) -> None:
+    """A three-file catalogue: A100 80GB, its DGX node and the HDR fabric."""
+    src = Path(catalog.REPO_ROOT) / "hardware_specs"
+    for sub, name in (("accelerators", "a100-sxm4-80gb"), ("nodes", "dgx-a100-80gb"), ("fabrics", "ib-hdr")):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+        (root / sub / f"{name}.yaml").write_text((src / sub / f"{name}.yaml").read_text())
+    (root / "clusters").mkdir(exist_ok=True)
+
+
+def _edit(path: Path, fn) -> None:
+    data = yaml.safe_load(path.read_text())
+    fn(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def _load_from(root: Path, monkeypatch: pytest.MonkeyPatch) -> catalog.Catalog:
+    monkeypatch.setenv("PERFMODEL_SPECS", str(root))
+    catalog._load.cache_clear()
+    return load_catalog()
+
+
+@pytest.fixture(autouse=False)
+def mini(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    _mini_catalogue(tmp_path)
+    yield tmp_path
+    catalog._load.cache_clear()
+
+
+def test_mini_catalogue_loads(mini: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = _load_from(mini, monkeypatch)
+    assert list(c.accelerators) == ["a100-sxm4-80gb"]
+
+
+def test_unknown_field_names_file_field_and_allowed(mini: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    acc = mini / "accelerators" / "a100-sxm4-80gb.yaml"
+    _edit(acc, lambda d: d.update(hbm_bw={"value": "2 TB/s", "source": "datasheet"}))
+    with pytest.raises(SpecError) as e:
+        _load_from(mini, monkeypatch)
+    msg = str(e.value)
+    assert str(acc) in msg and "'hbm_bw'" in msg and "unknown field" in msg
+    assert "hbm_bandwidth" in msg and "matrix_peak" in msg  # the allowed fields are listed
+    assert e.value.field == "hbm_bw" and e.value.file == str(acc)
+
+
+def test_missing_field_names_file_and_field(mini: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    acc = mini / "accelerators" / "a100-sxm4-80gb.yaml"
+    _edit(acc, lambda d: d.pop("hbm_bandwidth"))
+    with pytest.raises(SpecError) as e:
+        _load_from(mini, monkeypatch)
+    assert e.value.field == "hbm_bandwidth" and e.value.file == str(acc)
+    assert "missing" in str(e.value)
+
+
+def test_size_given_for_a_bandwidth_is_refused(mini: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    node = mini / "nodes" / "dgx-a100-80gb.yaml"
+    _edit(node, lambda d: d["intra_node"]["bandwidth"].update(value="900 GB"))
+    with pytest.raises(SpecError) as e:
+        _load_from(mini, monkeypatch)
+    msg = str(e.value)
+    assert str(node) in msg and "intra_node.bandwidth" in msg
+    assert "'900 GB'" in msg and "a bandwidth, e.g." in msg and "400 Gb/s" in msg
+
+
+def test_bandwidth_without_direction_is_refused(mini: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    node = mini / "nodes" / "dgx-a100-80gb.yaml"
+    _edit(node, lambda d: d["intra_node"]["bandwidth"].pop("direction"))
+    with pytest.raises(SpecError) as e:
+        _load_from(mini, monkeypatch)
+    assert "direction" in str(e.value) and "one-way or bidirectional" in str(e.value)
+    assert e.value.file == str(node)
+
+
+def test_unknown_source_key_names_the_allowed_keys(mini: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    acc = mini / "accelerators" / "a100-sxm4-80gb.yaml"
+    _edit(acc, lambda d: d["hbm_bandwidth"].update(source="datasheeet"))
+    with pytest.raises(SpecError) as e:
+        _load_from(mini, monkeypatch)
+    msg = str(e.value)
+    assert str(acc) in msg and e.value.field == "hbm_bandwidth.source"
+    assert "'datasheeet'" in msg and "'datasheet'" in msg and "'whitepaper'" in msg
+
+
+def test_bare_number_is_refused(mini: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    acc = mini / "accelerators" / "a100-sxm4-80gb.yaml"
+    _edit(acc, lambda d: d["matrix_peak"]["bf16"].update(value=3.12e14))
+    with pytest.raises(SpecError) as e:
+        _load_from(mini, monkeypatch)
+    assert "matrix_peak.bf16" in str(e.value) and "no unit" in str(e.value)
+    assert "989 TFLOP/s" in str(e.value)
+
+
+def test_unknown_precision_lists_the_choices(mini: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    acc = mini / "accelerators" / "a100-sxm4-80gb.yaml"
+    _edit(acc, lambda d: d["matrix_peak"].update(bf32={"value": "1 TFLOP/s", "source": "datasheet"}))
+    with pytest.raises(SpecError) as e:
+        _load_from(mini, monkeypatch)
+    assert "matrix_peak.bf32" in str(e.value) and "'bf16'" in str(e.value) and "'fp8'" in str(e.value)
+
+
+def test_reference_node_must_exist(mini: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    acc = mini / "accelerators" / "a100-sxm4-80gb.yaml"
+    _edit(acc, lambda d: d.update(reference_node="dgx-a100-81gb"))
+    with pytest.raises(SpecError) as e:
+        _load_from(mini, monkeypatch)
+    assert e.value.field == "reference_node" and "dgx-a100-80gb" in str(e.value)
+
+
+def test_file_name_must_match_id(mini: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fab = mini / "fabrics" / "ib-hdr.yaml"
+    _edit(fab, lambda d: d.update(id="ib-hdr2"))
+    with pytest.raises(SpecError) as e:
+        _load_from(mini, monkeypatch)
+    assert e.value.field == "id" and "'ib-hdr'" in str(e.value) and str(fab) in str(e.value)
+
+
+def test_sourced_leaf_keeps_its_text() -> None:
+    s = Sourced(value="900 GB/s", source="datasheet", direction="bidirectional")
+    assert s.one_way_Bps() == 450e9 and s.value == "900 GB/s"
