@@ -23,6 +23,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"])
     g.add_argument("--schedule", default=None, choices=["gpipe", "1f1b", "interleaved", "zb-h1"])
     g.add_argument("--no-overlap", action="store_true", help="no DP comm / FSDP prefetch overlap")
+    g.add_argument("--attention", default="flash", choices=["flash", "unfused"], help="attention kernel")
 
 
 def _plan(a: argparse.Namespace, n_gpus: int):  # noqa: ANN202
@@ -39,7 +40,8 @@ def _plan(a: argparse.Namespace, n_gpus: int):  # noqa: ANN202
     return ParallelPlan(dp=dp, tp=a.tp, pp=a.pp, cp=a.cp, ep=a.ep, vp=a.vp, sequence_parallel=a.sp,
                         zero_stage=a.zero, micro_batch=a.micro_batch, global_batch=gb, seq_len=a.seq_len,
                         recompute=a.recompute, precision=a.precision, schedule=a.schedule,
-                        overlap_dp_comm=not a.no_overlap, overlap_fsdp_prefetch=not a.no_overlap)
+                        overlap_dp_comm=not a.no_overlap, overlap_fsdp_prefetch=not a.no_overlap,
+                        attention_impl=a.attention)
 
 
 def cmd_estimate(a: argparse.Namespace) -> int:
@@ -70,7 +72,7 @@ def cmd_estimate(a: argparse.Namespace) -> int:
 def cmd_validate(a: argparse.Namespace) -> int:
     from perfmodel.validation.predict import validate_file
 
-    preds = validate_file(a.runs, a.out, a.engine)
+    preds = validate_file(a.runs, a.out, a.engine, a.attention)
     ok = sum(p["status"] == "ok" for p in preds)
     print(f"{len(preds)} rows read, {ok} predicted, {len(preds) - ok} errors -> {a.out}", file=sys.stderr)
     if a.report:
@@ -148,6 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--out", required=True)
     v.add_argument("--engine", default="analytic", choices=["analytic", "des"])
     v.add_argument("--report", default=None, help="also write an error report (markdown, HTML, PNG) here")
+    v.add_argument("--attention", default="flash", choices=["flash", "unfused"],
+                   help="attention kernel of the runs' software stack (default flash)")
     v.set_defaults(func=cmd_validate)
 
     r = sub.add_parser("report", help="error report from runs files and their predictions")

@@ -19,7 +19,7 @@ BREAKDOWN_DOC = {
     "host_overhead_s": "time the GPU waits for the host to issue kernels",
     "pp_bubble_s": "pipeline fill and drain",
     "pp_p2p_s": "pipeline activation / gradient sends on the critical path",
-    "dp_comm_exposed_s": "data-parallel gradient / parameter collectives not hidden by compute",
+    "dp_comm_exposed_s": "data-parallel collectives not hidden by compute, plus the compute slowed by NCCL SMs while they hide",
     "optimizer_s": "optimizer step (memory bound) and embedding gradient sync",
 }
 

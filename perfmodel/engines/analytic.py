@@ -130,6 +130,46 @@ def dp_sync_s(system: System, plan: ParallelPlan, st: dict[str, float]) -> dict[
     return {"grad": 0.0, "param": 0.0, "per_mb_ag": coll("all_gather", ACT_BYTES), "per_mb_rs": coll("reduce_scatter", g)}
 
 
+# NCCL runs one CTA per channel on an SM of its own ("NCCL CTAs won't share an SM with compute
+# kernels", NVIDIA/nccl#689 / #1656), and a ring collective on an 8-GPU NVSwitch node with one NIC
+# per GPU runs about 16 channels (2 per NIC: NVIDIA/nccl#438, sjeaugey). While a DP collective
+# hides behind compute, that compute runs on SMs - 16 SMs.
+NCCL_CHANNELS = 16
+
+
+def comm_contention_fraction(system: System) -> float:
+    """Fraction of compute throughput lost while an overlapped collective runs."""
+    if system.accelerator.kind != "gpu":
+        return 0.0
+    return min(0.5, NCCL_CHANNELS / max(1, system.accelerator.num_compute_units))
+
+
+def dp_exposed_s(system: System, plan: ParallelPlan, st: dict[str, float], m: int) -> float:
+    """Exposed data-parallel communication of one step, plus the compute slowed by the part
+    that hides (see NCCL_CHANNELS)."""
+    dp = dp_sync_s(system, plan, st)
+    layers_on_stage = max(1.0, st["layers"])
+    if plan.zero_stage == 3:
+        ag, rs = dp["per_mb_ag"], dp["per_mb_rs"]
+        if plan.overlap_fsdp_prefetch:
+            exp_f = max(0.0, ag - st["fwd"]) + ag / layers_on_stage
+            exp_b = max(0.0, ag + rs - st["bwd"]) + rs / layers_on_stage
+        else:
+            exp_f, exp_b = ag, ag + rs
+        exposed = m * (exp_f + exp_b)
+        total = m * (2 * ag + rs)
+    else:
+        grad, param = dp["grad"], dp["param"]
+        if plan.overlap_dp_comm:
+            exposed = max(grad - st["bwd"], grad / layers_on_stage)
+            exposed += max(param - st["fwd"], param / layers_on_stage) if param else 0.0
+        else:
+            exposed = grad + param
+        total = grad + param
+    hidden = max(0.0, total - exposed)
+    return exposed + hidden * comm_contention_fraction(system)
+
+
 def pipeline_time_s(stage_s: list[float], m: int, vp: int, schedule: str, fwd_s: float = 0.0,
                     bwd_s: float = 0.0, wgrad_s: float = 0.0) -> tuple[float, float]:
     """(pipeline seconds, bubble seconds) for m micro-batches over stages taking `stage_s`
@@ -195,23 +235,7 @@ def analytic_estimate(spec: ModelSpec | None, system: System, plan: ParallelPlan
 
     # data parallel
     worst = st[i_max]
-    dp = dp_sync_s(system, plan, worst)
-    layers_on_stage = max(1.0, worst["layers"])
-    if plan.zero_stage == 3:
-        ag, rs = dp["per_mb_ag"], dp["per_mb_rs"]
-        if plan.overlap_fsdp_prefetch:
-            exp_f = max(0.0, ag - worst["fwd"]) + ag / layers_on_stage
-            exp_b = max(0.0, ag + rs - worst["bwd"]) + rs / layers_on_stage
-        else:
-            exp_f, exp_b = ag, ag + rs
-        dp_exposed = m * (exp_f + exp_b)
-    else:
-        grad, param = dp["grad"], dp["param"]
-        if plan.overlap_dp_comm:
-            dp_exposed = max(grad - worst["bwd"], grad / layers_on_stage)
-            dp_exposed += max(param - worst["fwd"], param / layers_on_stage) if param else 0.0
-        else:
-            dp_exposed = grad + param
+    dp_exposed = dp_exposed_s(system, plan, worst, m)
 
     # optimizer: local parameters after ZeRO sharding
     shard = plan.dp * plan.cp if plan.zero_stage >= 1 else 1
@@ -253,4 +277,4 @@ def analytic_estimate(spec: ModelSpec | None, system: System, plan: ParallelPlan
     )
 
 
-__all__ = ["analytic_estimate", "plan_graph", "stage_times", "model_flop_per_step", "pipeline_time_s", "p2p_time_s", "dp_sync_s", "Comm", "comm_s"]
+__all__ = ["analytic_estimate", "plan_graph", "stage_times", "model_flop_per_step", "pipeline_time_s", "p2p_time_s", "dp_sync_s", "dp_exposed_s", "Comm", "comm_s"]

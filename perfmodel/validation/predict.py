@@ -14,11 +14,14 @@ from perfmodel.validation.runs import OUTPUT_COLUMNS, RowError, read_rows, row_r
 from perfmodel.workload.catalog import load_workloads
 
 
-def predict_row(row: dict[str, str], workloads: dict, engine: str = "analytic") -> dict[str, str]:
+def predict_row(row: dict[str, str], workloads: dict, engine: str = "analytic", attention_impl: str = "flash") -> dict[str, str]:
     out = {c: "" for c in OUTPUT_COLUMNS}
     out["run_id"] = row.get("run_id", "")
     try:
         run = row_run(row, workloads)
+        if attention_impl != run.plan.attention_impl:
+            run.plan = run.plan.model_copy(update={"attention_impl": attention_impl})
+            run.notes.append(f"attention {attention_impl} (--attention)")
         if engine == "des":
             from perfmodel.engines.des import des_estimate
 
@@ -43,10 +46,13 @@ def predict_row(row: dict[str, str], workloads: dict, engine: str = "analytic") 
     return out
 
 
-def validate_file(runs: Path | str, out: Path | str, engine: str = "analytic") -> list[dict[str, str]]:
+def validate_file(runs: Path | str, out: Path | str, engine: str = "analytic", attention_impl: str = "flash") -> list[dict[str, str]]:
+    """Predict every row of `runs` into `out`. `attention_impl` is the attention kernel the
+    runs' software used: 'flash' (FlashAttention, the default) or 'unfused' (Megatron's
+    baddbmm + fused softmax + bmm, before FlashAttention)."""
     rows = read_rows(runs)
     workloads = load_workloads()
-    preds = [predict_row(r, workloads, engine) for r in rows]
+    preds = [predict_row(r, workloads, engine, attention_impl) for r in rows]
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=OUTPUT_COLUMNS)

@@ -114,7 +114,8 @@ def row_spec(row: dict[str, str], workloads: dict[str, ModelSpec], notes: list[s
         # head count only shapes the attention kernel (its FLOPs depend on hidden alone):
         # take the divisor of hidden whose head_dim is nearest 128
         h = int(sizes["hidden"])
-        heads = min((d for d in range(1, h + 1) if h % d == 0), key=lambda d: abs(h / d - 128))
+        tp = _int(row, "tp") or 1
+        heads = min((d for d in range(tp, h + 1, tp) if h % d == 0), key=lambda d: abs(h / d - 128))
         sizes["num_heads"] = heads
         notes.append(f"n_heads empty: assumed {heads} heads (head_dim {h // heads})")
     for need in ("num_layers", "hidden", "num_heads"):
