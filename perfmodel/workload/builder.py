@@ -9,8 +9,9 @@ The forward FLOPs of a dense GPT layer are 24·b·s·h² + 4·b·s²·h (Narayan
 with the 4x FFN) and the tests hold the builder to that.
 
 Saved activations follow Korthikanti et al. 2022 (Table 2): per layer s·b·h·(34 + 5·a·s/h) bytes
-at 2-byte activations without parallelism; the LayerNorm inputs and dropout masks (10·s·b·h)
-stay replicated under tensor parallelism unless sequence parallelism shards them too.
+at 2-byte activations without parallelism (unfused attention); under tensor parallelism
+s·b·h·(10 + 24/t + 5·a·s/(h·t)): the LayerNorm inputs, dropout masks and the inputs of QKV and
+FC1 (10·s·b·h) stay replicated unless sequence parallelism shards them too (then all of it / t).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ ACT_BYTES = 2  # bf16/fp16 activations; fp8 GEMMs still keep bf16 activations be
 def _gemm(name: str, m: int, n: int, k: int, precision: str, weight: bool = True, batch: int = 1,
           repeat: int = 1, saved: float | None = None, bias: bool = False, in_bytes: int = ACT_BYTES) -> Op:
     """A (batched) GEMM [m,k]x[k,n]; `saved` defaults to its input activation (what wgrad needs)."""
-    el = 1 if precision in ("fp8", "mxfp8", "fp4", "nvfp4") else 2
-    wbytes = k * n * el * (batch if not weight else 1)
+    el = 1 if precision in ("fp8", "mxfp8", "fp4", "nvfp4") else 4 if precision == "fp32" else 2
+    wbytes = k * n * el * batch  # every batch entry has its own B operand (bmm, one per expert)
     ab = batch * repeat
     bytes_ = ab * (m * k * in_bytes + m * n * ACT_BYTES) + wbytes * repeat
     flop = 2.0 * m * n * k * ab
@@ -35,7 +36,7 @@ def _gemm(name: str, m: int, n: int, k: int, precision: str, weight: bool = True
         name=name, kind="gemm" if weight else "bmm", flop=flop, bytes=bytes_, m=m, n=n, k=k,
         batch=batch, repeat=repeat, precision=precision, weight_params=params,
         saved_bytes=(m * k * ACT_BYTES * ab) if saved is None else saved,
-        kernels=repeat, bwd_kernels=2 * repeat if weight else 2 * repeat,
+        kernels=repeat, bwd_kernels=2 * repeat,
     )
 
 
@@ -54,6 +55,11 @@ def build_graph(spec: ModelSpec, micro_batch: int = 1, seq_len: int | None = Non
     """The graph of one micro-batch of `micro_batch` sequences on one shard."""
     s = seq_len or spec.seq_len
     b = micro_batch
+    if attention_impl not in ("flash", "unfused"):
+        raise LayoutError(f"attention_impl {attention_impl!r}; allowed values: flash, unfused")
+    for name, v in (("micro_batch", micro_batch), ("tp", tp), ("cp", cp), ("ep", ep)):
+        if v < 1:
+            raise LayoutError(f"{name} {v} must be a positive integer")
     if spec.family in ("dense", "moe", "encoder", "patch_transformer"):
         layers = _transformer(spec, b, s, tp, cp, ep, sp, precision, attention_impl)
         tokens = b * s if spec.family != "patch_transformer" else b * _num_patches(spec, s) * (spec.input_size or 1)
@@ -83,7 +89,7 @@ def _transformer(spec: ModelSpec, b: int, s: int, tp: int, cp: int, ep: int, sp:
         raise LayoutError(f"seq_len {s} is not divisible by cp {cp}")
     T = b * s // cp
     layers: list[Layer] = []
-    emb = _embedding(spec, b, s, T, tp, sp)
+    emb = _embedding(spec, b, s, T, tp, sp, precision)
     layers.append(emb)
     ln_params = (2 * h if spec.norm == "layernorm" else h)
     dense_count = spec.num_layers if spec.family != "moe" else sum(1 for i in range(spec.num_layers) if not spec.is_moe_layer(i))
@@ -92,50 +98,67 @@ def _transformer(spec: ModelSpec, b: int, s: int, tp: int, cp: int, ep: int, sp:
         layers.append(_block(spec, b, s, T, tp, cp, ep, sp, precision, attn_impl, moe=False, count=dense_count))
     if moe_count:
         layers.append(_block(spec, b, s, T, tp, cp, ep, sp, precision, attn_impl, moe=True, count=moe_count))
-    layers.append(_head(spec, T, tp, sp, precision, ln_params))
+    layers.append(_head(spec, b, s, T, tp, sp, precision, ln_params))
     return layers
 
 
-def _embedding(spec: ModelSpec, b: int, s: int, T: int, tp: int, sp: bool) -> Layer:
+def _embedding(spec: ModelSpec, b: int, s: int, T: int, tp: int, sp: bool, precision: str) -> Layer:
     h = spec.hidden
     if spec.family == "patch_transformer":
         p = spec.patch_len or 1
-        op = _gemm("patch_embed", T, h, p, "bf16", bias=True)
+        op = _gemm("patch_embed", T, h, p, precision, bias=True)
         params = p * h + h + (s * h if spec.position == "learned" else 0)
         return Layer("embedding", "embedding", 1, (op,), params=params, params_full=params, recomputable=False)
     V = spec.vocab or 1
     pos = spec.seq_len * h if spec.position == "learned" else 0
+    if spec.family == "encoder":
+        pos += 2 * h  # BERT token-type (segment) embeddings, 2 types
     full = V * h + pos
     ops = (Op("embedding_lookup", "embedding", flop=0.0, bytes=2 * T * h * ACT_BYTES, saved_bytes=0.0,
               bwd_flop_factor=0.0, bwd_bytes_factor=2.0, weight_params=V * h / tp + pos),)
     comms: tuple[Comm, ...] = ()
     if tp > 1:
-        # vocab-parallel embedding: partial lookups summed over tp
-        comms = (Comm("embedding_ar", "reduce_scatter" if sp else "all_reduce", "tp", T * h * ACT_BYTES, 1, 0),)
+        # vocab-parallel embedding: partial lookups summed over tp; under sp the reduce-scatter's
+        # backward is an all-gather of the output gradient, the all-reduce's backward is identity
+        comms = (Comm("embedding_ar", "reduce_scatter" if sp else "all_reduce", "tp", T * h * ACT_BYTES, 1, 1 if sp else 0),)
     return Layer("embedding", "embedding", 1, ops, comms, params=V * h / tp + pos, params_full=full, recomputable=False)
 
 
-def _head(spec: ModelSpec, T: int, tp: int, sp: bool, precision: str, ln_params: int) -> Layer:
+def _head(spec: ModelSpec, b: int, s: int, T: int, tp: int, sp: bool, precision: str, ln_params: int) -> Layer:
     h = spec.hidden
     Tl = T // tp if sp else T
     norm = _elementwise("final_norm", Tl * h, 1, 1, 5, saved=Tl * h * ACT_BYTES, kind="norm", params=ln_params)
     if spec.family == "patch_transformer":
+        # PatchTST flatten head: each series' s patch embeddings -> Linear(s·h, horizon)
         out = spec.output_size or 1
-        ops = (norm, _gemm("forecast_head", T, out, h, precision, bias=True))
-        params = ln_params + h * out + out
+        ops = (norm, _gemm("forecast_head", b, out, s * h, precision, bias=True))
+        params = ln_params + s * h * out + out
         return Layer("head", "head", 1, ops, params=params, params_full=params, recomputable=False)
     V = spec.vocab or 1
-    logits = _gemm("lm_head", T, V // tp if V % tp == 0 else -(-V // tp), h, precision)
+    ops: list[Op] = [norm]
+    extra = 0
+    if spec.family == "encoder":
+        # BERT masked-LM head: dense h->h + GELU + LayerNorm before the (tied) decoder, which has a bias
+        ops += [_gemm("mlm_transform", T, h, h, precision, bias=True),
+                _elementwise("mlm_act", T * h, 1, 1, 8, saved=T * h * ACT_BYTES),
+                _elementwise("mlm_norm", T * h, 1, 1, 5, saved=T * h * ACT_BYTES, kind="norm", params=ln_params)]
+        extra = h * h + h + ln_params + V
+    ops.append(_gemm("lm_head", T, V // tp if V % tp == 0 else -(-V // tp), h, precision))
     # softmax cross-entropy in fp32 over the vocab shard: read logits, write fp32 probs, grads
-    loss = Op("cross_entropy", "loss", flop=5.0 * T * V / tp, bytes=T * V / tp * (ACT_BYTES + 4 + 4),
-              saved_bytes=T * V / tp * 4, bwd_flop_factor=1.0, bwd_bytes_factor=1.0, kernels=3, bwd_kernels=2)
+    ops.append(Op("cross_entropy", "loss", flop=5.0 * T * V / tp, bytes=T * V / tp * (ACT_BYTES + 4 + 4),
+                  saved_bytes=T * V / tp * 4, bwd_flop_factor=1.0, bwd_bytes_factor=1.0, kernels=3, bwd_kernels=2))
     head_params = 0 if spec.tied_embeddings else V * h
     comms: tuple[Comm, ...] = ()
     if tp > 1:
-        comms = (Comm("head_allgather", "all_gather", "tp", T * h * ACT_BYTES, 1 if sp else 0, 1 if sp else 0),
-                 Comm("loss_allreduce", "all_reduce", "tp", T * 4 * 3, 1, 0))
-    return Layer("head", "head", 1, (norm, logits, loss), comms, params=ln_params + head_params / tp,
-                 params_full=ln_params + head_params, recomputable=False)
+        act = T * h * ACT_BYTES
+        # column-parallel lm_head: under sp its input is all-gathered (backward: reduce-scatter);
+        # without sp the input is replicated and its gradient is all-reduced in the backward
+        head_in = (Comm("head_allgather", "all_gather", "tp", act, 1, 1) if sp
+                   else Comm("head_grad_allreduce", "all_reduce", "tp", act, 0, 1))
+        # vocab-parallel cross-entropy: all-reduces of the row max, target logit and sum of exps (fp32)
+        comms = (head_in, Comm("loss_allreduce", "all_reduce", "tp", T * 4 * 3, 1, 0))
+    return Layer("head", "head", 1, tuple(ops), comms, params=ln_params + extra + head_params / tp,
+                 params_full=ln_params + extra + head_params, recomputable=False)
 
 
 def _replace(op: Op, **kw: object) -> Op:
@@ -144,13 +167,21 @@ def _replace(op: Op, **kw: object) -> Op:
     return replace(op, **kw)  # type: ignore[arg-type]
 
 
-def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, precision: str, attn_impl: str) -> tuple[list[Op], float]:
-    """Q/K/V projections, attention core and output projection; returns (ops, params of the block)."""
+def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, precision: str, attn_impl: str,
+                   saved_in: float | None = None) -> tuple[list[Op], float]:
+    """Q/K/V projections, attention core and output projection; returns (ops, params of the block).
+
+    `saved_in` is what the input projections keep for their weight gradient: the whole input
+    (T·h) without sequence parallelism, the local T/tp shard with it (Megatron-LM re-gathers the
+    input in the backward pass instead of storing it)."""
     h = spec.hidden
     heads = spec.num_heads or 1
     kvh = spec.kv_heads
-    if heads % tp or kvh % tp and tp % kvh:
-        raise LayoutError(f"tp {tp} must divide num_heads {heads} and num_kv_heads {kvh} (or be a multiple of kv heads)")
+    bad = lambda t: heads % t or (kvh % t and t % kvh)  # noqa: E731
+    if bad(tp):
+        valid = ", ".join(str(t) for t in range(1, heads + 1) if not bad(t) and t <= 128)
+        raise LayoutError(f"tp {tp} must divide num_heads {heads} and num_kv_heads {kvh} (or be a multiple of "
+                          f"num_kv_heads) of {spec.id}; valid tp: {valid}")
     hl = heads // tp
     kvl = max(1, kvh // tp)
     ops: list[Op] = []
@@ -161,31 +192,35 @@ def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, pr
         dqk = m.qk_nope_head_dim + m.qk_rope_head_dim
         dv = m.v_head_dim
         ops += [
-            _gemm("q_down", T, m.q_lora_rank, h, precision),
+            _gemm("q_down", T, m.q_lora_rank, h, precision, saved=saved_in),
             _elementwise("q_norm", T * m.q_lora_rank, 1, 1, 5, saved=T * m.q_lora_rank * ACT_BYTES, kind="norm", params=m.q_lora_rank),
             _gemm("q_up", T, hl * dqk, m.q_lora_rank, precision),
-            _gemm("kv_down", T, m.kv_lora_rank + m.qk_rope_head_dim, h, precision),
+            # same input as q_down, kept once
+            _gemm("kv_down", T, m.kv_lora_rank + m.qk_rope_head_dim, h, precision, saved=0.0),
             _elementwise("kv_norm", T * m.kv_lora_rank, 1, 1, 5, saved=T * m.kv_lora_rank * ACT_BYTES, kind="norm", params=m.kv_lora_rank),
             _gemm("kv_up", T, hl * (m.qk_nope_head_dim + dv), m.kv_lora_rank, precision),
         ]
         params = (h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * hl * dqk + h * (m.kv_lora_rank + m.qk_rope_head_dim)
                   + m.kv_lora_rank + m.kv_lora_rank * hl * (m.qk_nope_head_dim + dv))
         d_qk, d_v, q_out = dqk, dv, hl * dv
+        rope_el = T * (hl + 1) * m.qk_rope_head_dim  # rope on the q heads' rope part and the one shared k_pe
     else:
         d = spec.dhead
         qkv_n = (hl + 2 * kvl) * d
-        ops.append(_gemm("qkv_proj", T, qkv_n, h, precision, bias=bias))
+        ops.append(_gemm("qkv_proj", T, qkv_n, h, precision, bias=bias, saved=saved_in))
         params = h * qkv_n + (qkv_n if bias else 0)
         d_qk, d_v, q_out = d, d, hl * d
+        rope_el = T * (hl + kvl) * d
     if spec.position == "rope":
-        ops.append(_elementwise("rope", T * (hl + kvl) * d_qk, 1, 1, 3))
+        ops.append(_elementwise("rope", rope_el, 1, 1, 3))
     sq, skv = s // cp, s
     full_fwd = 2.0 * b * hl * sq * skv * (d_qk + d_v)  # QK^T and PV
     causal = spec.causal
     exec_fwd = full_fwd / 2 if causal else full_fwd
     if attn_impl == "flash":
-        # saves Q, K, V, O and the fp32 log-sum-exp per row
-        saved = b * sq * hl * (2 * d_qk + 2 * d_v) * ACT_BYTES + b * hl * sq * 4
+        # saves Q (q heads), K and V (kv heads) and the fp32 log-sum-exp per row; its output O is
+        # the out-proj input, counted there
+        saved = b * sq * (hl * d_qk + kvl * (d_qk + d_v)) * ACT_BYTES + b * hl * sq * 4
         io = b * sq * hl * (d_qk + d_v) * ACT_BYTES + b * skv * kvl * (d_qk + d_v) * ACT_BYTES
         ops.append(Op("flash_attention", "attention", flop=exec_fwd, bytes=io, model_flop=full_fwd,
                       saved_bytes=saved, bwd_flop_factor=2.5, bwd_bytes_factor=2.5, kernels=1, bwd_kernels=3,
@@ -206,15 +241,18 @@ def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, pr
     return ops, params
 
 
-def _ffn_ops(spec: ModelSpec, T: int, width: int, tp: int, precision: str, name: str, bias: bool) -> tuple[list[Op], float]:
+def _ffn_ops(spec: ModelSpec, T: int, width: int, tp: int, precision: str, name: str, bias: bool,
+             saved_in: float | None = None) -> tuple[list[Op], float]:
+    """FC1 -> activation -> FC2. Saved: FC1 input, the activation's input (GELU: T·f, gated:
+    both halves T·2f), FC2 input (Korthikanti et al. 2022: 2 + 8 + 8 sbh for a 4h GELU MLP)."""
     h = spec.hidden
     gated = spec.activation in ("swiglu", "geglu")
     if width % tp:
         raise LayoutError(f"tp {tp} does not divide the FFN width {width} of {spec.id}")
     f = width // tp
     up_n = f * (2 if gated else 1)
-    act = _elementwise(f"{name}_act", T * f, 2 if gated else 1, 1, 8, saved=T * up_n * ACT_BYTES if gated else 0.0)
-    ops = [_gemm(f"{name}_fc1", T, up_n, h, precision, bias=bias), act,
+    act = _elementwise(f"{name}_act", T * f, 2 if gated else 1, 1, 8, saved=T * up_n * ACT_BYTES)
+    ops = [_gemm(f"{name}_fc1", T, up_n, h, precision, bias=bias, saved=saved_in), act,
            _gemm(f"{name}_fc2", T, h, f, precision, bias=bias)]
     params = h * up_n + up_n * (1 if bias else 0) + f * h + (h if bias else 0)
     return ops, params
@@ -225,18 +263,20 @@ def _block(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, ep: int, s
     h = spec.hidden
     Tl = T // tp if sp else T  # tokens whose norm / dropout this rank computes
     ln_params = 2 * h if spec.norm == "layernorm" else h
-    rep = 1 if sp else tp  # replicated activations are not divided by tp
+    # inputs of the column-parallel GEMMs (QKV, FC1) kept for wgrad: the full T·h without sp, the
+    # local shard with sp (Megatron-LM re-gathers it in the backward, overlapped with the dgrad GEMM)
+    saved_in = Tl * h * ACT_BYTES
     norm = lambda nm: _elementwise(nm, Tl * h, 1, 1, 5, saved=Tl * h * ACT_BYTES, kind="norm", params=ln_params)  # noqa: E731
     dropout_add = lambda nm: _elementwise(nm, Tl * h, 2, 1.5, 2, saved=Tl * h * 1, bwd_bytes_factor=1.5)  # noqa: E731
     ops: list[Op] = [norm("norm1")]
-    attn_ops, attn_params = _attention_ops(spec, b, s, T, tp, cp, precision, attn_impl)
+    attn_ops, attn_params = _attention_ops(spec, b, s, T, tp, cp, precision, attn_impl, saved_in)
     ops += attn_ops
     ops.append(dropout_add("attn_residual"))
     ops.append(norm("norm2"))
     comms: list[Comm] = []
     expert_params = 0.0
     if not moe:
-        ffn_ops, ffn_params = _ffn_ops(spec, T, spec.ffn_hidden or 4 * h, tp, precision, "mlp", spec.bias)
+        ffn_ops, ffn_params = _ffn_ops(spec, T, spec.ffn_hidden or 4 * h, tp, precision, "mlp", spec.bias, saved_in)
         ops += ffn_ops
     else:
         E, k = spec.num_experts or 1, spec.top_k or 1
@@ -256,14 +296,14 @@ def _block(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, ep: int, s
         up_n = f * (2 if gated else 1)
         ops += [
             _replace(_gemm("expert_fc1", me, up_n, h, precision, batch=el), weight_params=float(el * h * up_n)),
-            _elementwise("expert_act", tokens_local * f, 2 if gated else 1, 1, 8, saved=tokens_local * up_n * ACT_BYTES if gated else 0),
+            _elementwise("expert_act", tokens_local * f, 2 if gated else 1, 1, 8, saved=tokens_local * up_n * ACT_BYTES),
             _replace(_gemm("expert_fc2", me, h, f, precision, batch=el), weight_params=float(el * f * h)),
             _elementwise("expert_combine", tokens_local * h, 1, 1, 2, saved=0.0),
         ]
         expert_params = el * (h * up_n + f * h)
         ffn_params = expert_params + h * E
         if spec.num_shared_experts:
-            sh_ops, sh_params = _ffn_ops(spec, T, width * spec.num_shared_experts, tp, precision, "shared", False)
+            sh_ops, sh_params = _ffn_ops(spec, T, width * spec.num_shared_experts, tp, precision, "shared", False, 0.0)
             ops += sh_ops
             ffn_params += sh_params
         if ep > 1:
@@ -283,9 +323,14 @@ def _block(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, ep: int, s
         comms += [Comm("cp_kv_ring", "all_gather", "cp", kv_bytes, 1, 2, overlappable=True)]
     params = 2 * ln_params + attn_params + ffn_params
     params_full = _full_params(spec, moe, ln_params)
+    active = None
+    if moe:
+        E, k, width = spec.num_experts or 1, spec.top_k or 1, spec.moe_ffn_hidden or h
+        one_expert = h * width * (3 if spec.activation in ("swiglu", "geglu") else 2)
+        active = params_full - (E - k) * one_expert
     return Layer("moe_layers" if moe else "layers", "moe" if moe else "transformer", count, tuple(ops), tuple(comms),
                  params=params, params_full=params_full, expert_params=expert_params,
-                 input_bytes=Tl * h * ACT_BYTES)
+                 input_bytes=Tl * h * ACT_BYTES, active_params_full=active)
 
 
 def _full_params(spec: ModelSpec, moe: bool, ln_params: int) -> float:

@@ -82,6 +82,7 @@ class Layer:
     expert_params: float = 0.0  # the part of `params` that is expert weights (sharded by ep)
     input_bytes: float = 0.0  # the layer input kept under full recompute
     recomputable: bool = True
+    active_params_full: float | None = None  # MoE: unsharded parameters one token uses; None = params_full
 
     @property
     def fwd_flop(self) -> float:
@@ -117,6 +118,11 @@ class Graph:
 
     def total_params_full(self) -> float:
         return sum(layer.params_full * layer.count for layer in self.layers)
+
+    def active_params_full(self) -> float:
+        """Unsharded parameters a token passes through (MoE: top_k routed + shared experts)."""
+        return sum((layer.params_full if layer.active_params_full is None else layer.active_params_full) * layer.count
+                   for layer in self.layers)
 
     def fwd_flop(self) -> float:
         return sum(layer.fwd_flop * layer.count for layer in self.layers)

@@ -95,8 +95,16 @@ class ModelSpec(BaseModel):
                 raise SpecError("head_dim", f"hidden {self.hidden} not divisible by num_heads {self.num_heads}", "an explicit head_dim")
         if self.attention == "mla" and self.mla is None:
             raise SpecError("mla", "attention is 'mla' but no mla sizes given", "q_lora_rank, kv_lora_rank, ...")
+        if self.mla is not None and self.attention != "mla":
+            raise SpecError("attention", f"{self.attention!r} but mla sizes are given", "'mla', or drop the mla block")
         if self.family == "moe" and self.top_k and self.num_experts and self.top_k > self.num_experts:
             raise SpecError("top_k", f"{self.top_k} > num_experts {self.num_experts}", "top_k <= num_experts")
+        if self.family == "moe" and self.first_dense_layers >= self.num_layers:
+            raise SpecError("first_dense_layers",
+                            f"{self.first_dense_layers} >= num_layers {self.num_layers} leaves no MoE layer",
+                            f"at most {self.num_layers - 1}, or family 'dense'")
+        if self.family == "patch_transformer" and self.patch_len and self.patch_len > self.seq_len:
+            raise SpecError("patch_len", f"{self.patch_len} > seq_len {self.seq_len}", f"at most {self.seq_len}")
         return self
 
     @property

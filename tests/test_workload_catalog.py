@@ -1,0 +1,187 @@
+"""workloads/*.yaml: every file loads, cites its source, and its parameter count matches the
+published one; bad specs raise errors that name the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from perfmodel.errors import SpecError, UnknownIdError
+from perfmodel.workload.builder import build_graph
+from perfmodel.workload.catalog import get_workload, load_workload_file, load_workloads
+from perfmodel.workload.spec import ModelSpec
+
+REQUIRED_IDS = [
+    "gpt3-125m", "gpt3-355m", "gpt3-760m", "gpt3-1.3b", "gpt3-2.7b", "gpt3-6.7b", "gpt3-13b", "gpt3-175b",
+    "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1558m",
+    "mpt-125m", "mpt-350m", "mpt-760m", "mpt-1b", "mpt-3b", "mpt-7b", "mpt-13b", "mpt-30b", "mpt-70b",
+    "bloom-176b", "llama2-7b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3-405b",
+    "mixtral-8x7b", "mixtral-8x22b", "deepseek-v3", "bert-large",
+    "lstm-deepar", "tcn-seqmnist", "patchtst-electricity", "mlp-mnist",
+]
+WL = load_workloads()
+PUBLISHED = sorted(k for k, s in WL.items() if s.published_params is not None)
+
+
+def params(wid: str) -> float:
+    return build_graph(WL[wid], seq_len=min(WL[wid].seq_len, 2048)).total_params_full()
+
+
+def active(wid: str) -> float:
+    return build_graph(WL[wid], seq_len=2048).active_params_full()
+
+
+def test_required_workloads_exist_and_cite_a_source() -> None:
+    missing = [w for w in REQUIRED_IDS if w not in WL]
+    assert not missing
+    for wid in REQUIRED_IDS:
+        assert len(WL[wid].source) > 20, wid
+
+
+def test_file_stem_is_id() -> None:
+    for path in Path(__file__).resolve().parents[1].joinpath("workloads").glob("*.yaml"):
+        assert load_workload_file(path).id == path.stem
+
+
+@pytest.mark.parametrize("wid", PUBLISHED)
+def test_total_params_within_2pct_of_published(wid: str) -> None:
+    pub = WL[wid].published_params
+    assert pub is not None
+    assert params(wid) == pytest.approx(pub.total, rel=0.02)
+
+
+@pytest.mark.parametrize("wid", [k for k in PUBLISHED if WL[k].published_params.active])  # type: ignore[union-attr]
+def test_active_params_within_2pct_of_published(wid: str) -> None:
+    pub = WL[wid].published_params
+    assert pub is not None and pub.active is not None
+    assert active(wid) == pytest.approx(pub.active, rel=0.02)
+
+
+# ---- hand-computed parameter counts --------------------------------------------------------
+def test_gpt2_124m_exact() -> None:
+    # wte 50257·768 + wpe 1024·768 + 12 x (12·768² + 13·768) + final LN 2·768 (tied head)
+    # = 38,597,376 + 786,432 + 12 x 7,087,872 + 1,536 = 124,439,808 (HF GPT2Model count)
+    assert params("gpt2-124m") == 124_439_808
+
+
+def test_gpt3_175b() -> None:
+    # 96 x (12·12288² + 13·12288) + 50257·12288 + 2048·12288 + 2·12288 = 174.60e9 (paper: 175.0e9)
+    h, L = 12288, 96
+    expect = L * (12 * h * h + 13 * h) + 50257 * h + 2048 * h + 2 * h
+    assert params("gpt3-175b") == expect
+    assert expect / 175.0e9 == pytest.approx(0.9977, abs=1e-4)
+
+
+def test_llama3_8b_exact() -> None:
+    # per layer: q,o 2·4096² + k,v 2·4096·1024 + SwiGLU 3·4096·14336 + 2 RMSNorm 2·4096
+    #   = 33,554,432 + 8,388,608 + 176,160,768 + 8,192 = 218,112,000
+    # 32 layers 6,979,584,000 + embed and head 2·128256·4096 = 1,050,673,152 + final norm 4096
+    assert params("llama3-8b") == 8_030_261_248
+
+
+def test_llama3_70b_and_405b() -> None:
+    assert params("llama3-70b") == pytest.approx(70.55e9, rel=1e-3)  # HF checkpoint: 70,553,706,496
+    assert params("llama3-70b") == 70_553_706_496
+    assert params("llama3-405b") == pytest.approx(405.85e9, rel=1e-3)  # HF Llama-3.1-405B: 405.85B
+
+
+def test_mixtral_8x7b_total_and_active() -> None:
+    # per layer: attention 2·4096² + 2·4096·1024 = 41,943,040; experts 8 x 3·4096·14336 = 1,409,286,144;
+    # router 4096·8; norms 2·4096. 32 layers + embed/head 2·32000·4096 + 4096.
+    attn, expert, router, norms = 41_943_040, 3 * 4096 * 14336, 4096 * 8, 2 * 4096
+    emb = 2 * 32000 * 4096 + 4096
+    assert params("mixtral-8x7b") == 32 * (attn + 8 * expert + router + norms) + emb  # 46,702,792,704
+    assert active("mixtral-8x7b") == 32 * (attn + 2 * expert + router + norms) + emb  # 12,879,925,248
+    assert params("mixtral-8x7b") == pytest.approx(46.7e9, rel=0.01)
+    assert active("mixtral-8x7b") == pytest.approx(12.9e9, rel=0.01)
+
+
+def test_deepseek_v3_total_and_active() -> None:
+    h = 7168
+    # MLA: q_down h·1536 + 1536 norm + q_up 1536·128·192 + kv_down h·576 + 512 norm + kv_up 512·128·256 + o 128·128·h
+    mla = h * 1536 + 1536 + 1536 * 128 * 192 + h * 576 + 512 + 512 * 128 * 256 + 128 * 128 * h
+    assert mla == 187_107_328
+    expert = 3 * h * 2048
+    dense = 2 * h + mla + 3 * h * 18432
+    moe_total = 2 * h + mla + 256 * expert + expert + h * 256
+    moe_active = 2 * h + mla + 8 * expert + expert + h * 256
+    emb = 2 * 129280 * h + h
+    assert params("deepseek-v3") == 3 * dense + 58 * moe_total + emb
+    assert params("deepseek-v3") == pytest.approx(671e9, rel=0.005)
+    assert active("deepseek-v3") == 3 * dense + 58 * moe_active + emb
+    assert active("deepseek-v3") == pytest.approx(37e9, rel=0.02)  # 37.55e9: +1.5%
+
+
+def test_bert_large() -> None:
+    # 24 x (12·1024² + 13·1024) + embeddings (30522 + 512 + 2)·1024 + LN 2·1024
+    # + MLM head (1024² + 1024 + 2·1024 + 30522) = 335.2e6; Devlin et al. quote 340M (-1.4%)
+    h = 1024
+    expect = 24 * (12 * h * h + 13 * h) + (30522 + 512 + 2) * h + 2 * h + h * h + h + 2 * h + 30522
+    assert params("bert-large") == expect
+    assert expect == pytest.approx(340e6, rel=0.02)
+
+
+def test_small_models_by_hand() -> None:
+    # LSTM: per layer 4H(in + H) + 8H; head H·24 + 24
+    H = 40
+    assert params("lstm-deepar") == 4 * H * (44 + H) + 8 * H + 4 * H * (H + H) + 8 * H + H * 24 + 24
+    # TCN: level 0: conv 1·7·25+25, conv 25·7·25+25, downsample 1·25+25; levels 1..7: 2 x (25·7·25 + 25)
+    lvl = 25 * 7 * 25 + 25
+    assert params("tcn-seqmnist") == (7 * 25 + 25) + lvl + (25 + 25) + 7 * 2 * lvl + 25 * 10 + 10
+    # MLP 784-512-512-10 = 669,706 (Keras mnist_mlp prints 669,706 trainable parameters)
+    assert params("mlp-mnist") == 669_706
+    # PatchTST: patch embed 16·128+128, pos 41·128, 3 x (12·128·128... with FFN 256), head 41·128·96+96
+    h, f, n = 128, 256, 41
+    layer = 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h
+    assert params("patchtst-electricity") == (16 * h + h + n * h) + 3 * layer + 2 * h + n * h * 96 + 96
+
+
+# ---- lookups and errors --------------------------------------------------------------------
+def test_unknown_workload_lists_known_ids() -> None:
+    with pytest.raises(UnknownIdError, match="llama3-8b"):
+        get_workload("no-such-model")
+
+
+BASE = dict(id="t", name="t", family="dense", source="test spec", num_layers=2, hidden=64, ffn_hidden=256,
+            num_heads=8, vocab=100)
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"num_heads": 6}, "head_dim"),  # 64 not divisible by 6
+    ({"num_kv_heads": 3}, "num_kv_heads"),  # 3 does not divide 8
+    ({"ffn_hidden": None}, "ffn_hidden"),
+    ({"vocab": None}, "vocab"),
+    ({"hidden": 0}, "hidden"),
+    ({"attention": "mla"}, "mla"),
+    ({"mla": {"q_lora_rank": 8, "kv_lora_rank": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8}}, "attention"),
+    ({"family": "moe", "num_experts": 4, "top_k": 8, "moe_ffn_hidden": 32}, "top_k"),
+    ({"family": "moe", "num_experts": 4, "top_k": 2}, "moe_ffn_hidden"),
+    ({"family": "moe", "num_experts": 4, "top_k": 2, "moe_ffn_hidden": 32, "first_dense_layers": 2}, "first_dense_layers"),
+    ({"family": "lstm"}, "input_size"),
+    ({"family": "tcn", "input_size": 3}, "kernel_size"),
+    ({"family": "patch_transformer", "input_size": 3, "patch_len": 4096}, "patch_len"),
+    ({"activation": "tanh"}, "activation"),
+    ({"flops": 1}, "flops"),  # extra="forbid"
+])
+def test_bad_spec_names_the_field(changes: dict[str, object], field: str) -> None:
+    data = {**BASE, **changes}
+    data = {k: v for k, v in data.items() if v is not None}
+    with pytest.raises(ValueError, match=field):
+        ModelSpec.model_validate(data)
+
+
+def test_bad_yaml_file_error_names_file_and_field(tmp_path: Path) -> None:
+    data = {**BASE, "id": "bad", "num_kv_heads": 3}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(SpecError) as e:
+        load_workload_file(path)
+    assert e.value.field == "num_kv_heads" and "bad.yaml" in str(e.value)
+
+
+def test_specs_are_frozen() -> None:
+    with pytest.raises(ValueError):
+        WL["gpt2-124m"].hidden = 1  # type: ignore[misc]
+    assert WL["gpt2-124m"].with_(num_layers=2).num_layers == 2
