@@ -1,0 +1,555 @@
+"""Microbenchmark THIS host's CPU with torch and write it into the catalogue as `host-cpu`.
+
+`perfmodel calibrate` (or ``python -m perfmodel.calibrate``) measures, with torch on the CPU:
+
+* GEMM FLOP/s, fp32 and bf16, over a few shapes (``torch.mm``; FLOP = 2·m·n·k);
+* streaming memory bandwidth: copy (2 arrays moved) and triad ``a = b + s·c`` (3 arrays moved),
+  arrays 8x larger than the last-level cache;
+* host time of one tiny eager op with autograd (``y = x * 2`` with ``requires_grad``), the CPU
+  analogue of pytorch/pytorch#41383's 7 us figure on a GPU box;
+* a 2-process gloo ``all_reduce`` and ``send``/``recv`` curve over message sizes on localhost
+  (``torch.multiprocessing.spawn``, one thread per process).
+
+Mapping of a CPU onto perfmodel's accelerator model (documented again in the YAML): ONE core,
+running ONE torch thread, is one "accelerator". A process that trains alone uses one thread;
+a 2-process gloo data-parallel or pipeline job on this 2-core machine is 2 "accelerators" of one
+node (``host-node``). That keeps each measured per-accelerator rate valid whatever the layout.
+Numbers with all cores (one process, ``torch.get_num_threads()`` threads) are kept in notes.
+
+Theoretical peaks are written from CPU facts, not from the measurement: cores x clock x FLOP per
+cycle, where FLOP per cycle comes from the vector width and FMA flags in /proc/cpuinfo and the
+clock is measured with a dependent integer-add chain (one add per cycle) when a C compiler is
+available, else read from /proc/cpuinfo (which under KVM is the TSC rate, not the boost clock).
+
+Calibration never sees the training runs that perfmodel is judged on (validation/cpu/harness.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["run_calibration", "main", "cpu_facts", "flop_per_cycle", "wait_for_quiet"]
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# (m, n, k) of torch.mm(A[m,k], B[k,n]). The full list includes the shapes of the CPU workloads.
+_GEMM_SHAPES_FULL = [
+    (256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048),
+    (4096, 1024, 1024), (1024, 4096, 1024), (2048, 256, 1024), (2048, 1024, 256), (8192, 256, 256),
+]
+_GEMM_SHAPES_QUICK = [(256, 256, 256), (1024, 1024, 1024)]
+_AR_SIZES_FULL = [2**p for p in range(10, 27, 2)]  # 1 KiB .. 64 MiB
+_AR_SIZES_QUICK = [2**12, 2**18, 2**22]  # 4 KiB, 256 KiB, 4 MiB
+
+
+# --- facts about the CPU ----------------------------------------------------------------------
+def cpu_facts() -> dict[str, Any]:
+    """Model name, flags, core count, cache sizes and memory from /proc and sysfs (Linux)."""
+    info: dict[str, Any] = {"model_name": platform.processor() or "unknown", "flags": set(), "mhz": None,
+                            "vendor": "unknown", "family": None, "model": None}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        key, _, val = (s.strip() for s in line.partition(":"))
+        if key == "model name":
+            info["model_name"] = val
+        elif key == "flags":
+            info["flags"] = set(val.split())
+        elif key == "cpu MHz" and info["mhz"] is None:
+            info["mhz"] = float(val)
+        elif key == "vendor_id":
+            info["vendor"] = val
+        elif key == "cpu family" and info["family"] is None:
+            info["family"] = int(val)
+        elif key == "model" and info["model"] is None:
+            info["model"] = int(val)
+    info["cores"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    info["caches"] = _caches()
+    mem_kib = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kib = int(line.split()[1])
+    except OSError:
+        pass
+    info["mem_bytes"] = mem_kib * 1024
+    return info
+
+
+def _caches() -> dict[str, int]:
+    """Per-core size in bytes of each cache level: {'L1d': .., 'L2': .., 'L3': ..}."""
+    out: dict[str, int] = {}
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for d in sorted(base.glob("index*")):
+        try:
+            level = (d / "level").read_text().strip()
+            kind = (d / "type").read_text().strip()
+            size = (d / "size").read_text().strip()
+        except OSError:
+            continue
+        name = f"L{level}" + ("d" if kind == "Data" else "i" if kind == "Instruction" else "")
+        mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(size[-1], 1)
+        out[name] = int(size.rstrip("KMG")) * mult
+    return out
+
+
+def flop_per_cycle(facts: dict[str, Any]) -> dict[str, tuple[float, str]]:
+    """Dense FLOP per cycle per core by precision, with the arithmetic as text.
+
+    fp32: lanes x 2 (FMA = multiply + add) x FMA issues per cycle. Zen 4 (AMD family 25 with
+    AVX-512) executes a 512-bit FMA as two halves on its two 256-bit FMA pipes: one zmm FMA per
+    cycle, the same 32 FLOP/cycle as AVX2 on two pipes. Intel server cores with AVX-512 are taken
+    to issue two zmm FMAs per cycle. bf16 with AVX512_BF16: VDPBF16PS does two bf16 products per
+    fp32 lane, so twice the fp32 FLOP per instruction at the same issue rate.
+    """
+    flags: set[str] = facts["flags"]
+    amd = facts["vendor"] == "AuthenticAMD"
+    if "avx512f" in flags:
+        lanes = 16
+        issue = 1 if amd else 2
+        isa = "AVX-512"
+    elif "avx2" in flags or "avx" in flags:
+        lanes, issue, isa = 8, 2, "AVX2"
+    else:
+        lanes, issue, isa = 4, 2, "SSE"
+    fma = 2 if "fma" in flags or "avx512f" in flags else 1
+    fp32 = lanes * fma * issue
+    why = f"{isa} {lanes} fp32 lanes x {fma} (FMA) x {issue} issue/cycle"
+    if amd and "avx512f" in flags:
+        why += " (Zen 4: a 512-bit FMA runs as two halves on two 256-bit FMA pipes)"
+    out = {"fp32": (float(fp32), why)}
+    if "avx512_bf16" in flags:
+        out["bf16"] = (2.0 * fp32, f"AVX512_BF16 VDPBF16PS: 2 bf16 products per fp32 lane -> 2 x {fp32}")
+    if "amx_bf16" in flags:
+        out["bf16"] = (1024.0, "AMX-BF16 TMUL: 512 bf16 FMA per cycle")
+    return out
+
+
+_CLOCK_C = r"""
+#include <stdio.h>
+#include <time.h>
+int main(void) {
+  struct timespec a, b; unsigned long n = 1000000000UL, x = 0;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  __asm__ volatile("mov %1, %%rcx\n1:\n"
+    "add $1, %0\n add $1, %0\n add $1, %0\n add $1, %0\n"
+    "add $1, %0\n add $1, %0\n add $1, %0\n add $1, %0\n"
+    "sub $8, %%rcx\n jnz 1b\n" : "+r"(x) : "r"(n) : "rcx");
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  printf("%.6e\n", n / ((b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) * 1e-9));
+  return 0;
+}
+"""
+
+
+def measure_clock_hz() -> tuple[float | None, str]:
+    """Core clock from a chain of dependent 1-cycle adds (x86-64 with a C compiler), else None."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None or platform.machine() not in ("x86_64", "AMD64"):
+        return None, "no C compiler or not x86-64"
+    with tempfile.TemporaryDirectory() as tmp:
+        src, exe = Path(tmp, "clk.c"), Path(tmp, "clk")
+        src.write_text(_CLOCK_C)
+        try:
+            subprocess.run([cc, "-O1", str(src), "-o", str(exe)], check=True, capture_output=True, timeout=60)
+            runs = [float(subprocess.run([str(exe)], check=True, capture_output=True, text=True,
+                                         timeout=60).stdout) for _ in range(3)]
+        except (subprocess.SubprocessError, OSError, ValueError) as e:
+            return None, f"clock loop failed: {e}"
+    return max(runs), "dependent 64-bit add chain, 1 add per cycle, best of 3 x 1e9 adds"
+
+
+# --- timing helpers ---------------------------------------------------------------------------
+def _busy_fraction(window_s: float) -> float:
+    """Fraction of all CPUs' time spent busy (incl. steal) over `window_s`, from /proc/stat."""
+    def snap() -> tuple[int, int]:
+        vals = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+        return sum(vals[:8]), idle
+    try:
+        t0, i0 = snap()
+        time.sleep(window_s)
+        t1, i1 = snap()
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return 1.0 - (i1 - i0) / max(t1 - t0, 1)
+
+
+def wait_for_quiet(max_wait_s: float = 120.0, busy_below: float = 0.15, window_s: float = 0.5) -> float:
+    """Block until other processes leave the CPUs (busy fraction < busy_below), at most
+    max_wait_s. Returns the last busy fraction seen: a caller records it with its numbers, since
+    another tenant on the same cores slows every microbenchmark."""
+    deadline = time.monotonic() + max_wait_s
+    busy = _busy_fraction(window_s)
+    while busy >= busy_below and time.monotonic() < deadline:
+        busy = _busy_fraction(window_s)
+    return busy
+
+
+def _median_time(fn: Callable[[], object], reps: int, warmup: int = 2, min_time_s: float = 0.0) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    t_start = time.perf_counter()
+    while len(times) < reps or time.perf_counter() - t_start < min_time_s:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+        if len(times) >= 10 * reps:
+            break
+    return statistics.median(times)
+
+
+def bench_gemm(shapes: Sequence[tuple[int, int, int]], dtype: Any, reps: int) -> list[dict[str, Any]]:
+    import torch
+
+    out = []
+    for m, n, k in shapes:
+        a = torch.randn(m, k).to(dtype)
+        b = torch.randn(k, n).to(dtype)
+        c = torch.empty(m, n, dtype=dtype)
+        t = _median_time(lambda: torch.mm(a, b, out=c), reps)
+        out.append({"m": m, "n": n, "k": k, "time_s": t, "flop_per_s": 2.0 * m * n * k / t})
+    return out
+
+
+def bench_memory(n_elems: int, reps: int) -> dict[str, float]:
+    """STREAM-style copy (2 x 4n bytes) and triad (3 x 4n bytes) on fp32 arrays of n elements."""
+    import torch
+
+    a, b, c = (torch.rand(n_elems) for _ in range(3))
+    t_copy = _median_time(lambda: a.copy_(b), reps)
+    t_triad = _median_time(lambda: torch.add(b, c, alpha=3.0, out=a), reps)
+    nbytes = 4.0 * n_elems
+    return {"copy_Bps": 2 * nbytes / t_copy, "triad_Bps": 3 * nbytes / t_triad, "array_bytes": nbytes}
+
+
+def bench_op_overhead(n_ops: int) -> dict[str, float]:
+    """Seconds per tiny eager op: y = x * 2 on a 1-element tensor, with and without autograd,
+    and forward+backward of a chain of such ops (per op)."""
+    import torch
+
+    x = torch.ones(1, requires_grad=True)
+    x_ng = torch.ones(1)
+
+    def fwd_grad() -> None:
+        for _ in range(n_ops):
+            x * 2
+
+    def fwd_nograd() -> None:
+        for _ in range(n_ops):
+            x_ng * 2
+
+    def fwd_bwd() -> None:
+        y = x
+        for _ in range(n_ops // 10):
+            y = y * 1.0001
+        y.sum().backward()
+
+    grad = _median_time(fwd_grad, 5) / n_ops
+    nograd = _median_time(fwd_nograd, 5) / n_ops
+    fb = _median_time(fwd_bwd, 5) / (n_ops // 10)
+    return {"autograd_op_s": grad, "nograd_op_s": nograd, "fwd_bwd_per_op_s": fb}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _gloo_worker(rank: int, world: int, port: int, sizes: list[int], iters: int, out_path: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) >= world:
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[rank]})  # one core per rank
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    res: dict[str, list[dict[str, float]]] = {"all_reduce": [], "send_recv": []}
+    warm = torch.ones(2**16)
+    for _ in range(20):  # connection set-up and first-touch costs stay out of the curve
+        dist.all_reduce(warm)
+    for size in sizes:
+        t = torch.ones(size // 4)
+        n_it = max(5, min(iters, int(iters * 2**20 / size)))
+        for kind in ("all_reduce", "send_recv"):
+            times = []
+            for i in range(n_it + 2):
+                dist.barrier()
+                t0 = time.perf_counter()
+                if kind == "all_reduce":
+                    dist.all_reduce(t)
+                elif rank == 0:
+                    dist.send(t, 1)
+                    dist.recv(t, 1)
+                else:
+                    dist.recv(t, 0)
+                    dist.send(t, 0)
+                el = time.perf_counter() - t0
+                if i >= 2:
+                    times.append(el if kind == "all_reduce" else el / 2.0)  # ping-pong: one-way
+            res[kind].append({"size_bytes": float(size), "time_s": statistics.median(times), "min_s": min(times)})
+    if rank == 0:
+        Path(out_path).write_text(json.dumps(res))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def bench_gloo(sizes: list[int], iters: int) -> dict[str, list[dict[str, float]]]:
+    """2-process gloo all_reduce and ping-pong send/recv on localhost; busbw = bytes/time x
+    2(n-1)/n, which is 1 for n = 2 (ring all-reduce) and 1 for send/recv."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = str(Path(tmp, "gloo.json"))
+        mp.spawn(_gloo_worker, args=(2, _free_port(), sizes, iters, out), nprocs=2, join=True)
+        res: dict[str, list[dict[str, float]]] = json.loads(Path(out).read_text())
+    for kind, pts in res.items():
+        for p in pts:
+            p["busbw_Bps"] = p["size_bytes"] / p["time_s"]  # 2(n-1)/n = 1 at n = 2
+    return res
+
+
+# --- the whole calibration --------------------------------------------------------------------
+def measure(quick: bool = False) -> dict[str, Any]:
+    """Run every microbenchmark; return raw numbers in SI units."""
+    import torch
+
+    facts = cpu_facts()
+    clock_hz, clock_how = measure_clock_hz()
+    shapes = _GEMM_SHAPES_QUICK if quick else _GEMM_SHAPES_FULL
+    reps = 3 if quick else 7
+    llc = max(facts["caches"].values(), default=32 * 2**20)
+    n_mem = max(int(8 * llc / 4), 2**22) if not quick else max(int(2 * llc / 4), 2**22)
+    threads_all = torch.get_num_threads()
+    res: dict[str, Any] = {"facts": {**facts, "flags": sorted(facts["flags"])}, "clock_hz": clock_hz,
+                           "clock_how": clock_how, "torch": torch.__version__, "threads_all": threads_all,
+                           "quick": quick, "date": dt.date.today().isoformat()}
+    res["busy_before"] = {}
+    for threads in (1, threads_all):
+        torch.set_num_threads(threads)
+        key = f"t{threads}"
+        res["busy_before"][key] = wait_for_quiet(1.0 if quick else 120.0)
+        res[key] = {
+            "gemm_fp32": bench_gemm(shapes, torch.float32, reps),
+            "gemm_bf16": bench_gemm(shapes, torch.bfloat16, reps),
+            "memory": bench_memory(n_mem, reps),
+        }
+        if threads == 1:
+            res[key]["op_overhead"] = bench_op_overhead(2000 if quick else 20000)
+        if threads_all == 1:
+            break
+    torch.set_num_threads(threads_all)
+    res["busy_before"]["gloo"] = wait_for_quiet(1.0 if quick else 120.0)
+    res["gloo"] = bench_gloo(_AR_SIZES_QUICK if quick else _AR_SIZES_FULL, 5 if quick else 20)
+    return res
+
+
+def _g(x: float, unit: str) -> str:
+    from perfmodel.units import fmt
+
+    return fmt(x, unit, 4)
+
+
+def accelerator_yaml(r: dict[str, Any]) -> dict[str, Any]:
+    """The host-cpu accelerator spec (one core, one thread) from measured numbers `r`."""
+    f = r["facts"]
+    facts_flags = {**f, "flags": set(f["flags"])}
+    fpc = flop_per_cycle(facts_flags)
+    cpuinfo_hz = (f["mhz"] or 0) * 1e6
+    clock = r["clock_hz"] or cpuinfo_hz
+    cal_src = "calib"
+    refs = {
+        "cpuinfo": f"/proc/cpuinfo and sysfs of this host: {f['model_name']} (vendor {f['vendor']}, family "
+                   f"{f['family']}, model {f['model']}), {f['cores']} cores, cpu MHz {f['mhz']}",
+        "clock-loop": f"perfmodel calibrate {r['date']}: {r['clock_how']}" if r["clock_hz"] else
+                      "not measured: " + r["clock_how"],
+        "peak-arith": "cores x clock x FLOP/cycle; FLOP/cycle from the cpuinfo ISA flags (perfmodel.calibrate.flop_per_cycle)",
+        cal_src: f"perfmodel calibrate {r['date']}, torch {r['torch']}, 1 thread (torch.set_num_threads(1))"
+                 + (", quick mode" if r["quick"] else "")
+                 + f"; other load on the CPUs before it: {100 * r['busy_before']['t1']:.0f}% busy",
+    }
+    t1 = r["t1"]
+    peaks: dict[str, dict[str, Any]] = {}
+    for prec, (fpc_p, why) in fpc.items():
+        peak = clock * fpc_p
+        peaks[prec] = {"value": _g(peak, "FLOP/s"), "source": "peak-arith",
+                       "note": f"1 core x {clock / 1e9:.3f} GHz x {fpc_p:g} FLOP/cycle ({why}); dense"}
+    gemm_max: dict[str, Any] = {}
+    shapes: list[dict[str, Any]] = []
+    for prec in ("fp32", "bf16"):
+        pts = t1[f"gemm_{prec}"]
+        best = max(pts, key=lambda p: p["flop_per_s"])
+        pct = f"; {100 * best['flop_per_s'] / (clock * fpc[prec][0]):.0f}% of peak" if prec in fpc else ""
+        gemm_max[prec] = {"value": _g(best["flop_per_s"], "FLOP/s"), "source": cal_src,
+                          "note": f"torch.mm best of {len(pts)} shapes: {best['m']}x{best['n']}x{best['k']}{pct}"}
+        shapes += [{"precision": prec, "m": p["m"], "n": p["n"], "k": p["k"],
+                    "achieved": _g(p["flop_per_s"], "FLOP/s"), "source": cal_src} for p in pts]
+    mem, oh = t1["memory"], t1["op_overhead"]
+    tall = r.get(f"t{r['threads_all']}")
+    all_note = ""
+    if tall and r["threads_all"] > 1:
+        b32 = max(p["flop_per_s"] for p in tall["gemm_fp32"])
+        b16 = max(p["flop_per_s"] for p in tall["gemm_bf16"])
+        all_note = (f" With all {r['threads_all']} threads in one process: fp32 GEMM {_g(b32, 'FLOP/s')}, "
+                    f"bf16 GEMM {_g(b16, 'FLOP/s')}, triad {_g(tall['memory']['triad_Bps'], 'B/s')}, "
+                    f"copy {_g(tall['memory']['copy_Bps'], 'B/s')}.")
+    l2 = f["caches"].get("L2", 2**20)
+    l3 = f["caches"].get("L3")
+    mem_share = f["mem_bytes"] / max(f["cores"], 1)
+    return {
+        "id": "host-cpu",
+        "name": f"This host's CPU, one core ({f['model_name']})",
+        "vendor": "host",
+        "kind": "cpu",
+        "reference_node": "host-node",
+        "references": refs,
+        "matrix_peak": peaks,
+        "vector_peak": {k: {**v, "note": v["note"] + "; a CPU has no separate matrix unit"} for k, v in peaks.items()},
+        "compute_units": {"value": 1, "source": "cpuinfo", "note": f"one core per 'accelerator'; the host has {f['cores']}"},
+        "clock": {"value": _g(clock, "Hz"), "source": "clock-loop" if r["clock_hz"] else "cpuinfo",
+                  "note": f"measured sustained clock; /proc/cpuinfo says {f['mhz']} MHz (the TSC rate under KVM)"},
+        "hbm_capacity": {"value": _binary(mem_share), "source": "cpuinfo",
+                         "note": f"MemTotal {_binary(f['mem_bytes'])} shared by {f['cores']} cores; DRAM, not HBM"},
+        "hbm_bandwidth": {"value": _g(mem["triad_Bps"], "B/s"), "source": cal_src,
+                          "note": "no datasheet figure applies to one core of a (virtual) machine: the 1-thread "
+                                  "triad is used as the 'peak'"},
+        "l2_cache": {"value": _binary(l2), "source": "cpuinfo",
+                     "note": "per core" + (f"; L3 {_binary(l3)} shared" if l3 else "")},
+        "tdp": {"value": "5 W", "source": "estimate: a server core's share of socket power (e.g. 360 W / 96 cores = 3.75 W, "
+                "AMD EPYC 9654 datasheet) rounded up; not measured",
+                "note": "placeholder: the schema requires a TDP"},
+        "calibration": {
+            "gemm_max_achievable": gemm_max,
+            "gemm_shapes": shapes,
+            "hbm_achieved": {"value": _g(mem["triad_Bps"], "B/s"), "source": cal_src,
+                             "note": f"torch.add(b, c, alpha=3, out=a) on {_binary(mem['array_bytes'])} fp32 arrays "
+                                     f"(3 arrays counted); copy_ {_g(mem['copy_Bps'], 'B/s')} (2 counted)"},
+            "kernel_launch": {"value": _g(oh["nograd_op_s"], "s"), "source": cal_src,
+                              "note": "no kernel launch on a CPU: eager dispatch of x * 2 on 1 element without autograd"},
+            "host_op_overhead": {"value": _g(oh["autograd_op_s"], "s"), "source": cal_src,
+                                 "note": f"x * 2, 1 element, requires_grad (forward only); forward+backward per op "
+                                         f"{_g(oh['fwd_bwd_per_op_s'], 's')}"},
+        },
+        "notes": ("One core running one torch thread is one 'accelerator'; runs use torch.set_num_threads(1) per "
+                  "process, and a 2-process gloo job is 2 accelerators of host-node. Compute, memory traffic and "
+                  "gloo communication all run on the same core, so nothing overlaps." + all_note),
+    }
+
+
+def node_yaml(r: dict[str, Any]) -> dict[str, Any]:
+    """host-node: the host's cores as accelerators, gloo over loopback TCP as the fabric."""
+    f = r["facts"]
+    ar, sr = r["gloo"]["all_reduce"], r["gloo"]["send_recv"]
+    link = max(p["busbw_Bps"] for p in sr)
+    ar_big = max(p["busbw_Bps"] for p in ar)
+    src = "calib"
+    return {
+        "id": "host-node",
+        "name": f"This host: {f['cores']} cores of {f['model_name']}, gloo over loopback",
+        "accelerator": "host-cpu",
+        "accelerators_per_node": int(f["cores"]),
+        "references": {
+            src: f"perfmodel calibrate {r['date']}, torch {r['torch']}, torch.distributed gloo, 2 processes x 1 thread "
+                 f"on 127.0.0.1" + (", quick mode" if r["quick"] else ""),
+            "cpuinfo": f"/proc/meminfo and /proc/cpuinfo of this host ({f['cores']} cores)",
+        },
+        "intra_node": {
+            "fabric": "gloo-tcp-loopback",
+            "topology": "shared-memory",
+            "bandwidth": {"value": _g(link, "B/s"), "direction": "one-way", "source": src,
+                          "note": "no line rate exists for loopback TCP: the best measured send/recv rate "
+                                  f"(ping-pong, message {_binary(max(sr, key=lambda p: p['busbw_Bps'])['size_bytes'])}) is used"},
+            "latency": {"value": _g(ar[0]["time_s"], "s"), "source": src,
+                        "note": f"median 2-rank all_reduce of {_binary(ar[0]['size_bytes'])}; one-way send/recv "
+                                f"{_g(sr[0]['time_s'], 's')}; fastest all_reduce {_g(ar[0]['min_s'], 's')} (scheduler jitter on this VM)"},
+            "in_network_reduction": False,
+            "collective_efficiency": {"value": round(ar_big / link, 3), "source": src,
+                                      "note": f"best all_reduce busbw {_g(ar_big, 'B/s')} / bandwidth above"},
+            "curves": [
+                {"collective": kind, "algorithm": "gloo", "group_size": 2, "source": src,
+                 "points": [{"size": _binary(p["size_bytes"]), "busbw": _g(p["busbw_Bps"], "B/s")}
+                            for p in pts]}
+                for kind, pts in (("all_reduce", ar), ("send_recv", sr))
+            ],
+        },
+        "host_memory": {"value": _binary(f["mem_bytes"]), "source": "cpuinfo"},
+        "notes": ("Each of the host's cores is one host-cpu 'accelerator' (one process, one torch thread). The "
+                  "gloo transfers are copies by the same cores that compute, so communication does not overlap "
+                  "with compute. busbw for 2 ranks: all_reduce bytes/time x 2(n-1)/n = bytes/time; send_recv is "
+                  "one-way bytes/time from a ping-pong."),
+    }
+
+
+def _binary(nbytes: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g} {unit}"
+    return f"{nbytes:g} B"
+
+
+def _dump(obj: dict[str, Any], path: Path, header: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = ""
+    for key, val in obj.items():  # references and notes read better as blocks
+        style = False if key in ("references", "notes", "intra_node") or not isinstance(val, (dict, list)) else None
+        text += yaml.safe_dump({key: val}, sort_keys=False, width=1000, allow_unicode=True, default_flow_style=style)
+    path.write_text(header + text)
+
+
+def run_calibration(out_dir: Path, quick: bool = False) -> dict[str, Any]:
+    """Measure this host and write out_dir/accelerators/host-cpu.yaml and out_dir/nodes/host-node.yaml.
+
+    Returns the raw measurements (SI units) plus the written paths under 'paths'.
+    """
+    r = measure(quick)
+    header = (f"# Written by `python -m perfmodel.calibrate` on {r['date']} (torch {r['torch']}); rerun to refresh.\n"
+              "# One 'accelerator' = one core running one torch thread.\n")
+    acc_path = out_dir / "accelerators" / "host-cpu.yaml"
+    node_path = out_dir / "nodes" / "host-node.yaml"
+    _dump(accelerator_yaml(r), acc_path, header)
+    _dump(node_yaml(r), node_path, header)
+    r["paths"] = {"accelerator": str(acc_path), "node": str(node_path)}
+    return r
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="perfmodel calibrate", description=__doc__.split("\n")[0])
+    p.add_argument("--out", type=Path, default=REPO_ROOT / "hardware_specs", help="hardware_specs directory")
+    p.add_argument("--quick", action="store_true", help="fewer shapes and sizes (~10 s)")
+    p.add_argument("--json", type=Path, help="also write the raw measurements here")
+    a = p.parse_args(argv)
+    r = run_calibration(a.out, a.quick)
+    if a.json:
+        a.json.write_text(json.dumps(r, indent=1, default=str))
+    t1 = r["t1"]
+    print(f"fp32 GEMM max {_g(max(x['flop_per_s'] for x in t1['gemm_fp32']), 'FLOP/s')}, "
+          f"bf16 GEMM max {_g(max(x['flop_per_s'] for x in t1['gemm_bf16']), 'FLOP/s')}, "
+          f"triad {_g(t1['memory']['triad_Bps'], 'B/s')}, op {_g(t1['op_overhead']['autograd_op_s'], 's')}, "
+          f"gloo all_reduce best {_g(max(x['busbw_Bps'] for x in r['gloo']['all_reduce']), 'B/s')}")
+    print("wrote", r["paths"]["accelerator"], r["paths"]["node"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

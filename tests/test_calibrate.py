@@ -1,0 +1,64 @@
+"""perfmodel.calibrate: the CPU-fact arithmetic, and a quick real calibration that must write
+host-cpu / host-node specs the strict schema accepts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perfmodel import calibrate
+from perfmodel.hardware.catalog import _check_sources, parse_model, read_yaml
+from perfmodel.hardware.specs import Accelerator, Node
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _facts(vendor: str, *flags: str) -> dict:
+    return {"vendor": vendor, "flags": set(flags)}
+
+
+def test_flop_per_cycle_zen4_avx512():
+    # Zen 4: 16 fp32 lanes x 2 (FMA) x 1 zmm FMA per cycle = 32; bf16 dot product doubles it
+    f = calibrate.flop_per_cycle(_facts("AuthenticAMD", "avx2", "fma", "avx512f", "avx512_bf16"))
+    assert f["fp32"][0] == 32.0
+    assert f["bf16"][0] == 64.0
+
+
+def test_flop_per_cycle_avx2_and_intel_avx512():
+    assert calibrate.flop_per_cycle(_facts("AuthenticAMD", "avx2", "fma"))["fp32"][0] == 8 * 2 * 2
+    assert calibrate.flop_per_cycle(_facts("GenuineIntel", "avx2", "fma", "avx512f"))["fp32"][0] == 16 * 2 * 2
+    assert "bf16" not in calibrate.flop_per_cycle(_facts("GenuineIntel", "avx2", "fma"))
+
+
+def test_committed_host_specs_parse():
+    """The YAML in hardware_specs/ (written by a full calibration) obeys the strict schema."""
+    for cls, path in ((Accelerator, REPO / "hardware_specs/accelerators/host-cpu.yaml"),
+                      (Node, REPO / "hardware_specs/nodes/host-node.yaml")):
+        if not path.exists():
+            pytest.skip(f"{path} not written yet: run python -m perfmodel.calibrate")
+        obj = parse_model(cls, read_yaml(path), path)
+        _check_sources(obj, obj.references, path)
+        assert obj.id == path.stem
+
+
+@pytest.mark.slow
+def test_quick_calibration_writes_valid_specs(tmp_path: Path):
+    r = calibrate.run_calibration(tmp_path, quick=True)
+    acc = parse_model(Accelerator, read_yaml(tmp_path / "accelerators/host-cpu.yaml"), "host-cpu.yaml")
+    node = parse_model(Node, read_yaml(tmp_path / "nodes/host-node.yaml"), "host-node.yaml")
+    _check_sources(acc, acc.references, tmp_path)
+    _check_sources(node, node.references, tmp_path)
+    assert acc.kind == "cpu" and acc.reference_node == node.id == "host-node"
+    assert node.accelerator == acc.id and node.accelerators_per_node >= 1
+    # measured GEMM rates are positive and below the theoretical peak written beside them
+    for prec, s in acc.calibration.gemm_max_achievable.items():
+        achieved = s.si("flop_per_s")
+        assert 0 < achieved <= 1.05 * acc.matrix_peak_flop_per_s(prec), (prec, achieved)
+    assert acc.hbm_achieved_Bps > 1e8
+    assert 0 < acc.calibration.host_op_overhead.si("seconds") < 1e-3
+    # gloo curves exist for both collectives, at the sizes measured
+    kinds = {c.collective: c for c in node.intra_node.curves}
+    assert set(kinds) == {"all_reduce", "send_recv"}
+    assert [p.size_bytes for p in kinds["all_reduce"].points] == [float(s) for s in calibrate._AR_SIZES_QUICK]
+    assert r["quick"] is True and len(r["t1"]["gemm_fp32"]) == len(calibrate._GEMM_SHAPES_QUICK)
