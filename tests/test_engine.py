@@ -194,3 +194,32 @@ def test_layout_errors_name_the_values():
         perfmodel.estimate(GPT3, "a100-sxm4-80gb", ParallelPlan(tp=7, global_batch=1))
     with pytest.raises(perfmodel.LayoutError, match="global_batch 10 is not divisible"):
         ParallelPlan(dp=4, global_batch=10)
+
+
+def test_doubling_global_batch_scales_all_but_fixed_costs(a100_system):
+    """At fixed micro-batch and layout, step(2B) < 2·step(B) only by the per-step fixed costs
+    (bubble, DP collectives, optimizer): step(2B) - 2·step(B) = -(fixed costs of one step)."""
+    spec = gpt3()
+    sys_ = a100_system(128)
+    p1 = ParallelPlan(dp=2, tp=8, pp=8, global_batch=32, recompute="full")
+    p2 = p1.model_copy(update={"global_batch": 64})
+    e1, e2 = analytic_estimate(spec, sys_, p1), analytic_estimate(spec, sys_, p2)
+    assert e1.step_time_s < e2.step_time_s < 2 * e1.step_time_s
+    fixed = sum(e1.breakdown_s[k] for k in ("pp_bubble_s", "dp_comm_exposed_s", "optimizer_s"))
+    assert 2 * e1.step_time_s - e2.step_time_s == pytest.approx(fixed, rel=1e-6)
+
+
+def test_more_memory_never_slower(a100_system):
+    """HBM capacity decides fit, not speed: the 80 GB and 40 GB A100 with the same clocks and
+    bandwidth scaled alike would differ only through bandwidth; capacity alone changes nothing."""
+    import dataclasses
+
+    spec = gpt3()
+    sys_ = a100_system(64)
+    plan = ParallelPlan(dp=1, tp=8, pp=8, global_batch=16, recompute="full")
+    acc = sys_.accelerator
+    bigger = acc.model_validate({**acc.model_dump(), "hbm_capacity": {"value": "160 GB", "source": "datasheet"}})
+    e_small = analytic_estimate(spec, sys_, plan)
+    e_big = analytic_estimate(spec, dataclasses.replace(sys_, accelerator=bigger), plan)
+    assert e_big.step_time_s <= e_small.step_time_s
+    assert e_big.fits and e_big.hbm_bytes == 160e9

@@ -34,6 +34,7 @@ from perfmodel.workload.graph import Comm, Layer
 
 HOST_FWD_S_PER_KERNEL = 8.1e-3 / 182  # see module docstring: B200 Llama-3.2-1B eager forward
 HOST_BWD_S_PER_KERNEL = (48.8e-3 - 2 * 8.1e-3) / 278  # eager fwd+bwd with checkpointing
+TINY_EAGER_OP_S = 7e-6  # one tiny eager op on a GPU host (pytorch/pytorch#41383; FlagGems#4812)
 
 
 @lru_cache(maxsize=4096)
@@ -43,7 +44,10 @@ def host_op_s(acc: Accelerator) -> tuple[float, float]:
         return 0.0, 0.0
     cal = acc.calibration.host_op_overhead
     if cal:
-        h = cal.si("seconds")
+        # the calibration measures one tiny eager op; a graph kernel stands for as many eager
+        # ops as the B200 figure implies against a tiny eager op on a GPU host (about 7 us:
+        # pytorch/pytorch#41383, FlagGems#4812), i.e. 44.5 / 7 = 6.4 of them
+        h = cal.si("seconds") * HOST_FWD_S_PER_KERNEL / TINY_EAGER_OP_S
         return h, h * HOST_BWD_S_PER_KERNEL / HOST_FWD_S_PER_KERNEL
     return HOST_FWD_S_PER_KERNEL, HOST_BWD_S_PER_KERNEL
 

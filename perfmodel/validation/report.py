@@ -28,13 +28,30 @@ def joined(runs: list[Path], preds: list[Path]) -> pd.DataFrame:
     return m
 
 
-def metrics(m: pd.DataFrame) -> pd.DataFrame:
+def group_tau(g: pd.DataFrame) -> float:
+    """Kendall tau between predicted and measured step time inside each (model, hardware)
+    group with at least 3 runs, averaged with weights = group size: does the model rank the
+    layouts of one model on one machine right?"""
     from scipy.stats import kendalltau
 
+    key = g["model"].fillna("") + "|" + g["arch"].fillna("") + "|" + g["n_layers"].astype(str) + "|" + \
+        g["hidden"].astype(str) + "|" + g["accelerator"].fillna("a100-sxm4-80gb")
+    taus, weights = [], []
+    for _, grp in g.groupby(key):
+        if len(grp) < 3 or grp["step_time_s"].nunique() < 2:
+            continue
+        t = kendalltau(grp["predicted_step_time_s"], grp["step_time_s"]).statistic
+        if t == t:
+            taus.append(t)
+            weights.append(len(grp))
+    return float(np.average(taus, weights=weights)) if taus else float("nan")
+
+
+def metrics(m: pd.DataFrame) -> pd.DataFrame:
     ok = m[(m["status"] == "ok") & m["step_time_s"].notna()]
     rows = []
     for name, g in [("overall", ok)] + list(ok.groupby("source")):
-        tau = kendalltau(g["predicted_step_time_s"], g["step_time_s"]).statistic if len(g) > 2 else float("nan")
+        tau = group_tau(g)
         rows.append({"source": name, "rows": len(g), "mape": g["ape"].mean(), "median_ape": g["ape"].median(),
                      "bias": g["signed_error"].median(), "worst_ape": g["ape"].max(),
                      "worst_run": g.loc[g["ape"].idxmax(), "run_id"] if len(g) else "", "kendall_tau": tau,
@@ -60,15 +77,21 @@ def charts(m: pd.DataFrame):  # noqa: ANN201
         tooltip=["run_id", "source", "model", "layout", "n_gpus", "step_time_s", "predicted_step_time_s", "signed_error"],
     )
     diag = alt.Chart(line).mark_line(color="black", strokeDash=[4, 4]).encode(x="x:Q", y="y:Q")
-    band = pd.DataFrame({"x": [lo, hi, hi, lo], "y": [lo * 1.1, hi * 1.1, hi * 0.9, lo * 0.9]})
-    scatter = (diag + base).properties(width=420, height=420, title="predicted vs measured (dashed: equal)")
+    bands = []
+    for f, dash in ((0.10, [2, 2]), (0.25, [6, 3])):
+        for sgn in (1, -1):
+            b = pd.DataFrame({"x": [lo, hi], "y": [lo * (1 + sgn * f), hi * (1 + sgn * f)]})
+            bands.append(alt.Chart(b).mark_line(color="gray", strokeDash=dash, opacity=0.7).encode(x="x:Q", y="y:Q"))
+    scatter = alt.layer(diag, *bands, base).properties(
+        width=420, height=420, title="predicted vs measured (dashed: equal; gray: ±10 %, ±25 %)")
+    ok["recompute"] = ok["recompute"].fillna("none")
+    ok["hardware"] = ok["accelerator"].fillna("a100-sxm4-80gb (default)")
     feats = []
-    for feat, title in (("n_gpus", "GPUs"), ("model_params_b", "model parameters (B)"), ("tp", "tp"), ("pp", "pp")):
-        feats.append(alt.Chart(ok).mark_circle(size=20, opacity=0.5).encode(
-            x=alt.X(f"{feat}:Q", scale=alt.Scale(type="log"), title=title),
-            y=alt.Y("signed_error:Q", title="(pred - meas) / meas", axis=alt.Axis(format="%")),
-            color="source:N").properties(width=200, height=180))
-    del band
+    for feat, title in (("tp", "tp"), ("pp", "pp"), ("recompute", "recompute"), ("hardware", "hardware")):
+        enc = alt.X(f"{feat}:O", title=title) if feat in ("tp", "pp", "recompute", "hardware") else alt.X(f"{feat}:Q")
+        feats.append(alt.Chart(ok).mark_boxplot(extent="min-max").encode(
+            x=enc, y=alt.Y("signed_error:Q", title="(pred - meas) / meas", axis=alt.Axis(format="%")),
+            color=alt.Color("source:N")).properties(width=200, height=180))
     grid = alt.vconcat(alt.hconcat(*feats[:2]), alt.hconcat(*feats[2:]))
     return alt.hconcat(scatter, grid).resolve_scale(color="shared")
 
@@ -100,11 +123,16 @@ def write_report(runs: list[Path], preds: list[Path], out: Path) -> str:
 
 
 def summary_markdown(met: pd.DataFrame, m: pd.DataFrame) -> str:
-    lines = ["| source | rows | MAPE | median | bias | worst (run) | Kendall τ | ≤10% | ≤20% |",
+    lines = ["| source | rows | MAPE | median | bias | worst (run) | Kendall τ (per model × hardware) | ≤10% | ≤20% |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in met.itertuples():
         lines.append(f"| {r.source} | {r.rows} | {r.mape:.1%} | {r.median_ape:.1%} | {r.bias:+.1%} | "
                      f"{r.worst_ape:.1%} ({r.worst_run}) | {r.kendall_tau:.3f} | {r.within_10pct:.0%} | {r.within_20pct:.0%} |")
+    worst = worst_rows(m, 5)
+    lines += ["", "Worst rows:", "", "| run | model | layout | measured s | predicted s | error |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in worst.itertuples():
+        layout = f"tp{r.tp} pp{r.pp} dp{r.dp} mb{r.micro_batch} gb{r.global_batch} {r.recompute}"
+        lines.append(f"| {r.run_id} | {r.model} | {layout} | {r.step_time_s:.4g} | {r.predicted_step_time_s:.4g} | {r.signed_error:+.1%} |")
     n_err = int((m["status"] != "ok").sum())
     lines.append("")
     lines.append(f"{len(m)} rows, {n_err} not predicted (status error).")
