@@ -270,6 +270,138 @@ def bench_op_overhead(n_ops: int) -> dict[str, float]:
     return {"autograd_op_s": grad, "nograd_op_s": nograd, "fwd_bwd_per_op_s": fb}
 
 
+_ATTN_SEQS = (64, 128, 256, 512)
+_ATTN_HEAD_DIMS = (32, 64)
+_ATTN_MIN_FLOP = 20e6  # executed FLOP per fwd+bwd call at least
+
+
+def attention_flop(bh: int, s: int, d: int, causal: bool) -> tuple[float, float]:
+    """(forward, forward+backward) FLOP of attention over bh = batch x heads, the FlashAttention
+    convention: forward 4·bh·s²·d, halved when causal; backward 2.5x forward."""
+    fwd = 4.0 * bh * s * s * d * (0.5 if causal else 1.0)
+    return fwd, 3.5 * fwd
+
+
+def bench_attention(reps: int, quick: bool = False) -> list[dict[str, Any]]:
+    """F.scaled_dot_product_attention forward+backward on bf16 q, k, v [1, bh, s, d] (the dtype
+    autocast hands it), causal and not, with bh chosen so that a call does >= 20 MFLOP."""
+    import torch
+    import torch.nn.functional as F
+
+    seqs = (128, 512) if quick else _ATTN_SEQS
+    dims = (64,) if quick else _ATTN_HEAD_DIMS
+    out = []
+    for causal in (True, False):
+        for d in dims:
+            for s in seqs:
+                per_bh = attention_flop(1, s, d, causal)[1]
+                bh = max(8, -(-int(_ATTN_MIN_FLOP) // int(per_bh)))
+                q, k, v = (torch.randn(1, bh, s, d).to(torch.bfloat16).requires_grad_() for _ in range(3))
+                g = torch.randn(1, bh, s, d).to(torch.bfloat16)
+
+                def step() -> None:
+                    for t in (q, k, v):
+                        t.grad = None
+                    F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(g)
+
+                t = _median_time(step, reps, warmup=2, min_time_s=0.02 if quick else 0.1)
+                out.append({"causal": causal, "head_dim": d, "seq_len": s, "bh": bh, "time_s": t,
+                            "flop_per_s": attention_flop(bh, s, d, causal)[1] / t})
+    return out
+
+
+def bench_elementwise(reps: int, quick: bool = False) -> dict[str, Any]:
+    """Memory-bound ops of a bf16-autocast transformer step, each forward+backward, on the CPU
+    workloads' sizes (2048 tokens, hidden 256, ffn 1024, vocab 8192). Bytes per op and direction
+    = (inputs + outputs) elements x element size, from the dtypes the ops actually produce;
+    the aggregate is total bytes / total seconds."""
+    import torch
+    import torch.nn.functional as F
+
+    tok, hid, ffn, voc = 2048, 256, 1024, 8192
+    ac = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # noqa: E731
+    es = lambda t: t.numel() * t.element_size()  # noqa: E731
+    ops: dict[str, tuple[Callable[[], None], float]] = {}
+
+    # layer_norm on the fp32 residual stream: fwd x -> y; bwd (dy, x) -> dx
+    x_ln = torch.randn(tok, hid, requires_grad=True)
+    ln = torch.nn.LayerNorm(hid)
+    with ac():
+        y_ln = ln(x_ln)
+    g_ln = torch.randn_like(y_ln)
+
+    def f_ln() -> None:
+        x_ln.grad = None
+        ln.zero_grad(set_to_none=True)
+        with ac():
+            y = ln(x_ln)
+        y.backward(g_ln)
+    ops["layer_norm"] = (f_ln, es(x_ln) + es(y_ln) + es(g_ln) + es(x_ln) + es(x_ln))
+
+    # gelu on the bf16 fc1 output: fwd x -> y; bwd (dy, x) -> dx
+    x_ge = torch.randn(tok, ffn).to(torch.bfloat16).requires_grad_()
+    with ac():
+        y_ge = F.gelu(x_ge)
+    g_ge = torch.randn_like(y_ge)
+
+    def f_ge() -> None:
+        x_ge.grad = None
+        with ac():
+            y = F.gelu(x_ge)
+        y.backward(g_ge)
+    ops["gelu"] = (f_ge, es(x_ge) + es(y_ge) + es(g_ge) + es(x_ge) + es(x_ge))
+
+    # cross_entropy (log_softmax + nll) on fp32 logits: fwd x -> logp; nll bwd -> dlogp;
+    # log_softmax bwd (dlogp, logp) -> dx
+    x_ce = torch.randn(tok, voc, requires_grad=True)
+    tgt = torch.randint(0, voc, (tok,))
+
+    def f_ce() -> None:
+        x_ce.grad = None
+        with ac():
+            loss = F.cross_entropy(x_ce, tgt)
+        loss.backward()
+    ops["log_softmax+nll"] = (f_ce, es(x_ce) * 6)
+
+    # autocast casts: fp32 activations -> bf16 (fwd) and the bf16 grad -> fp32 (bwd), at hidden
+    # size; and the bf16 logits -> fp32 before the loss (logits.float()) with its backward
+    x_c1 = torch.randn(tok, hid, requires_grad=True)
+    g_c1 = torch.randn(tok, hid).to(torch.bfloat16)
+
+    def f_c1() -> None:
+        x_c1.grad = None
+        x_c1.to(torch.bfloat16).backward(g_c1)
+    ops["cast fp32->bf16"] = (f_c1, 2 * (es(x_c1) + es(g_c1)))
+    x_c2 = torch.randn(tok, voc).to(torch.bfloat16).requires_grad_()
+    g_c2 = torch.randn(tok, voc)
+
+    def f_c2() -> None:
+        x_c2.grad = None
+        x_c2.float().backward(g_c2)
+    ops["cast bf16->fp32 (logits)"] = (f_c2, 2 * (es(x_c2) + es(g_c2)))
+
+    # residual add: fp32 stream + bf16 branch -> fp32; bwd: dy passes to the stream, cast to bf16
+    # for the branch
+    x_a = torch.randn(tok, hid, requires_grad=True)
+    b_a = torch.randn(tok, hid).to(torch.bfloat16).requires_grad_()
+    g_a = torch.randn(tok, hid)
+
+    def f_add() -> None:
+        x_a.grad = b_a.grad = None
+        with ac():
+            y = x_a + b_a
+        y.backward(g_a)
+    ops["add"] = (f_add, es(x_a) + es(b_a) + es(x_a) + es(g_a) + es(b_a))
+
+    per_op: dict[str, dict[str, float]] = {}
+    for name, (fn, nbytes) in ops.items():
+        t = _median_time(fn, reps, warmup=2, min_time_s=0.03 if quick else 0.3)
+        per_op[name] = {"time_s": t, "bytes": float(nbytes), "Bps": nbytes / t}
+    tot_b = sum(p["bytes"] for p in per_op.values())
+    tot_t = sum(p["time_s"] for p in per_op.values())
+    return {"per_op": per_op, "Bps": tot_b / tot_t, "sizes": {"tokens": tok, "hidden": hid, "ffn": ffn, "vocab": voc}}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -357,6 +489,8 @@ def measure(quick: bool = False) -> dict[str, Any]:
         }
         if threads == 1:
             res[key]["op_overhead"] = bench_op_overhead(2000 if quick else 20000)
+            res[key]["attention"] = bench_attention(reps, quick)
+            res[key]["elementwise"] = bench_elementwise(reps, quick)
         if threads_all == 1:
             break
     torch.set_num_threads(threads_all)
@@ -405,7 +539,7 @@ def accelerator_yaml(r: dict[str, Any]) -> dict[str, Any]:
                           "note": f"torch.mm best of {len(pts)} shapes: {best['m']}x{best['n']}x{best['k']}{pct}"}
         shapes += [{"precision": prec, "m": p["m"], "n": p["n"], "k": p["k"],
                     "achieved": _g(p["flop_per_s"], "FLOP/s"), "source": cal_src} for p in pts]
-    mem, oh = t1["memory"], t1["op_overhead"]
+    mem, oh, ew = t1["memory"], t1["op_overhead"], t1["elementwise"]
     tall = r.get(f"t{r['threads_all']}")
     all_note = ""
     if tall and r["threads_all"] > 1:
@@ -445,6 +579,19 @@ def accelerator_yaml(r: dict[str, Any]) -> dict[str, Any]:
             "hbm_achieved": {"value": _g(mem["triad_Bps"], "B/s"), "source": cal_src,
                              "note": f"torch.add(b, c, alpha=3, out=a) on {_binary(mem['array_bytes'])} fp32 arrays "
                                      f"(3 arrays counted); copy_ {_g(mem['copy_Bps'], 'B/s')} (2 counted)"},
+            "elementwise_achieved": {
+                "value": _g(ew["Bps"], "B/s"), "source": cal_src,
+                "note": ("forward+backward under torch.autocast('cpu', bf16) on "
+                         f"{ew['sizes']['tokens']} tokens, hidden {ew['sizes']['hidden']}, ffn {ew['sizes']['ffn']}, "
+                         f"vocab {ew['sizes']['vocab']}; bytes = (inputs + outputs) x element size per op and "
+                         "direction; total bytes / total time of: "
+                         + ", ".join(f"{k} {_g(v['Bps'], 'B/s')}" for k, v in ew["per_op"].items()))},
+            "attention": [
+                {"kernel": "sdpa-cpu", "direction": "fwd_bwd", "causal": p["causal"], "head_dim": p["head_dim"],
+                 "seq_len": p["seq_len"], "precision": "bf16", "achieved": _g(p["flop_per_s"], "FLOP/s"),
+                 "source": cal_src}
+                for p in t1["attention"]
+            ],
             "kernel_launch": {"value": _g(oh["nograd_op_s"], "s"), "source": cal_src,
                               "note": "no kernel launch on a CPU: eager dispatch of x * 2 on 1 element without autograd"},
             "host_op_overhead": {"value": _g(oh["autograd_op_s"], "s"), "source": cal_src,

@@ -149,9 +149,11 @@ def dp_exposed_s(system: System, plan: ParallelPlan, st: dict[str, float], m: in
     that hides (see NCCL_CHANNELS)."""
     dp = dp_sync_s(system, plan, st)
     layers_on_stage = max(1.0, st["layers"])
+    # on a CPU the collective runs on the cores that compute (gloo): nothing hides
+    can_overlap = system.accelerator.kind != "cpu"
     if plan.zero_stage == 3:
         ag, rs = dp["per_mb_ag"], dp["per_mb_rs"]
-        if plan.overlap_fsdp_prefetch:
+        if plan.overlap_fsdp_prefetch and can_overlap:
             exp_f = max(0.0, ag - st["fwd"]) + ag / layers_on_stage
             exp_b = max(0.0, ag + rs - st["bwd"]) + rs / layers_on_stage
         else:
@@ -160,7 +162,7 @@ def dp_exposed_s(system: System, plan: ParallelPlan, st: dict[str, float], m: in
         total = m * (2 * ag + rs)
     else:
         grad, param = dp["grad"], dp["param"]
-        if plan.overlap_dp_comm:
+        if plan.overlap_dp_comm and can_overlap:
             exposed = max(grad - st["bwd"], grad / layers_on_stage)
             exposed += max(param - st["fwd"], param / layers_on_stage) if param else 0.0
         else:

@@ -89,6 +89,11 @@ class AcceleratorCalibration(_Strict):
     gemm_max_achievable: dict[Precision, Sourced] = Field(default_factory=dict)
     gemm_shapes: list[GemmPoint] = Field(default_factory=list)
     hbm_achieved: Sourced | None = None
+    elementwise_achieved: Sourced | None = Field(
+        None,
+        description="achieved bytes/s of typical memory-bound training ops (norm, activation, softmax, casts); "
+        "defaults to hbm_achieved",
+    )
     attention: list[AttentionPoint] = Field(default_factory=list)
     kernel_launch: Sourced | None = Field(None, description="back-to-back launch gap per kernel")
     host_op_overhead: Sourced | None = Field(
@@ -142,6 +147,8 @@ class Accelerator(_Strict):
             checks[f"calibration.gemm_max_achievable.{prec}"] = (s, "flop_per_s")
         if cal.hbm_achieved:
             checks["calibration.hbm_achieved"] = (cal.hbm_achieved, "bytes_per_s")
+        if cal.elementwise_achieved:
+            checks["calibration.elementwise_achieved"] = (cal.elementwise_achieved, "bytes_per_s")
         if cal.kernel_launch:
             checks["calibration.kernel_launch"] = (cal.kernel_launch, "seconds")
         if cal.host_op_overhead:
@@ -176,6 +183,12 @@ class Accelerator(_Strict):
         """Achieved streaming bandwidth (STREAM triad); falls back to the datasheet figure."""
         cal = self.calibration.hbm_achieved
         return cal.si("bytes_per_s") if cal else self.hbm_Bps
+
+    @cached_property
+    def elementwise_achieved_Bps(self) -> float:
+        """Achieved bytes/s of typical memory-bound training ops; falls back to hbm_achieved_Bps."""
+        cal = self.calibration.elementwise_achieved
+        return cal.si("bytes_per_s", "calibration.elementwise_achieved") if cal else self.hbm_achieved_Bps
 
     @cached_property
     def tdp_w(self) -> float:
