@@ -1,0 +1,228 @@
+"""Pure functions: long-form DataFrames in, Altair charts out (the Streamlit app draws them).
+
+No Streamlit here and no perfmodel computation: each function takes the frame a library call
+produced (``Estimate.to_frame()``, a search / compare table, the validation join) and only decides
+how it looks. Units are converted for display here and named on every axis.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+GB = 1e9  # decimal gigabyte: memory axes are in GB (10^9 B), as datasheets quote HBM
+
+TIME_LABELS = {
+    "compute_fwd_s": "forward compute",
+    "compute_bwd_s": "backward compute",
+    "recompute_s": "recompute",
+    "tp_ep_cp_comm_s": "TP/EP/CP comm (exposed)",
+    "host_overhead_s": "host overhead",
+    "pp_bubble_s": "pipeline bubble",
+    "pp_p2p_s": "pipeline send/recv",
+    "dp_comm_exposed_s": "DP comm (exposed)",
+    "optimizer_s": "optimizer step",
+}
+TIME_ORDER = list(TIME_LABELS.values())
+MEMORY_ORDER = ["weights", "grads", "optimizer", "activations", "runtime"]
+
+
+def _time_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    t = frame[frame["kind"] == "time"].copy()
+    t["component"] = t["component"].map(lambda c: TIME_LABELS.get(c, c))
+    t["order"] = t["component"].map(lambda c: TIME_ORDER.index(c) if c in TIME_ORDER else len(TIME_ORDER))
+    # drop components that are zero or round-off (< 1 ppm of the step) so the legend stays readable
+    return t[t["value"] > 1e-6 * t.groupby("scenario" if "scenario" in t else "kind")["value"].transform("sum")]
+
+
+def breakdown_chart(frame: pd.DataFrame) -> alt.Chart:
+    """Stacked horizontal bar of where one step's time goes, one bar per `scenario`.
+
+    `frame`: long form with columns kind, component, value (seconds for kind 'time') and optionally
+    scenario (e.g. 'baseline' / 'what-if'); rows of other kinds are ignored.
+    """
+    t = _time_frame(frame)
+    if "scenario" not in t:
+        t["scenario"] = "this layout"
+    total = t.groupby("scenario")["value"].transform("sum")
+    t["share"] = t["value"] / total
+    return (
+        alt.Chart(t)
+        .mark_bar()
+        .encode(
+            x=alt.X("sum(value):Q", title="time per optimizer step (s)", stack="zero"),
+            y=alt.Y("scenario:N", title=None, sort=None),
+            color=alt.Color("component:N", title="component", sort=TIME_ORDER,
+                            scale=alt.Scale(domain=TIME_ORDER, scheme="tableau10"),  # fixed domain: stable colours
+                            legend=alt.Legend(orient="bottom", columns=3,
+                                              values=[c for c in TIME_ORDER if c in set(t["component"])])),
+            order=alt.Order("order:Q"),
+            tooltip=[alt.Tooltip("scenario:N"), alt.Tooltip("component:N"),
+                     alt.Tooltip("value:Q", title="seconds", format=".4g"),
+                     alt.Tooltip("share:Q", title="share of step", format=".1%")],
+        )
+        .properties(height=alt.Step(36), title="step-time breakdown (s)")
+    )
+
+
+def memory_chart(frame: pd.DataFrame, capacity_bytes: float) -> alt.LayerChart:
+    """Stacked bar of bytes per GPU by kind, with the HBM capacity as a red rule.
+
+    `frame`: long form with kind, component, value (bytes for kind 'memory').
+    """
+    m = frame[frame["kind"] == "memory"].copy()
+    m["GB"] = m["value"] / GB
+    m["order"] = m["component"].map(lambda c: MEMORY_ORDER.index(c) if c in MEMORY_ORDER else len(MEMORY_ORDER))
+    m["gpu"] = "per GPU"
+    total = float(m["GB"].sum())
+    cap = capacity_bytes / GB
+    bars = (
+        alt.Chart(m)
+        .mark_bar()
+        .encode(
+            x=alt.X("sum(GB):Q", title="memory per GPU (GB = 10⁹ B)", scale=alt.Scale(domain=[0, max(total, cap) * 1.05])),
+            y=alt.Y("gpu:N", title=None),
+            color=alt.Color("component:N", title="memory", sort=MEMORY_ORDER, scale=alt.Scale(domain=MEMORY_ORDER, scheme="set2"),
+                            legend=alt.Legend(orient="bottom", columns=3)),
+            order=alt.Order("order:Q"),
+            tooltip=[alt.Tooltip("component:N"), alt.Tooltip("GB:Q", title="GB", format=".2f")],
+        )
+    )
+    rule_df = pd.DataFrame({"GB": [cap], "label": [f"HBM capacity {cap:.0f} GB"]})
+    rule = alt.Chart(rule_df).mark_rule(color="#d62728", strokeWidth=3).encode(x="GB:Q", tooltip=["label:N"])
+    text = alt.Chart(rule_df).mark_text(align="right", dx=-4, dy=-26, color="#d62728").encode(x="GB:Q", text="label:N")
+    title = "memory per GPU vs capacity" + ("" if total <= cap else "  —  DOES NOT FIT")
+    return alt.layer(bars, rule, text).properties(height=alt.Step(48), title=title)
+
+
+def tornado_chart(frame: pd.DataFrame) -> alt.Chart:
+    """Sensitivity of step time to each hardware factor.
+
+    `frame`: columns factor (e.g. 'peak FLOP/s'), change (e.g. '×0.5', '×2'), delta (relative change
+    of step time, -0.2 = 20 % faster).
+    """
+    f = frame.copy()
+    f["span"] = f.groupby("factor")["delta"].transform(lambda d: d.abs().max())
+    order = f.sort_values("span", ascending=False)["factor"].drop_duplicates().tolist()
+    return (
+        alt.Chart(f)
+        .mark_bar()
+        .encode(
+            x=alt.X("delta:Q", title="change in step time (relative)", axis=alt.Axis(format="+%")),
+            y=alt.Y("factor:N", sort=order, title=None, axis=alt.Axis(labelLimit=260)),
+            color=alt.Color("change:N", title="hardware scaled by", scale=alt.Scale(scheme="redblue")),
+            tooltip=["factor:N", "change:N", alt.Tooltip("delta:Q", format="+.1%"),
+                     alt.Tooltip("step_time_s:Q", title="step time (s)", format=".4g")],
+        )
+        .properties(height=alt.Step(28), title="sensitivity of step time (tornado)")
+    )
+
+
+def compare_chart(frame: pd.DataFrame, column: str, title: str, higher_is_better: bool = False) -> alt.Chart:
+    """One metric across hardware candidates, best (smallest) first.
+
+    `frame`: one row per candidate with a `candidate` column and `column`; `title` names the
+    metric with its unit, e.g. 'time to train (days)'. Colours follow the candidate, so several
+    of these charts side by side read as one. The best candidate is drawn on top.
+    """
+    f = frame.dropna(subset=[column])
+    order = "descending" if higher_is_better else "ascending"
+    return (
+        alt.Chart(f)
+        .mark_bar()
+        .encode(
+            x=alt.X(f"{column}:Q", title=title),
+            y=alt.Y("candidate:N", title=None, sort=alt.EncodingSortField(column, order=order)),
+            color=alt.Color("candidate:N", legend=None, scale=alt.Scale(domain=sorted(frame["candidate"]), scheme="tableau10")),
+            tooltip=["candidate:N", alt.Tooltip(f"{column}:Q", title=title, format=",.4g")],
+        )
+        .properties(height=alt.Step(26), title=title)
+    )
+
+
+def sensitivity_chart(frame: pd.DataFrame) -> alt.Chart:
+    """How each candidate's time to train moves when one knob moves by ±pct.
+
+    `frame`: long form with candidate, knob, change_pct (e.g. -20, +20) and days_ratio (days /
+    baseline days), as `perfmodel.planning.sensitivity` returns it.
+    """
+    f = frame.dropna(subset=["days_ratio"]).copy()
+    f["delta"] = f["days_ratio"] - 1
+    f["row"] = f["candidate"] + " · " + f["knob"]
+    f["change"] = f["change_pct"].map(lambda c: f"{c:+.0f} %")
+    return (
+        alt.Chart(f)
+        .mark_bar()
+        .encode(
+            x=alt.X("delta:Q", title="change in time to train (relative)", axis=alt.Axis(format="+%")),
+            y=alt.Y("row:N", title=None, sort=None, axis=alt.Axis(labelLimit=320)),
+            color=alt.Color("change:N", title="knob moved by", scale=alt.Scale(scheme="redblue")),
+            tooltip=["candidate:N", "knob:N", "change:N", alt.Tooltip("days:Q", title="days", format=".2f"),
+                     alt.Tooltip("delta:Q", title="change", format="+.1%")],
+        )
+        .properties(height=alt.Step(16), title="sensitivity of time to train")
+    )
+
+
+def pareto_chart(frame: pd.DataFrame, x: str, y: str, x_title: str, y_title: str,
+                 front: str | None = None, log_y: bool = True) -> alt.Chart:
+    """Scatter of layouts (e.g. step time against memory headroom), the Pareto front in red.
+
+    `frame`: one row per layout with columns x, y, `layout` (a label) and optionally a boolean
+    column `front`. Step times span decades along a front, hence the log y axis by default.
+    """
+    f = frame.copy()
+    on = f[front].astype(bool) if front and front in f else pd.Series(False, index=f.index)
+    f["set"] = on.map({True: "Pareto front", False: "other layouts"})
+    f = f.sort_values("set", ascending=False)  # front drawn last, on top
+    tips = [c for c in ("layout", x, y) if c in f]
+    return (
+        alt.Chart(f)
+        .mark_circle(size=50)
+        .encode(
+            x=alt.X(f"{x}:Q", title=x_title),
+            y=alt.Y(f"{y}:Q", title=y_title, scale=alt.Scale(type="log") if log_y else alt.Scale(zero=False)),
+            color=alt.Color("set:N", title=None, scale=alt.Scale(domain=["Pareto front", "other layouts"],
+                                                                 range=["#d62728", "#9ca3af"])),
+            opacity=alt.condition(alt.datum.set == "Pareto front", alt.value(1.0), alt.value(0.35)),
+            tooltip=tips,
+        )
+        .properties(height=340, title=f"{y_title} vs {x_title}")
+    )
+
+
+def validation_scatter(frame: pd.DataFrame) -> alt.LayerChart:
+    """Predicted against measured step time, log-log, coloured by source, with y = x and ±20 %.
+
+    `frame`: one row per run with run_id, source, step_time_s (measured), predicted_step_time_s,
+    signed_error.
+    """
+    f = frame.dropna(subset=["step_time_s", "predicted_step_time_s"])
+    lo = float(min(f["step_time_s"].min(), f["predicted_step_time_s"].min())) * 0.8
+    hi = float(max(f["step_time_s"].max(), f["predicted_step_time_s"].max())) * 1.25
+    lines = pd.DataFrame({"x": [lo, hi] * 3, "y": [lo, hi, lo * 1.2, hi * 1.2, lo / 1.2, hi / 1.2],
+                          "line": ["equal"] * 2 + ["+20 %"] * 2 + ["-20 %"] * 2})
+    scale = alt.Scale(type="log", domain=[lo, hi])
+    guide = alt.Chart(lines).mark_line(color="gray", strokeDash=[4, 4]).encode(
+        x=alt.X("x:Q", scale=scale), y=alt.Y("y:Q", scale=scale), detail="line:N")
+    tips = [c for c in ("run_id", "source", "model", "n_gpus", "accelerator") if c in f]
+    points = alt.Chart(f).mark_circle(size=40, opacity=0.7).encode(
+        x=alt.X("step_time_s:Q", scale=scale, title="measured step time (s)"),
+        y=alt.Y("predicted_step_time_s:Q", scale=scale, title="predicted step time (s)"),
+        color=alt.Color("source:N", legend=alt.Legend(orient="bottom", columns=2, labelLimit=320)),
+        tooltip=[*tips, alt.Tooltip("step_time_s:Q", title="measured (s)", format=".4g"),
+                 alt.Tooltip("predicted_step_time_s:Q", title="predicted (s)", format=".4g"),
+                 alt.Tooltip("signed_error:Q", title="error", format="+.1%")],
+    )
+    return alt.layer(guide, points).properties(height=520, title="predicted vs measured step time (dashed: equal, ±20 %)")
+
+
+__all__ = [
+    "breakdown_chart",
+    "compare_chart",
+    "memory_chart",
+    "pareto_chart",
+    "sensitivity_chart",
+    "tornado_chart",
+    "validation_scatter",
+]

@@ -1,0 +1,48 @@
+"""`perfmodel search` and `perfmodel compare` (the subcommands and their arguments live in
+perfmodel/cli.py; these functions run them)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from perfmodel.units import fmt
+
+
+def search_main(a: argparse.Namespace) -> int:
+    from perfmodel.planning.search import layout_label, search
+
+    res = search(a.workload, a.hardware, a.n_gpus, a.global_batch, seq_len=a.seq_len, precision=a.precision)
+    top = res.table.head(a.top)
+    if a.json:
+        print(json.dumps({"workload": res.spec.id, "system": res.system.name, "n_layouts": res.n_layouts,
+                          "n_fit": len(res.table), "elapsed_s": res.elapsed_s, "top": top.to_dict(orient="records")},
+                         indent=2, default=str))
+        return 0
+    print(f"{res.spec.id} on {a.n_gpus} x {res.system.accelerator.id} ({res.system.name}), global batch {a.global_batch}: "
+          f"{res.n_layouts:,} layouts in {res.elapsed_s:.2f} s ({res.layouts_per_s:,.0f}/s), {len(res.table):,} fit")
+    if top.empty:
+        print("no layout fits in memory", file=sys.stderr)
+        return 0
+    for i, r in top.iterrows():
+        print(f"{i + 1:3d}. {r['step_time_s']:9.4g} s  {r['tokens_per_s']:12,.0f} tok/s  MFU {r['mfu']:6.1%}  "
+              f"{fmt(r['memory_bytes'], 'B')}  {layout_label(r)}")
+    return 0
+
+
+def compare_main(a: argparse.Namespace) -> int:
+    from perfmodel.planning.compare import DEFAULT_TOKENS, compare, markdown, sensitivity, write_report
+
+    tokens = a.tokens or DEFAULT_TOKENS
+    df = compare(a.workload, list(a.hardware), a.n_gpus, a.global_batch, tokens)
+    line = f"{a.workload}, {a.n_gpus} GPUs, global batch {a.global_batch}, {tokens:.3g} tokens"
+    if a.json:
+        print(df.to_json(orient="records", indent=2))
+    else:
+        print(markdown(df, line))
+    if a.out:
+        sens = sensitivity(a.workload, list(a.hardware), a.n_gpus, a.global_batch, tokens)
+        paths = write_report(df, a.out, line, sens)
+        print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return 0

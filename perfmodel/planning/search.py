@@ -1,0 +1,198 @@
+"""Layout search: the best parallel layouts of a job, from every valid one, in one NumPy pass.
+
+    >>> import perfmodel
+    >>> res = perfmodel.search("llama3-70b", "h100-sxm5-80gb", n_gpus=1024, global_batch=1024)
+    >>> res.table.head()          # every fitting layout, best first
+    >>> res.best()                # the winner as a full analytic Estimate
+
+`space.layout_grid` enumerates the layouts, `evaluate.Evaluator` scores them with the analytic
+engine's own cost functions (equal to `perfmodel.estimate(..., engine="analytic")` to rounding),
+layouts that do not fit in HBM (less `min_headroom_bytes`) are dropped, and the rest are ranked by
+the objective: step time, cost per step (GPUs x step x hourly price) or tokens per joule.
+The Pareto fronts trade step time against memory headroom and against GPU count. The DES engine
+re-scores the top layouts on request (`SearchResult.estimates(k, engine="des")`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from perfmodel.api import estimate
+from perfmodel.compute.ops import gemm_precision
+from perfmodel.engines.analytic import model_flop_per_step
+from perfmodel.errors import LayoutError, UnknownIdError
+from perfmodel.estimate import Estimate
+from perfmodel.hardware.catalog import System, load_catalog, resolve_system
+from perfmodel.parallel.plan import ParallelPlan
+from perfmodel.planning.evaluate import Evaluator
+from perfmodel.planning.space import RECOMPUTES, SCHEDULES, SearchSpace, layout_grid
+from perfmodel.planning.train import gpu_power_w, hourly_price_per_gpu
+from perfmodel.workload.catalog import get_workload
+from perfmodel.workload.spec import ModelSpec
+
+Objective = Literal["step_time", "cost", "tokens_per_joule"]
+LAYOUT_COLUMNS = ["world", "dp", "tp", "pp", "cp", "ep", "vp", "sequence_parallel", "zero_stage", "micro_batch",
+                  "recompute", "schedule", "num_micro_batches"]
+
+
+def resolve_hardware(cluster: str | System, n_gpus: int) -> System:
+    """An accelerator id (its reference node), a node or cluster id, or a System as is."""
+    if isinstance(cluster, System):
+        return cluster
+    cat = load_catalog()
+    if cluster in cat.accelerators:
+        return resolve_system(cluster, None, n_gpus)[0]
+    if cluster not in cat.nodes and cluster not in cat.clusters:
+        raise UnknownIdError(f"unknown hardware {cluster!r}: not an accelerator, node or cluster id; accelerators: "
+                             f"{', '.join(sorted(cat.accelerators))}; systems: {', '.join(cat.system_ids())}")
+    system, msgs = resolve_system(None, cluster, n_gpus)
+    if msgs:
+        raise LayoutError(f"hardware {cluster!r}: {'; '.join(msgs)}")
+    return system
+
+
+@lru_cache(maxsize=32)
+def evaluator(spec: ModelSpec, system: System, seq_len: int, precision: str) -> Evaluator:
+    """One Evaluator (and its caches of shared costs) per model, system, sequence and precision."""
+    return Evaluator(spec, system, seq_len, precision)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    spec: ModelSpec
+    system: System
+    global_batch: int
+    seq_len: int
+    precision: str
+    objective: Objective
+    table: pd.DataFrame  # every fitting layout, ranked by the objective
+    n_layouts: int  # layouts evaluated (valid, before the memory filter)
+    elapsed_s: float  # enumeration + evaluation + ranking
+
+    @property
+    def layouts_per_s(self) -> float:
+        return self.n_layouts / self.elapsed_s if self.elapsed_s > 0 else float("inf")
+
+    def plan(self, rank: int = 0) -> ParallelPlan:
+        if self.table.empty:
+            raise LayoutError(f"no layout of {self.spec.id} fits on {self.system.name} "
+                              f"(global batch {self.global_batch}, {self.n_layouts} layouts tried)")
+        return row_plan(self.table.iloc[rank], self.global_batch, self.seq_len, self.precision)
+
+    def best(self, engine: Literal["analytic", "des"] = "analytic") -> Estimate:
+        return estimate(self.spec, self.system, self.plan(0), engine=engine)
+
+    def estimates(self, k: int = 5, engine: Literal["analytic", "des"] = "analytic") -> list[Estimate]:
+        """Full estimates of the top k (engine="des" re-scores them with the event simulation)."""
+        return [estimate(self.spec, self.system, self.plan(i), engine=engine) for i in range(min(k, len(self.table)))]
+
+    def pareto_memory(self) -> pd.DataFrame:
+        """Layouts no other layout beats on both step time and memory headroom."""
+        return pareto(self.table, "step_time_s", "headroom_bytes", maximise_y=True)
+
+    def pareto_gpus(self) -> pd.DataFrame:
+        """The fastest layout for each GPU count that beats every smaller count."""
+        return pareto(self.table, "step_time_s", "world", maximise_y=False)
+
+
+def pareto(df: pd.DataFrame, x: str, y: str, maximise_y: bool) -> pd.DataFrame:
+    """Rows not dominated in (minimise x, maximise or minimise y)."""
+    if df.empty:
+        return df
+    yv = -df[y] if maximise_y else df[y]
+    order = np.lexsort((df[x].to_numpy(), yv.to_numpy()))  # by y (best first), then x
+    best_x, keep = np.inf, []
+    for i in order:
+        xv = df[x].iloc[i]
+        if xv < best_x:
+            keep.append(i)
+            best_x = xv
+    return df.iloc[keep].sort_values(x).reset_index(drop=True)
+
+
+def row_plan(row: pd.Series, global_batch: int, seq_len: int, precision: str) -> ParallelPlan:
+    pp, vp, sched = int(row["pp"]), int(row["vp"]), str(row["schedule"])
+    default = "interleaved" if vp > 1 else "1f1b"
+    return ParallelPlan(dp=int(row["dp"]), tp=int(row["tp"]), pp=pp, cp=int(row["cp"]), ep=int(row["ep"]), vp=vp,
+                        sequence_parallel=bool(row["sequence_parallel"]), zero_stage=int(row["zero_stage"]),
+                        micro_batch=int(row["micro_batch"]), global_batch=global_batch, seq_len=seq_len,
+                        recompute=str(row["recompute"]), precision=precision,
+                        schedule=None if sched == default or pp == 1 else sched)
+
+
+def search(workload: str | ModelSpec, cluster: str | System, n_gpus: int, global_batch: int, *,
+           seq_len: int | None = None, precision: str = "bf16", space: SearchSpace | None = None,
+           objective: Objective = "step_time", gpu_counts: list[int] | None = None) -> SearchResult:
+    """Every valid layout of `workload` for `global_batch` sequences on `n_gpus` GPUs (or on each
+    of `gpu_counts`), scored, filtered by memory and ranked by `objective`."""
+    t0 = time.perf_counter()
+    spec = get_workload(workload) if isinstance(workload, str) else workload
+    counts = sorted(set(gpu_counts or [n_gpus]))
+    system = resolve_hardware(cluster, max(counts))
+    space = space or SearchSpace()
+    seq = seq_len or spec.seq_len
+    grid = layout_grid(spec, system, counts, global_batch, seq, space)
+    ev = evaluator(spec, system, seq, precision)
+    out = ev.evaluate(grid, space.overlap_dp_comm, space.overlap_fsdp_prefetch) if len(grid["tp"]) else {
+        "step_time_s": np.empty(0), "memory_bytes": np.empty(0)}
+    table = _table(spec, system, grid, out, global_batch, seq, precision, space, objective)
+    return SearchResult(spec, system, global_batch, seq, precision, objective, table, len(grid["tp"]),
+                        time.perf_counter() - t0)
+
+
+def _table(spec: ModelSpec, system: System, grid: dict[str, np.ndarray], out: dict[str, np.ndarray], global_batch: int,
+           seq: int, precision: str, space: SearchSpace, objective: Objective) -> pd.DataFrame:
+    acc = system.accelerator
+    headroom = acc.hbm_bytes - out["memory_bytes"]
+    fit = headroom >= space.min_headroom_bytes
+    g = {k: v[fit] for k, v in grid.items()}
+    step = out["step_time_s"][fit]
+    tokens = float(global_batch * seq)
+    plan = ParallelPlan(global_batch=global_batch, seq_len=seq, precision=precision)
+    model_flop, _ = model_flop_per_step(spec, plan)
+    peak = acc.matrix_peak_flop_per_s(gemm_precision(precision))
+    world = g["world"].astype(float)
+    df = pd.DataFrame({
+        "world": g["world"], "dp": g["dp"], "tp": g["tp"], "pp": g["pp"], "cp": g["cp"], "ep": g["ep"], "vp": g["vp"],
+        "sequence_parallel": g["sp"].astype(bool), "zero_stage": g["zero"], "micro_batch": g["mb"],
+        "recompute": np.asarray(RECOMPUTES, dtype=object)[g["rec"]], "schedule": np.asarray(SCHEDULES, dtype=object)[g["sched"]],
+        "num_micro_batches": g["m"], "step_time_s": step, "memory_bytes": out["memory_bytes"][fit],
+        "headroom_bytes": headroom[fit], "tokens_per_s": tokens / step, "mfu": model_flop / (step * world * peak),
+    })
+    if objective == "cost":
+        df["cost_per_step_usd"] = world * step / 3600.0 * hourly_price_per_gpu(system)
+        key, ascending = "cost_per_step_usd", True
+    elif objective == "tokens_per_joule":
+        df["tokens_per_joule"] = tokens / (world * step * gpu_power_w(system))
+        key, ascending = "tokens_per_joule", False
+    elif objective == "step_time":
+        key, ascending = "step_time_s", True
+    else:
+        raise ValueError(f"objective {objective!r}: expected 'step_time', 'cost' or 'tokens_per_joule'")
+    return df.sort_values([key, "world", "memory_bytes"], ascending=[ascending, True, True], kind="stable").reset_index(drop=True)
+
+
+def layout_label(row: pd.Series | ParallelPlan) -> str:
+    """'dp 16 tp 8 pp 8 vp 2 zero 1 mb 1 sel' for a table row or a plan."""
+    if isinstance(row, ParallelPlan):
+        d = {"dp": row.dp, "tp": row.tp, "pp": row.pp, "cp": row.cp, "ep": row.ep, "vp": row.vp,
+             "sequence_parallel": row.sequence_parallel, "zero_stage": row.zero_stage, "micro_batch": row.micro_batch,
+             "recompute": row.recompute, "schedule": row.schedule_name}
+    else:
+        d = dict(row)
+    parts = [f"dp {d['dp']}", f"tp {d['tp']}", f"pp {d['pp']}"]
+    parts += [f"{k} {d[k]}" for k in ("cp", "ep", "vp") if int(d[k]) > 1]
+    parts += ["sp"] if d["sequence_parallel"] else []
+    parts += [f"zero {d['zero_stage']}", f"mb {d['micro_batch']}"]
+    parts += [f"recompute {d['recompute']}"] if d["recompute"] != "none" else []
+    parts += [str(d["schedule"])] if int(d["pp"]) > 1 else []
+    return " ".join(parts)
+
+
+__all__ = ["LAYOUT_COLUMNS", "SearchResult", "SearchSpace", "layout_label", "pareto", "resolve_hardware", "row_plan", "search"]

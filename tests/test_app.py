@@ -1,0 +1,184 @@
+"""The Streamlit app driven headless with streamlit.testing.v1.AppTest: each page runs, numbers and
+chart data match the library, and bad input becomes a message, never an exception."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+pa = pytest.importorskip("pyarrow")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+import perfmodel  # noqa: E402
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+PAGES = ["Estimate", "Compare hardware", "Layout search", "Validation"]
+
+
+def app(**query: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    for k, v in query.items():
+        at.query_params[k] = v
+    return at.run()
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def metric(at: AppTest, label: str, nth: int = 0) -> str:
+    return [m.value for m in at.metric if m.label == label][nth]
+
+
+def chart_frames(at: AppTest) -> list[list]:
+    """The datasets behind each Altair chart on the page (one list of DataFrames per chart)."""
+    return [[pa.ipc.open_stream(d.data.data).read_pandas() for d in c.proto.datasets] for c in at.get("vega_lite_chart")]
+
+
+def errors(at: AppTest) -> list[str]:
+    return [e.value for e in at.error]
+
+
+@pytest.fixture(scope="module")
+def default_app() -> AppTest:
+    return app()
+
+
+def test_estimate_page_shows_the_library_numbers(default_app: AppTest) -> None:
+    at = default_app
+    no_exception(at)
+    assert not errors(at)
+    step = float(metric(at, "Step time (s)"))
+    # the default sidebar: gpt3-175b on 1024 A100 80GB, tp 8, pp 8, dp 16, ZeRO-1, selective recompute, sp
+    plan = perfmodel.ParallelPlan(dp=16, tp=8, pp=8, zero_stage=1, global_batch=1536, recompute="selective",
+                                  sequence_parallel=True)
+    est = perfmodel.estimate("gpt3-175b", "a100-sxm4-80gb", plan)
+    assert step == pytest.approx(est.step_time_s, rel=1e-3)
+    assert float(metric(at, "MFU (%)")) == pytest.approx(est.mfu * 100, abs=0.06)
+
+
+def test_breakdown_chart_data_sums_to_the_step_time(default_app: AppTest) -> None:
+    frames = chart_frames(default_app)
+    assert frames, "no Altair chart on the Estimate page"
+    breakdown = next(f for fs in frames for f in fs if "component" in f and (f["kind"] == "time").all())
+    assert breakdown["value"].sum() == pytest.approx(float(metric(default_app, "Step time (s)")), rel=1e-3)
+    memory = next(f for fs in frames for f in fs if "GB" in f)
+    assert set(memory["component"]) >= {"weights", "optimizer", "activations"}
+
+
+def test_tp_that_does_not_divide_heads_is_an_error_not_an_exception() -> None:
+    # 7 x 8 x 16 = 896 GPUs, so the GPU count divides and the head count is what is wrong
+    at = app(tp="7", gpus="896")
+    no_exception(at)
+    assert any("does not divide num_heads 96" in e for e in errors(at)), errors(at)
+    assert not [m for m in at.metric if m.label == "Step time (s)"]
+
+
+def test_changing_tp_in_the_widget_reruns_with_an_error() -> None:
+    at = app(gpus="896")
+    at.sidebar.number_input(key="tp").set_value(7).run()
+    no_exception(at)
+    assert any("does not divide num_heads" in e for e in errors(at))
+
+
+def test_gpu_count_not_divisible_by_the_layout_names_every_operand() -> None:
+    at = app(gpus="1000")
+    no_exception(at)
+    assert any("1000 is not divisible by tp 8 x pp 8 x cp 1 = 64" in e for e in errors(at)), errors(at)
+
+
+def test_layout_that_does_not_fit_says_so() -> None:
+    at = app(recompute="none", zero="0", pp="1", tp="8", gpus="1024", workload="gpt3-175b")
+    no_exception(at)
+    assert any(e.startswith("Does not fit") for e in errors(at)), errors(at)
+    assert float(metric(at, "Step time (s)")) > 0
+
+
+def test_what_if_faster_flops_lowers_the_step_time(default_app: AppTest) -> None:
+    at = app()
+    base = float(metric(at, "Step time (s)"))
+    at.select_slider(key="s_flops").set_value(2.0).run()
+    no_exception(at)
+    faster = float(metric(at, "Step time (s)", nth=1))
+    assert faster < base
+    tornado = next(f for fs in chart_frames(at) for f in fs if "factor" in f)
+    assert set(tornado["factor"]) >= {"peak FLOP/s", "HBM bandwidth"}
+    flops_x2 = tornado[(tornado["factor"] == "peak FLOP/s") & (tornado["change"] == "×2")]
+    assert float(flops_x2["step_time_s"].iloc[0]) == pytest.approx(faster, rel=1e-3)
+
+
+def test_state_comes_from_the_url() -> None:
+    at = app(workload="llama3-8b", acc="h100-sxm5-80gb", gpus="64", tp="4", pp="1", gb="512")
+    no_exception(at)
+    assert at.sidebar.selectbox(key="workload").value == "llama3-8b"
+    assert at.sidebar.number_input(key="tp").value == 4
+    plan = perfmodel.ParallelPlan(dp=16, tp=4, pp=1, zero_stage=1, global_batch=512, recompute="selective",
+                                  sequence_parallel=True)
+    est = perfmodel.estimate("llama3-8b", "h100-sxm5-80gb", plan)
+    assert float(metric(at, "Step time (s)")) == pytest.approx(est.step_time_s, rel=1e-3)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_runs_without_exception(page: str) -> None:
+    at = app(page=page)
+    no_exception(at)
+    assert at.header[0].value
+
+
+def test_compare_page_bad_input_is_a_message() -> None:
+    at = app(page="Compare hardware")
+    at.multiselect(key="cands").set_value([]).run()
+    no_exception(at)
+    assert any("at least one candidate" in w.value for w in at.warning)
+
+
+def test_compare_page_has_one_row_per_candidate() -> None:
+    pytest.importorskip("perfmodel.planning")
+    at = app(page="Compare hardware")
+    at.multiselect(key="cands").set_value(["a100-sxm4-80gb", "h100-sxm5-80gb"]).run()
+    no_exception(at)
+    table = at.dataframe[0].value
+    assert list(table["candidate"]) == ["a100-sxm4-80gb", "h100-sxm5-80gb"]
+    assert (table["days"] > 0).all()
+    days = next(f for fs in chart_frames(at) for f in fs if "days" in f and "candidate" in f)
+    assert set(days["candidate"]) == {"a100-sxm4-80gb", "h100-sxm5-80gb"}
+
+
+def test_search_page_ranks_fitting_layouts() -> None:
+    pytest.importorskip("perfmodel.planning")
+    at = app(page="Layout search", workload="llama3-8b", acc="h100-sxm5-80gb", gpus="64", gb="512")
+    no_exception(at)
+    assert not errors(at)
+    assert int(metric(at, "Layouts that fit").replace(",", "")) > 0
+    table = at.dataframe[0].value
+    assert table["step_time_s"].is_monotonic_increasing
+    pareto = next(f for fs in chart_frames(at) for f in fs if "headroom_gb" in f)
+    assert pareto["front"].any()
+
+
+def test_search_page_nothing_fits_is_a_message() -> None:
+    pytest.importorskip("perfmodel.planning")
+    at = app(page="Layout search", headroom="200")
+    no_exception(at)
+    assert any("No layout fits" in w.value for w in at.warning)
+
+
+def test_validation_page_reports_the_public_runs() -> None:
+    at = app(page="Validation")
+    no_exception(at)
+    predicted, total = metric(at, "Runs predicted").split(" / ")
+    assert int(total) > 1000 and int(predicted) > 0
+    scatter = next(f for fs in chart_frames(at) for f in fs if "predicted_step_time_s" in f)
+    assert (scatter["predicted_step_time_s"] > 0).all()
+    at.multiselect(key="sources").set_value([]).run()
+    no_exception(at)
+    assert any("No predicted runs" in w.value for w in at.warning)
+
+
+def test_des_engine_gives_a_number_or_a_message() -> None:
+    at = app(engine="des", workload="llama3-8b", acc="h100-sxm5-80gb", gpus="64", tp="4", pp="2", gb="512")
+    no_exception(at)
+    shown = [m for m in at.metric if m.label == "Step time (s)"]
+    assert shown and float(shown[0].value) > 0 or any("engine" in e for e in errors(at)), errors(at)

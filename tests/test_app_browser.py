@@ -1,0 +1,154 @@
+"""The app in a real browser: `streamlit run app.py` on a loopback port, driven by Playwright in
+Debian's Chromium (/usr/bin/chromium, headless, --no-sandbox; never `playwright install`).
+
+Skips when Playwright or a Chromium binary is missing (.ci/browser-deps.sh installs both). Set
+PERFMODEL_SCREENSHOTS=DIR to keep the screenshots of every page.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = os.environ.get("PERFMODEL_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+pytest.importorskip("streamlit")
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (.ci/browser-deps.sh)")
+if not CHROMIUM:
+    pytest.skip("no Chromium binary (apt-get install chromium; .ci/browser-deps.sh)", allow_module_level=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Start the app on a free loopback port; stop that process (by its PID) afterwards."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("streamlit") / "server.log"
+    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.headless", "true",
+           "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
+           "--server.fileWatcherType", "none"]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"streamlit did not start (exit {proc.poll()}):\n{log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    with sync_api.sync_playwright() as p:
+        try:
+            b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"])
+        except Exception as e:  # a Chromium that cannot start here is an environment gap, not an app bug
+            pytest.skip(f"Chromium at {CHROMIUM} did not launch: {e}")
+        yield b
+        b.close()
+
+
+def shots_dir(tmp_path: Path) -> Path:
+    d = Path(os.environ.get("PERFMODEL_SCREENSHOTS") or tmp_path)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+CHART = "[data-testid='stVegaLiteChart'] svg, [data-testid='stVegaLiteChart'] canvas"
+
+
+def open_page(browser: object, url: str) -> object:
+    page = browser.new_page(viewport={"width": 1500, "height": 1300})  # type: ignore[attr-defined]
+    page.set_default_timeout(90_000)
+    page.goto(url)
+    return page
+
+
+def settle(page: object) -> None:
+    """Wait until Streamlit has finished the current run (no 'Running...' status widget)."""
+    page.wait_for_timeout(500)  # type: ignore[attr-defined]
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')")  # type: ignore[attr-defined]
+
+
+def test_estimate_page_in_chromium(server: str, browser: object, tmp_path: Path) -> None:
+    page = open_page(browser, server)
+    page.get_by_text("Step time (s)").first.wait_for()
+    page.locator(CHART).first.wait_for()
+    settle(page)
+    first = page.locator("[data-testid='stMetricValue']").first.inner_text()
+    # change a widget: tp 8 -> 4 (dp doubles), then wait for the rerun to redraw the number
+    tp = page.get_by_label("tp", exact=True)
+    tp.fill("4")
+    tp.press("Enter")
+    page.wait_for_function(
+        "(old) => { const m = document.querySelector('[data-testid=\"stMetricValue\"]'); return m && m.innerText !== old; }",
+        arg=first)
+    page.locator(CHART).first.wait_for()
+    settle(page)
+    shot = shots_dir(tmp_path) / "estimate.png"
+    page.screenshot(path=str(shot), full_page=True)
+    text = page.inner_text("body")
+    assert "Traceback" not in text
+    assert "tp=4" in page.url or "tp=4&" in page.url  # the what-if is in the link
+    assert shot.stat().st_size > 10_000
+    page.close()
+
+
+@pytest.mark.parametrize("name", ["Compare hardware", "Validation", "Layout search"])
+def test_other_pages_in_chromium(server: str, browser: object, tmp_path: Path, name: str) -> None:
+    page = open_page(browser, f"{server}/?page={name.replace(' ', '+')}")
+    page.get_by_role("heading", name=name.split()[0], exact=False).first.wait_for()
+    page.locator(CHART).first.wait_for()
+    settle(page)
+    page.screenshot(path=str(shots_dir(tmp_path) / f"{name.split()[0].lower()}.png"), full_page=True)
+    assert "Traceback" not in page.inner_text("body")
+    page.close()
+
+
+def test_search_row_opens_on_the_estimate_page(server: str, browser: object, tmp_path: Path) -> None:
+    pytest.importorskip("perfmodel.planning")
+    page = open_page(browser, f"{server}/?page=Layout+search")
+    page.get_by_text("Layouts that fit").wait_for()
+    grid = page.locator("[data-testid='stDataFrame']").first
+    grid.wait_for()
+    settle(page)
+    box = grid.bounding_box()
+    page.mouse.click(box["x"] + 16, box["y"] + 35 + 18)  # the first data row's selection box
+    page.get_by_role("button", name="on the Estimate page").click()
+    page.get_by_text("Estimate one training step").wait_for()
+    page.locator(CHART).first.wait_for()
+    settle(page)
+    page.screenshot(path=str(shots_dir(tmp_path) / "opened-from-search.png"), full_page=True)
+    assert "Traceback" not in page.inner_text("body")
+    assert "page=" not in page.url  # back on the default page, with the layout's degrees in the link
+    page.close()
