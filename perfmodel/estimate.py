@@ -101,7 +101,7 @@ class Estimate:
             + ("" if self.fits else "  (DOES NOT FIT)"),
         ]
         for k, v in self.breakdown_s.items():
-            if v > 0:
+            if v > 1e-9 * self.step_time_s:
                 lines.append(f"    {k:<20} {v:10.4g} s  {v / self.step_time_s:6.1%}")
         lines += [f"  note: {m}" for m in self.messages]
         return "\n".join(lines)
