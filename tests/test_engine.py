@@ -223,3 +223,25 @@ def test_more_memory_never_slower(a100_system):
     e_big = analytic_estimate(spec, dataclasses.replace(sys_, accelerator=bigger), plan)
     assert e_big.step_time_s <= e_small.step_time_s
     assert e_big.fits and e_big.hbm_bytes == 160e9
+
+
+def test_b200_in_model_efficiency_recomputed():
+    """b200.yaml's in_model_efficiency is (GEMM + attention at isolated rates) / (measured
+    compiled forward - memory-bound ops) for Llama-3.1-8B at 1 x 8192 (152.4 ms eager x 0.955)."""
+    from perfmodel.compute.ops import op_cost
+
+    sys_ = perfmodel.resolve_system("b200", None, 1)[0]
+    acc = sys_.accelerator
+    raw = acc.model_validate({**acc.model_dump(), "calibration": {**acc.calibration.model_dump(), "in_model_efficiency": None}})
+    spec = perfmodel.get_workload("llama3-8b")
+    g = build_graph(spec, 1, 8192)
+    dense = mem = 0.0
+    for layer in g.layers:
+        for o in layer.ops:
+            t = op_cost(raw, o, "fwd").time_s * layer.count
+            if o.kind in ("gemm", "bmm", "attention"):
+                dense += t
+            else:
+                mem += t
+    eff = dense / (0.955 * 152.4e-3 - mem)
+    assert acc.in_model_efficiency == pytest.approx(eff, abs=0.03)

@@ -57,7 +57,12 @@ def gemm_precision(precision: str) -> str:
 
 @lru_cache(maxsize=256)
 def gemm_rate_flop_per_s(acc: Accelerator, precision: str) -> float:
-    """R: the maximum achievable dense matmul rate (MAMF) in `precision`."""
+    """R: the dense matmul rate a model reaches: MAMF in `precision` x the accelerator's
+    in-model efficiency (1 unless its calibration measured a whole model forward)."""
+    return _mamf(acc, precision) * acc.in_model_efficiency
+
+
+def _mamf(acc: Accelerator, precision: str) -> float:
     prec = gemm_precision(precision)
     peak = acc.matrix_peak_flop_per_s(prec)
     cal = acc.calibration.gemm_max_achievable
@@ -79,7 +84,7 @@ def gemm_fixed_s(acc: Accelerator) -> float:
     pts = acc.calibration.gemm_shapes
     residuals = []
     for g in pts:
-        R = gemm_rate_flop_per_s(acc, g.precision)
+        R = _mamf(acc, g.precision)  # the shapes are isolated-kernel measurements
         flop = 2.0 * g.m * g.n * g.k
         ideal = _soft_roofline(flop / R, _gemm_bytes(g.m, g.n, g.k, 2) / acc.hbm_achieved_Bps)
         if ideal < 200e-6:
@@ -129,9 +134,8 @@ def attention_rate_flop_per_s(acc: Accelerator, head_dim: int, seq_len: int, cau
         rate = _interp_log(curve, seq_len)
         if dims[0] != head_dim:
             rate *= min(head_dim, 128) / min(dims[0], 128) if head_dim < dims[0] else 1.0
-        if gemm_precision(precision) in ("fp8", "fp4"):
-            rate *= 1.0  # FlashAttention runs in bf16 under fp8 GEMM training (TE default)
-        return rate
+        # FlashAttention runs in bf16 under fp8 GEMM training (Transformer Engine's default)
+        return rate * acc.in_model_efficiency
     return FLASH_FALLBACK_RATIO * gemm_rate_flop_per_s(acc, "bf16")
 
 

@@ -89,6 +89,9 @@ class AcceleratorCalibration(_Strict):
     gemm_max_achievable: dict[Precision, Sourced] = Field(default_factory=dict)
     gemm_shapes: list[GemmPoint] = Field(default_factory=list)
     hbm_achieved: Sourced | None = None
+    in_model_efficiency: Sourced | None = Field(
+        None, description="fraction of the isolated GEMM / attention rates a real model's forward reaches "
+                          "on this part (sustained power and clocks, real shape mix); default 1")
     elementwise_achieved: Sourced | None = Field(
         None,
         description="achieved bytes/s of typical memory-bound training ops (norm, activation, softmax, casts); "
@@ -147,6 +150,10 @@ class Accelerator(_Strict):
             checks[f"calibration.gemm_max_achievable.{prec}"] = (s, "flop_per_s")
         if cal.hbm_achieved:
             checks["calibration.hbm_achieved"] = (cal.hbm_achieved, "bytes_per_s")
+        if cal.in_model_efficiency:
+            eff = cal.in_model_efficiency.si("dimensionless", "calibration.in_model_efficiency")
+            if not 0 < eff <= 1:
+                raise SpecError("calibration.in_model_efficiency", f"{eff} is outside (0, 1]", "a fraction in (0, 1]")
         if cal.elementwise_achieved:
             checks["calibration.elementwise_achieved"] = (cal.elementwise_achieved, "bytes_per_s")
         if cal.kernel_launch:
@@ -183,6 +190,11 @@ class Accelerator(_Strict):
         """Achieved streaming bandwidth (STREAM triad); falls back to the datasheet figure."""
         cal = self.calibration.hbm_achieved
         return cal.si("bytes_per_s") if cal else self.hbm_Bps
+
+    @cached_property
+    def in_model_efficiency(self) -> float:
+        cal = self.calibration.in_model_efficiency
+        return cal.si("dimensionless", "calibration.in_model_efficiency") if cal else 1.0
 
     @cached_property
     def elementwise_achieved_Bps(self) -> float:
