@@ -310,6 +310,20 @@ def bench_attention(reps: int, quick: bool = False) -> list[dict[str, Any]]:
     return out
 
 
+def bench_optimizer(reps: int, quick: bool = False) -> dict[str, float]:
+    """torch.optim.AdamW (default foreach implementation) step on fp32 parameters with grads:
+    seconds per parameter, the way the CPU harness trains."""
+    import torch
+
+    n = 2**22 if quick else 2**24
+    params = [torch.nn.Parameter(torch.randn(n // 4)) for _ in range(4)]
+    for q in params:
+        q.grad = torch.randn_like(q)
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    t = _median_time(opt.step, reps)
+    return {"s_per_param": t / n, "params": float(n)}
+
+
 def bench_elementwise(reps: int, quick: bool = False) -> dict[str, Any]:
     """Memory-bound ops of a bf16-autocast transformer step, each forward+backward, on the CPU
     workloads' sizes (2048 tokens, hidden 256, ffn 1024, vocab 8192). Bytes per op and direction
@@ -491,6 +505,7 @@ def measure(quick: bool = False) -> dict[str, Any]:
             res[key]["op_overhead"] = bench_op_overhead(2000 if quick else 20000)
             res[key]["attention"] = bench_attention(reps, quick)
             res[key]["elementwise"] = bench_elementwise(reps, quick)
+            res[key]["optimizer"] = bench_optimizer(reps, quick)
         if threads_all == 1:
             break
     torch.set_num_threads(threads_all)
@@ -592,6 +607,10 @@ def accelerator_yaml(r: dict[str, Any]) -> dict[str, Any]:
                  "source": cal_src}
                 for p in t1["attention"]
             ],
+            **({"optimizer_step_per_param": {
+                "value": _g(t1["optimizer"]["s_per_param"], "s"), "source": cal_src,
+                "note": f"torch.optim.AdamW (foreach) step on {t1['optimizer']['params']:.3g} fp32 parameters"}}
+               if "optimizer" in t1 else {}),
             "kernel_launch": {"value": _g(oh["nograd_op_s"], "s"), "source": cal_src,
                               "note": "no kernel launch on a CPU: eager dispatch of x * 2 on 1 element without autograd"},
             "host_op_overhead": {"value": _g(oh["autograd_op_s"], "s"), "source": cal_src,

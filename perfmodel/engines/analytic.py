@@ -27,6 +27,7 @@ from perfmodel.comm.collectives import collective_time_s
 from perfmodel.compute.ops import gemm_precision
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import System
+from perfmodel.hardware.specs import Accelerator
 from perfmodel.memory import memory_per_rank, stage_layers
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.workload.builder import build_graph
@@ -172,6 +173,16 @@ def dp_exposed_s(system: System, plan: ParallelPlan, st: dict[str, float], m: in
     return exposed + hidden * comm_contention_fraction(system)
 
 
+def optimizer_step_s(acc: Accelerator, optimizer: str, local_params: float):  # noqa: ANN201 (float or array)
+    """Optimizer step seconds for `local_params` parameters on this rank: the measured step time
+    per parameter when the calibration has one (Adam), else OPTIMIZER_BYTES_PER_PARAM through
+    HBM at achieved bandwidth."""
+    measured = acc.calibration.optimizer_step_per_param
+    if measured is not None and optimizer == "adam":
+        return local_params * measured.si("seconds", "calibration.optimizer_step_per_param")
+    return local_params * OPTIMIZER_BYTES_PER_PARAM[optimizer] / acc.hbm_achieved_Bps
+
+
 def pipeline_time_s(stage_s: list[float], m: int, vp: int, schedule: str, fwd_s: float = 0.0,
                     bwd_s: float = 0.0, wgrad_s: float = 0.0) -> tuple[float, float]:
     """(pipeline seconds, bubble seconds) for m micro-batches over stages taking `stage_s`
@@ -243,7 +254,7 @@ def analytic_estimate(spec: ModelSpec | None, system: System, plan: ParallelPlan
     shard = plan.dp * plan.cp if plan.zero_stage >= 1 else 1
     local = worst["dense_params"] / shard + worst["expert_params"] / (max(1, plan.dp * plan.cp // plan.ep) if plan.zero_stage >= 1 else 1)
     acc = system.accelerator
-    optimizer = local * OPTIMIZER_BYTES_PER_PARAM[plan.optimizer] / acc.hbm_achieved_Bps
+    optimizer = optimizer_step_s(acc, plan.optimizer, local)
     if spec is not None and plan.pp > 1 and spec.tied_embeddings and spec.vocab:
         emb = spec.vocab * spec.hidden / plan.tp * plan.grad_bytes
         optimizer += collective_time_s(system, "all_reduce", emb, 2, plan.tp * plan.cp * plan.dp)
@@ -279,4 +290,4 @@ def analytic_estimate(spec: ModelSpec | None, system: System, plan: ParallelPlan
     )
 
 
-__all__ = ["analytic_estimate", "plan_graph", "stage_times", "model_flop_per_step", "pipeline_time_s", "p2p_time_s", "dp_sync_s", "dp_exposed_s", "Comm", "comm_s"]
+__all__ = ["analytic_estimate", "plan_graph", "stage_times", "model_flop_per_step", "pipeline_time_s", "optimizer_step_s", "p2p_time_s", "dp_sync_s", "dp_exposed_s", "Comm", "comm_s"]

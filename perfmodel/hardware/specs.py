@@ -89,6 +89,8 @@ class AcceleratorCalibration(_Strict):
     gemm_max_achievable: dict[Precision, Sourced] = Field(default_factory=dict)
     gemm_shapes: list[GemmPoint] = Field(default_factory=list)
     hbm_achieved: Sourced | None = None
+    optimizer_step_per_param: Sourced | None = Field(
+        None, description="measured optimizer step seconds per parameter (else 38 B/param through HBM)")
     in_model_efficiency: Sourced | None = Field(
         None, description="fraction of the isolated GEMM / attention rates a real model's forward reaches "
                           "on this part (sustained power and clocks, real shape mix); default 1")
@@ -150,6 +152,8 @@ class Accelerator(_Strict):
             checks[f"calibration.gemm_max_achievable.{prec}"] = (s, "flop_per_s")
         if cal.hbm_achieved:
             checks["calibration.hbm_achieved"] = (cal.hbm_achieved, "bytes_per_s")
+        if cal.optimizer_step_per_param:
+            checks["calibration.optimizer_step_per_param"] = (cal.optimizer_step_per_param, "seconds")
         if cal.in_model_efficiency:
             eff = cal.in_model_efficiency.si("dimensionless", "calibration.in_model_efficiency")
             if not 0 < eff <= 1:

@@ -14,6 +14,7 @@ The analytic engine's step (perfmodel/engines/analytic.py) splits into two kinds
     T_pipe  = m·(t_max + 2v·t_p2p) + B,   B = (Σt − t_max + (p−1)·2v·t_p2p) · {1, 1/v, (f+b−2w)/(f+b)}
     T_dp    = ZeRO 0-2: max(G − b_w, G/L) + max(P − f_w, P/L);  ZeRO 3: m·(max(0, A − f_w) + A/L
               + max(0, A + R − b_w) + R/L)
+              plus (total − exposed) · analytic.comm_contention_fraction (SMs lost to NCCL while hidden)
     T_opt   = local params · bytes per param / achieved HBM bandwidth (+ tied-embedding all-reduce)
     step    = T_pipe + T_dp + T_opt
     memory  = static(ZeRO) + activations per micro-batch · in-flight(schedule, m, p, v) + working
@@ -32,7 +33,7 @@ import numpy as np
 from perfmodel.comm.collectives import collective_time_s
 from perfmodel.engines.analytic import (
     ACT_BYTES,
-    OPTIMIZER_BYTES_PER_PARAM,
+    optimizer_step_s,
     cached_graph,
     comm_contention_fraction,
     dp_sync_s,
@@ -246,7 +247,7 @@ class Evaluator:
         dpcp = (g["dp"] * g["cp"]).astype(float)
         sharded = zero >= 1
         local = wdense / np.where(sharded, dpcp, 1.0) + wexp / np.where(sharded, np.maximum(1.0, dpcp // g["ep"]), 1.0)
-        opt = local * OPTIMIZER_BYTES_PER_PARAM[self.optimizer] / self.system.accelerator.hbm_achieved_Bps + emb
+        opt = optimizer_step_s(self.system.accelerator, self.optimizer, local) + emb
         step = pipe + dp_exp + opt
 
         mem = self._memory(g, uniq, inv, m, pp, vp, sched, zero)
