@@ -5,11 +5,12 @@ from perfmodel.errors import LayoutError, PerfmodelError, SpecError, UnknownIdEr
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import load_catalog, resolve_system
 from perfmodel.parallel.plan import ParallelPlan
+from perfmodel.planning import compare, search, time_to_train
 from perfmodel.workload.builder import build_graph
 from perfmodel.workload.catalog import get_workload, load_workloads
 
 __all__ = [
     "estimate", "estimate_graph", "resolve", "Estimate", "ParallelPlan", "load_catalog", "resolve_system", "build_graph",
-    "get_workload", "load_workloads", "PerfmodelError", "SpecError", "LayoutError", "UnknownIdError",
+    "get_workload", "load_workloads", "search", "compare", "time_to_train", "PerfmodelError", "SpecError", "LayoutError", "UnknownIdError",
 ]
 __version__ = "0.1.0"

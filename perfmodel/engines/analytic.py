@@ -74,7 +74,7 @@ def stage_times(system: System, plan: ParallelPlan, graph: Graph) -> list[dict[s
     out = []
     for s in range(plan.pp):
         acc = {"fwd": 0.0, "bwd": 0.0, "fwd_gpu": 0.0, "bwd_gpu": 0.0, "recompute": 0.0, "comm": 0.0,
-               "host": 0.0, "wgrad": 0.0, "params": 0.0, "layers": 0.0}
+               "host": 0.0, "wgrad": 0.0, "params": 0.0, "dense_params": 0.0, "expert_params": 0.0, "layers": 0.0}
         for layer, n in stage_layers(graph, plan.pp, s):
             lt = _layer_time(system, plan, layer)
             acc["fwd"] += n * lt.fwd_s
@@ -86,8 +86,8 @@ def stage_times(system: System, plan: ParallelPlan, graph: Graph) -> list[dict[s
             acc["host"] += n * lt.host_exposed_s
             acc["wgrad"] += n * lt.wgrad_s
             acc["params"] += n * layer.params
-            acc["dense_params"] = acc.get("dense_params", 0.0) + n * (layer.params - layer.expert_params)
-            acc["expert_params"] = acc.get("expert_params", 0.0) + n * layer.expert_params
+            acc["dense_params"] += n * (layer.params - layer.expert_params)
+            acc["expert_params"] += n * layer.expert_params
             acc["layers"] += n
         out.append(acc)
     return out

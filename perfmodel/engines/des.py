@@ -1,0 +1,429 @@
+"""The discrete-event engine: one training step played out op by op with simpy.
+
+Actors (one representative rank per pipeline stage, and `replicas` data-parallel copies of the
+pipeline when variability asks for them):
+    compute stream   one process per (replica, stage) running its schedule's order of work:
+                     F (forward), B (backward incl. recompute; input-gradient only under ZB-H1)
+                     and W (weight-gradient GEMMs, ZB-H1 only) per micro-batch and model chunk
+    p2p links        a `Resource` per directed stage pair; a send holds it p2p_time_s, so two
+                     sends down one link queue; the receiver's op waits for the arrival, and
+                     the sender's stream waits too (Megatron's blocking p2p, which makes the
+                     closed forms' 2·v·p2p per micro-batch exact) unless `overlap_p2p`
+    DP stream        one process per stage: the gradient buckets (one per layer instance, its
+                     share of the stage's collective by parameters) of the grad-final op (the
+                     last micro-batch's B, or W under ZB-H1) reduced as backward produces them;
+                     a bucket starts when every replica has produced it
+    optimizer        after the stage's DP sync, the same optimizer seconds as the analytic engine
+All durations come from the shared costs: `stage_times` per (virtual) stage, `p2p_time_s`,
+`dp_sync_s`, `dp_exposed_s` (ZeRO-3 gathers per micro-batch) and `comm_contention_fraction`
+(compute slowed by NCCL SMs while a collective hides), so a cost-model change moves both engines.
+
+Schedules emit each stage's order of F and B (`SCHEDULES`); the engine resolves dependencies:
+    gpipe        all forwards, then all backwards (reverse micro-batch order)
+    1f1b         p-s-1 warm-up forwards, then one forward one backward (Narayanan et al. 2021)
+    interleaved  Megatron's virtual-pipeline order: micro-batches in groups of p, chunk-major;
+                 warm-up 2(p-s-1) + (v-1)p virtual forwards (all of them when m == p, or
+                 when m is no multiple of p, where Megatron's order would deadlock)
+    zb-h1        1F1B's F/B order with B split from W; stage s runs W(j) after B(j + s), so it
+                 holds at most p activations (1F1B's peak) and the deferred W's fill the drain
+                 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism" §3.1)
+
+DP exposure differs from the closed form where buckets are unequal: the last bucket reduced is
+the one backward produces last (the embedding's on stage 0), not an average layer's share.
+
+Variability: each op's (compute and p2p) duration times a lognormal factor of mean 1 (sigma `jitter_sigma`, numpy
+seed `seed`), and a `straggler` (stage, factor) slows one rank's compute; the step time is the
+latest finish over all simulated ranks. The timeline is a Chrome trace-event list (ph 'X', ts/dur
+in microseconds, pid = replica·p + stage, tid = stream) that opens in Perfetto.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import simpy
+
+from perfmodel.engines.analytic import (
+    analytic_estimate,
+    comm_contention_fraction,
+    dp_exposed_s,
+    dp_sync_s,
+    p2p_time_s,
+    plan_graph,
+    stage_times,
+)
+from perfmodel.engines.costs import layer_time
+from perfmodel.estimate import Estimate
+from perfmodel.hardware.catalog import System
+from perfmodel.memory import stage_layers
+from perfmodel.parallel.plan import ParallelPlan
+from perfmodel.workload.graph import Graph
+from perfmodel.workload.spec import ModelSpec
+
+Work = tuple[str, int, int]  # (kind F/B/W, micro-batch, model chunk)
+STREAMS = {"compute": 0, "p2p next": 1, "p2p prev": 2, "dp": 3}
+US = 1e6  # trace times are microseconds
+
+
+# ---- schedules: per stage, the order of forward and backward work -------------------------
+
+def gpipe_order(p: int, m: int, v: int, s: int) -> list[Work]:
+    return [("F", j, 0) for j in range(m)] + [("B", j, 0) for j in reversed(range(m))]
+
+
+def one_f_one_b_order(p: int, m: int, v: int, s: int) -> list[Work]:
+    warm = min(p - s - 1, m)
+    order: list[Work] = [("F", j, 0) for j in range(warm)]
+    for j in range(m - warm):
+        order += [("F", warm + j, 0), ("B", j, 0)]
+    return order + [("B", j, 0) for j in range(m - warm, m)]
+
+
+def interleaved_order(p: int, m: int, v: int, s: int) -> list[Work]:
+    """Megatron-LM's interleaved 1F1B (schedules.py, forward_backward_pipelining_with_interleaving)."""
+    fwd = [(j, c) for g in range(0, m, p) for c in range(v) for j in range(g, min(m, g + p))]
+    total = m * v
+    # Megatron needs m a multiple of p; otherwise its order can deadlock, so all forwards go first
+    warm = total if m == p or m % p else min(2 * (p - s - 1) + (v - 1) * p, total)
+    order: list[Work] = [("F", j, c) for j, c in fwd[:warm]]
+    for k in range(total - warm):
+        j, c = fwd[warm + k]
+        jb, cb = fwd[k]
+        order += [("F", j, c), ("B", jb, v - 1 - cb)]
+    return order + [("B", j, v - 1 - c) for j, c in fwd[total - warm:]]
+
+
+def zb_h1_order(p: int, m: int, v: int, s: int) -> list[Work]:
+    """1F1B's F and B, each W right after its B on the first stage and s micro-batches later on
+    stage s: stage s then holds at most p - s + s = p activations, 1F1B's peak (stage 0's), and
+    the deferred W's fill the drain. Uniform stages with m >= p give the closed form
+    m(f+b+w) + (p-1)(f+b-w) exactly (Qi et al. 2024, Fig. 3 and §3.1)."""
+    order: list[Work] = []
+    n_w = 0
+    for work in one_f_one_b_order(p, m, v, s):
+        order.append(work)
+        if work[0] == "B" and work[1] - s >= 0:
+            order.append(("W", work[1] - s, 0))
+            n_w += 1
+    return order + [("W", j, 0) for j in range(n_w, m)]
+
+
+SCHEDULES: dict[str, Callable[[int, int, int, int], list[Work]]] = {
+    "gpipe": gpipe_order, "1f1b": one_f_one_b_order, "interleaved": interleaved_order, "zb-h1": zb_h1_order,
+}
+
+
+# ---- costs of one (stage, chunk), all from the shared cost functions ------------------------
+
+@dataclass(frozen=True, slots=True)
+class ChunkCost:
+    fwd_s: float
+    bwd_s: float  # backward incl. recompute; without the weight-gradient part under ZB-H1
+    wgrad_s: float  # deferred weight-gradient part (ZB-H1), else 0
+    fsdp_s: float  # ZeRO-3 all-gather / reduce-scatter exposed per micro-batch
+    buckets: tuple[tuple[float, float], ...]  # (fraction of the grad-final op done when ready, DP seconds)
+    st: dict[str, float]
+
+
+def chunk_costs(system: System, plan: ParallelPlan, graph: Graph, zb: bool) -> list[list[ChunkCost]]:
+    """[stage][chunk]: virtual stage c·p + s holds chunk c of rank s (Megatron's layout)."""
+    p, v = plan.pp, plan.vp
+    vplan = plan if v == 1 else plan.model_copy(update={"pp": p * v})
+    sts = stage_times(system, vplan, graph)
+    out: list[list[ChunkCost]] = []
+    for s in range(p):
+        row = []
+        for c in range(v):
+            # (a stage left without layers by the ceil split lacks the params keys)
+            st = {"dense_params": 0.0, "expert_params": 0.0, **sts[c * p + s]}
+            w = st["wgrad"] if zb else 0.0
+            dp = dp_sync_s(system, plan, st)
+            fsdp = dp_exposed_s(system, plan, st, 1) if plan.zero_stage == 3 else 0.0
+            buckets = _buckets(system, vplan, graph, c * p + s, dp["grad"], zb, plan.overlap_dp_comm)
+            row.append(ChunkCost(st["fwd"], st["bwd"] - w, w, fsdp, buckets, st))
+        out.append(row)
+    return out
+
+
+def _buckets(system: System, plan: ParallelPlan, graph: Graph, vstage: int, grad_s: float, zb: bool,
+             overlap: bool) -> tuple[tuple[float, float], ...]:
+    """One bucket per layer instance in backward order: ready when its backward (or W) is done."""
+    if grad_s <= 0:
+        return ()
+    inst = []
+    for layer, n in reversed(stage_layers(graph, plan.pp, vstage)):
+        lt = layer_time(system, plan, layer)
+        inst += [(lt.wgrad_s if zb else lt.bwd_s, layer.params)] * int(n)
+    t_sum = sum(t for t, _ in inst) or 1.0
+    p_sum = sum(q for _, q in inst) or 1.0
+    out, done = [], 0.0
+    for t, q in inst:
+        done += t
+        out.append((done / t_sum if overlap else 1.0, grad_s * q / p_sum))
+    return tuple(out)
+
+
+# ---- the simulation -------------------------------------------------------------------------
+
+@dataclass
+class RankResult:
+    busy_s: float = 0.0  # compute-stream seconds of F, B, W
+    fsdp_s: float = 0.0
+    send_wait_s: float = 0.0  # compute stream blocked on its own sends
+    compute_end_s: float = 0.0
+    dp_tail_s: float = 0.0  # from compute end to the end of the DP sync, plus contention
+    optimizer_s: float = 0.0
+    finish_s: float = 0.0
+    finished: bool = False
+
+
+class PipelineSim:
+    """One step of `replicas` copies of a p-stage pipeline; `run()` fills `result[r][s]`."""
+
+    def __init__(self, plan: ParallelPlan, costs: list[list[ChunkCost]], p2p_s: float, optimizer_s: float,
+                 param_s: tuple[float, float], contention: float, *, jitter_sigma: float = 0.0, seed: int = 0,
+                 straggler: tuple[int, float] | None = None, replicas: int = 1, trace: bool = True,
+                 overlap_p2p: bool = False) -> None:
+        self.p, self.m, self.v = plan.pp, plan.num_micro_batches, plan.vp
+        self.zb = plan.schedule_name == "zb-h1"
+        self.grad_kind = "W" if self.zb else "B"  # the op after which a chunk's gradients are final
+        self.costs, self.p2p_s, self.optimizer_s = costs, p2p_s, optimizer_s
+        self.param_exposed_s, self.param_hidden_s = param_s
+        self.contention = contention
+        self.replicas, self.straggler, self.trace = replicas, straggler, trace
+        self.overlap_p2p = overlap_p2p
+        self.env = simpy.Environment()
+        self.events: dict[tuple[Any, ...], simpy.Event] = {}
+        self.links = {(r, s, d): simpy.Resource(self.env, 1) for r in range(replicas) for s in range(self.p)
+                      for d in {(s + 1) % self.p, (s - 1) % self.p}}
+        self.orders = [SCHEDULES[plan.schedule_name](self.p, self.m, self.v, s) for s in range(self.p)]
+        self.records: list[tuple[str, float, float, int, int]] = []
+        self.result = [[RankResult() for _ in range(self.p)] for _ in range(replicas)]
+        self.sync_end = [0.0] * self.p
+        self.grad_total = [sum(b for c in row for _, b in c.buckets) for row in costs]
+        seeds = np.random.SeedSequence(seed).spawn(replicas * self.p)
+        self._noise = [[_noise(jitter_sigma, seeds[r * self.p + s]) for s in range(self.p)] for r in range(replicas)]
+
+    def run(self) -> None:
+        for s in range(self.p):
+            if self.grad_total[s] > 0:
+                self.env.process(self._dp(s))
+            for r in range(self.replicas):
+                self.env.process(self._stage(r, s))
+        self.env.run()
+        unfinished = [(r, s) for r in range(self.replicas) for s in range(self.p) if not self.result[r][s].finished]
+        assert not unfinished, f"schedule deadlocked on ranks {unfinished}"
+
+    # events ----------------------------------------------------------------------------
+    def _ev(self, key: tuple[Any, ...]) -> simpy.Event:
+        e = self.events.get(key)
+        if e is None:
+            e = self.events[key] = self.env.event()
+        return e
+
+    def _later(self, delay: float, ev: simpy.Event) -> None:
+        t = self.env.timeout(delay)
+        t.callbacks.append(lambda _t: ev.succeed())
+
+    def _dep(self, r: int, s: int, kind: str, mb: int, ch: int) -> simpy.Event | None:
+        vs = ch * self.p + s
+        if kind == "F" and vs > 0:
+            return self._ev((r, "F", mb, vs - 1))
+        if kind == "B" and vs < self.p * self.v - 1:
+            return self._ev((r, "B", mb, vs + 1))
+        return None
+
+    def _record(self, name: str, start: float, dur: float, pid: int, stream: str) -> None:
+        if self.trace and dur > 0:
+            self.records.append((name, start, dur, pid, STREAMS[stream]))
+
+    # actors ----------------------------------------------------------------------------
+    def _stage(self, r: int, s: int) -> Generator[simpy.Event, Any, None]:
+        done = [0] * self.v  # grad-producing ops done per chunk
+        for work in self.orders[s]:
+            dep = self._dep(r, s, *work)
+            if dep is not None and not dep.triggered:
+                yield dep
+            yield from self._op(r, s, work, done)
+        self.result[r][s].compute_end_s = self.env.now
+        yield from self._finish(r, s)
+
+    def _op(self, r: int, s: int, work: Work, done: list[int]) -> Generator[simpy.Event, Any, None]:
+        kind, mb, ch = work
+        env, c, pid = self.env, self.costs[s][ch], r * self.p + s
+        res = self.result[r][s]
+        if kind == "F" and c.fsdp_s:
+            self._record("fsdp wait", env.now, c.fsdp_s, pid, "compute")
+            res.fsdp_s += c.fsdp_s
+            yield env.timeout(c.fsdp_s)
+        nominal = c.fwd_s if kind == "F" else c.bwd_s if kind == "B" else c.wgrad_s
+        d = nominal * next(self._noise[r][s])
+        if self.straggler and r == 0 and s == self.straggler[0]:
+            d *= self.straggler[1]
+        start = env.now
+        if kind == self.grad_kind:
+            done[ch] += 1
+            if done[ch] == self.m:  # this op produces the final gradients of chunk ch
+                for k, (frac, _) in enumerate(c.buckets):
+                    self._later(frac * d, self._ev((r, "grad", s, ch, k)))
+        self._record(f"{kind}{mb}" + (f".{ch}" if self.v > 1 else ""), start, d, pid, "compute")
+        res.busy_s += d
+        yield env.timeout(d)
+        vs = ch * self.p + s
+        if kind == "F" and vs < self.p * self.v - 1:
+            yield from self._send(r, s, (s + 1) % self.p, self._ev((r, "F", mb, vs)), f"act {mb}", "p2p next")
+        elif kind == "B" and vs > 0:
+            yield from self._send(r, s, (s - 1) % self.p, self._ev((r, "B", mb, vs)), f"grad {mb}", "p2p prev")
+
+    def _send(self, r: int, s: int, dst: int, ev: simpy.Event, name: str, stream: str) -> Generator[simpy.Event, Any, None]:
+        """Blocking (Megatron's default p2p: the stream waits for the transfer) or, with
+        overlap_p2p, handed to the link while compute goes on."""
+        if self.p2p_s <= 0:
+            ev.succeed()
+            return
+        proc = self.env.process(self._transfer(r, s, dst, ev, name, stream))
+        if not self.overlap_p2p:
+            t0 = self.env.now
+            yield proc
+            self.result[r][s].send_wait_s += self.env.now - t0
+
+    def _transfer(self, r: int, s: int, dst: int, ev: simpy.Event, name: str, stream: str) -> Generator[simpy.Event, Any, None]:
+        with self.links[(r, s, dst)].request() as req:
+            yield req
+            d = self.p2p_s * next(self._noise[r][s])
+            self._record(name, self.env.now, d, r * self.p + s, stream)
+            yield self.env.timeout(d)
+        ev.succeed()
+
+    def _dp(self, s: int) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        for ch in reversed(range(self.v)):
+            for k, (_, dur) in enumerate(self.costs[s][ch].buckets):
+                yield env.all_of([self._ev((r, "grad", s, ch, k)) for r in range(self.replicas)])
+                for r in range(self.replicas):
+                    self._record(f"dp bucket {ch}.{k}", env.now, dur, r * self.p + s, "dp")
+                yield env.timeout(dur)
+        self.sync_end[s] = env.now
+        self._ev(("sync", s)).succeed()
+
+    def _finish(self, r: int, s: int) -> Generator[simpy.Event, Any, None]:
+        env, res, pid = self.env, self.result[r][s], r * self.p + s
+        if self.grad_total[s] > 0:
+            yield self._ev(("sync", s))
+        exposed = max(0.0, env.now - res.compute_end_s)
+        hidden = max(0.0, self.grad_total[s] - exposed) + self.param_hidden_s
+        tail = hidden * self.contention + self.param_exposed_s
+        self._record("dp contention + param gather", env.now, tail, pid, "compute")
+        yield env.timeout(tail)
+        res.dp_tail_s = env.now - res.compute_end_s
+        self._record("optimizer", env.now, self.optimizer_s, pid, "compute")
+        yield env.timeout(self.optimizer_s)
+        res.optimizer_s = self.optimizer_s
+        res.finish_s = env.now
+        res.finished = True
+
+    def timeline(self) -> list[dict[str, Any]]:
+        meta: list[dict[str, Any]] = []
+        for r in range(self.replicas):
+            for s in range(self.p):
+                pid = r * self.p + s
+                label = f"stage {s}" if self.replicas == 1 else f"replica {r} stage {s}"
+                meta.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": label}})
+                meta += [{"name": "thread_name", "ph": "M", "pid": pid, "tid": t, "args": {"name": n}}
+                         for n, t in STREAMS.items()]
+        return meta + [{"name": n, "ph": "X", "ts": t0 * US, "dur": d * US, "pid": pid, "tid": tid}
+                       for n, t0, d, pid, tid in self.records]
+
+
+def _noise(sigma: float, seed: np.random.SeedSequence) -> Iterator[float]:
+    """Lognormal factors of mean 1 (mu = -sigma²/2), drawn in blocks; exactly 1 when sigma is 0."""
+    if sigma <= 0:
+        while True:
+            yield 1.0
+    rng = np.random.default_rng(seed)
+    while True:
+        yield from rng.lognormal(-sigma * sigma / 2, sigma, 4096).tolist()
+
+
+# ---- the estimate ----------------------------------------------------------------------------
+
+def des_estimate(spec: ModelSpec | None, system: System, plan: ParallelPlan, messages: list[str] | None = None, *,
+                 graph: Graph | None = None, jitter_sigma: float = 0.0, seed: int = 0,
+                 straggler: tuple[int, float] | None = None, replicas: int = 1, trace: bool = True,
+                 overlap_p2p: bool = False) -> Estimate:
+    """Simulate one step; the estimate's memory, FLOPs and messages are the analytic engine's,
+    its step time, breakdown and timeline the simulation's (see the module docstring)."""
+    base = analytic_estimate(spec, system, plan, messages, graph=graph)
+    if spec is not None:
+        graph = plan_graph(spec, plan)
+    assert graph is not None
+    if not 1 <= replicas <= plan.dp:
+        raise ValueError(f"replicas {replicas} must be between 1 and dp {plan.dp}")
+    if straggler is not None and not (0 <= straggler[0] < plan.pp and straggler[1] > 0):
+        raise ValueError(f"straggler (stage {straggler[0]}, factor {straggler[1]}): "
+                         f"stage must be in 0..{plan.pp - 1}, factor > 0")
+    if jitter_sigma < 0:
+        raise ValueError(f"jitter_sigma {jitter_sigma} must be >= 0")
+    sched = plan.schedule_name
+    costs = chunk_costs(system, plan, graph, sched == "zb-h1")
+    p2p = p2p_time_s(system, plan, graph, spec)
+    param_s = _param_gather(system, plan, costs)
+    sim = PipelineSim(plan, costs, p2p, base.breakdown_s["optimizer_s"], param_s, comm_contention_fraction(system),
+                      jitter_sigma=jitter_sigma, seed=seed, straggler=straggler, replicas=replicas, trace=trace,
+                      overlap_p2p=overlap_p2p)
+    sim.run()
+    r, s = max(((r, s) for r in range(replicas) for s in range(plan.pp)), key=lambda rs: sim.result[rs[0]][rs[1]].finish_s)
+    res = sim.result[r][s]
+    breakdown = _breakdown(res, costs[s])
+    return dataclasses.replace(base, engine="des", step_time_s=res.finish_s, breakdown_s=breakdown,
+                               timeline=sim.timeline() if trace else None)
+
+
+def _param_gather(system: System, plan: ParallelPlan, costs: list[list[ChunkCost]]) -> tuple[float, float]:
+    """ZeRO-1/2 all-gather of the updated weights, (exposed, hidden) on the slowest stage, by the
+    analytic rule: it hides behind the next step's forward except one layer's share."""
+    if plan.zero_stage not in (1, 2):
+        return 0.0, 0.0
+    best = (0.0, 0.0)
+    for row in costs:
+        param = sum(dp_sync_s(system, plan, c.st)["param"] for c in row)
+        fwd = sum(c.fwd_s for c in row)
+        layers = max(1.0, sum(c.st["layers"] for c in row))
+        exposed = max(param - fwd, param / layers) if plan.overlap_dp_comm else param
+        best = max(best, (exposed, param - exposed))
+    return best
+
+
+def _breakdown(res: RankResult, row: list[ChunkCost]) -> dict[str, float]:
+    """The analytic engine's keys; they add up to the rank's finish time."""
+    tot = {k: sum(c.st[k] for c in row) for k in ("fwd_gpu", "bwd_gpu", "recompute", "comm", "host", "fwd", "bwd")}
+    share = res.busy_s / ((tot["fwd"] + tot["bwd"]) or 1.0)
+    idle = max(0.0, res.compute_end_s - res.busy_s - res.fsdp_s - res.send_wait_s)
+    return {
+        "compute_fwd_s": share * tot["fwd_gpu"],
+        "compute_bwd_s": share * tot["bwd_gpu"],
+        "recompute_s": share * tot["recompute"],
+        "tp_ep_cp_comm_s": share * tot["comm"],
+        "host_overhead_s": share * tot["host"],
+        "pp_bubble_s": idle,
+        "pp_p2p_s": res.send_wait_s,
+        "dp_comm_exposed_s": res.dp_tail_s + res.fsdp_s,
+        "optimizer_s": res.optimizer_s,
+    }
+
+
+def stream_utilisation(timeline: list[dict[str, Any]]) -> dict[tuple[int, int], float]:
+    """Busy fraction of each (pid, tid) stream over the step (the last event's end)."""
+    xs = [e for e in timeline if e["ph"] == "X"]
+    end = max((e["ts"] + e["dur"] for e in xs), default=0.0) or 1.0
+    busy: dict[tuple[int, int], float] = {}
+    for e in xs:
+        busy[(e["pid"], e["tid"])] = busy.get((e["pid"], e["tid"]), 0.0) + e["dur"]
+    return {k: b / end for k, b in busy.items()}
+
+
+__all__ = ["SCHEDULES", "PipelineSim", "chunk_costs", "des_estimate", "stream_utilisation"]
