@@ -288,6 +288,11 @@ def timeline(est: Any) -> None:
     tl = est.timeline
     if tl is None:
         return
+    if isinstance(tl, list):  # Chrome trace events from the DES engine
+        st.altair_chart(charts.gantt_chart(tl), width="stretch")
+        st.download_button("Download timeline (Chrome trace JSON, opens in Perfetto)", json.dumps(tl),
+                           file_name="trace.json")
+        return
     for attr in ("chrome_trace", "to_chrome_trace"):
         fn = getattr(tl, attr, None)
         if fn is not None:

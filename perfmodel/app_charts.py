@@ -226,3 +226,32 @@ __all__ = [
     "tornado_chart",
     "validation_scatter",
 ]
+
+
+def timeline_frame(events: list[dict]) -> pd.DataFrame:
+    """Chrome trace 'X' events -> one row per task: row (stage and stream), kind, start/end in s."""
+    rows = []
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        name = str(e.get("name", ""))
+        if name[:1] in ("F", "B", "W") and "." in name:
+            kind = {"F": "forward", "B": "backward", "W": "weight grad"}[name[0]] + ", chunk " + name.split(".")[1]
+        elif name.startswith(("act", "grad")):
+            kind = "p2p send"
+        else:
+            kind = name
+        stream = "compute" if e.get("tid", 0) == 0 else "send"
+        rows.append({"task": name, "row": f"stage {e.get('pid', 0)} {stream}", "kind": kind,
+                     "start_s": e["ts"] / 1e6, "end_s": (e["ts"] + e["dur"]) / 1e6})
+    return pd.DataFrame(rows, columns=["task", "row", "kind", "start_s", "end_s"])
+
+
+def gantt_chart(events: list[dict]) -> alt.Chart:
+    """The DES timeline as a Gantt chart: one lane per stage and stream, time in seconds."""
+    d = timeline_frame(events)
+    return alt.Chart(d).mark_bar(stroke="white", strokeWidth=0.3).encode(
+        x=alt.X("start_s:Q", title="time in the step (s)"), x2="end_s:Q",
+        y=alt.Y("row:N", title=None), color=alt.Color("kind:N", title=None),
+        tooltip=["task", "kind", alt.Tooltip("start_s:Q", format=".4f"), alt.Tooltip("end_s:Q", format=".4f")],
+    ).properties(title="DES timeline", height=max(120, 28 * d["row"].nunique()))

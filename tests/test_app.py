@@ -182,3 +182,22 @@ def test_des_engine_gives_a_number_or_a_message() -> None:
     no_exception(at)
     shown = [m for m in at.metric if m.label == "Step time (s)"]
     assert shown and float(shown[0].value) > 0 or any("engine" in e for e in errors(at)), errors(at)
+
+
+def test_des_engine_shows_the_timeline_gantt() -> None:
+    """With the DES engine the Estimate page draws the trace as a Gantt chart whose lanes are the
+    pipeline stages (2 here) and offers the Chrome trace download."""
+    import json
+
+    from perfmodel.app_charts import timeline_frame
+
+    at = app(engine="des", workload="gpt3-175b", acc="a100-sxm4-80gb", gpus="16", tp="8", pp="2", gb="4")
+    no_exception(at)
+    charts_ = [c for c in at.get("vega_lite_chart") if "DES timeline" in json.dumps(c.proto.spec if hasattr(c, "proto") else "")]
+    assert charts_, "no DES timeline chart"
+    import perfmodel
+
+    est = perfmodel.estimate("gpt3-175b", "a100-sxm4-80gb", perfmodel.ParallelPlan(tp=8, pp=2, global_batch=4), engine="des")
+    frame = timeline_frame(est.timeline)
+    assert {"stage 0 compute", "stage 1 compute"} <= set(frame["row"])
+    assert (frame["end_s"] >= frame["start_s"]).all() and frame["end_s"].max() <= est.step_time_s * (1 + 1e-9)
