@@ -147,7 +147,8 @@ def markdown(df: pd.DataFrame, job_line: str, sens: pd.DataFrame | None = None) 
     cols = [("candidate", "candidate", "{}"), ("layout", "best layout", "{}"), ("step_time_s", "step (s)", "{:.3g}"),
             ("mfu", "MFU", "{:.1%}"), ("days", "days", "{:.1f}"), ("days_with_failures", "days w/ failures", "{:.1f}"),
             ("gpu_hours", "GPU-hours", "{:,.0f}"), ("cost_usd", "cost (USD)", "{:,.0f}"),
-            ("energy_mwh", "energy (MWh)", "{:,.0f}"), ("power_per_gpu_w", "W / GPU", "{:,.0f}"), ("tokens_per_usd", "tokens / USD", "{:,.0f}"),
+            ("energy_mwh", "energy (MWh)", "{:,.0f}"), ("power_per_gpu_w", "W / GPU", "{:,.0f}"),
+            ("tokens_per_usd", "tokens / USD", "{:,.0f}"),
             ("tokens_per_joule", "tokens / J", "{:.3g}"), ("message", "note", "{}")]
     present = [c for c in cols if c[0] in df]
     lines = [f"# Hardware comparison: {job_line}", "", "| " + " | ".join(c[1] for c in present) + " |",
