@@ -181,7 +181,7 @@ def test_des_engine_gives_a_number_or_a_message() -> None:
     at = app(engine="des", workload="llama3-8b", acc="h100-sxm5-80gb", gpus="64", tp="4", pp="2", gb="512")
     no_exception(at)
     shown = [m for m in at.metric if m.label == "Step time (s)"]
-    assert shown and float(shown[0].value) > 0 or any("engine" in e for e in errors(at)), errors(at)
+    assert (shown and float(shown[0].value) > 0) or any("engine" in e for e in errors(at)), errors(at)
 
 
 def test_des_engine_shows_the_timeline_gantt() -> None:
