@@ -52,13 +52,7 @@ from models import MLP, TCN, Decoder, LSTMForecaster  # noqa: E402
 
 from perfmodel.calibrate import wait_for_quiet  # noqa: E402
 
-COLUMNS = [
-    "run_id", "source", "source_detail", "model", "arch", "n_layers", "hidden", "ffn_hidden", "n_heads",
-    "n_kv_heads", "vocab", "n_experts", "top_k", "moe_ffn_hidden", "n_shared_experts", "seq_len",
-    "global_batch", "micro_batch", "tp", "pp", "dp", "cp", "ep", "vp", "sequence_parallel", "zero_stage",
-    "recompute", "precision", "accelerator", "n_gpus", "gpus_per_node", "system", "step_time_s",
-    "tokens_per_s", "tflops_per_gpu", "mfu", "notes",
-]
+from perfmodel.validation.runs import COLUMNS  # noqa: E402  (the DESIGN.md runs-file columns)
 
 
 @dataclass(frozen=True)
