@@ -245,3 +245,20 @@ def test_b200_in_model_efficiency_recomputed():
                 mem += t
     eff = dense / (0.955 * 152.4e-3 - mem)
     assert acc.in_model_efficiency == pytest.approx(eff, abs=0.03)
+
+
+def test_fp8_gemm_pays_its_quantize_casts():
+    """An fp8 GEMM adds the casts of its bf16 operands: forward (m·k + k·n) elements at 3 B each
+    through HBM (read bf16, write fp8), on top of the GEMM itself."""
+    from perfmodel.compute.ops import gemm_cost, op_cost
+
+    sys_ = perfmodel.resolve_system("h100-sxm5-80gb", None, 1)[0]
+    acc = sys_.accelerator
+    m, n, k = 8192, 8192, 8192
+    op = Op("g", "gemm", flop=2.0 * m * n * k, bytes=0.0, m=m, n=n, k=k, precision="fp8", weight_params=k * n)
+    bare = gemm_cost(acc, m, n, k, "fp8")
+    with_cast = op_cost(acc, op, "fwd")
+    extra = 3.0 * (m * k + k * n) / acc.elementwise_achieved_Bps
+    assert with_cast.time_s - bare.time_s == pytest.approx(extra + 2 * acc.calibration.kernel_launch.si("seconds"), rel=1e-6)
+    bf16 = op_cost(acc, Op("g", "gemm", flop=2.0 * m * n * k, bytes=0.0, m=m, n=n, k=k, precision="bf16", weight_params=k * n), "fwd")
+    assert with_cast.time_s < bf16.time_s  # still faster than bf16 at this size
