@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from perfmodel.engines.costs import LayerTime, comm_s, group_stride, layer_time
+from perfmodel.engines.costs import LayerTime, group_stride, layer_time
 from perfmodel.comm.collectives import collective_time_s
 from perfmodel.compute.ops import gemm_precision
 from perfmodel.estimate import Estimate
@@ -31,7 +31,7 @@ from perfmodel.hardware.specs import Accelerator
 from perfmodel.memory import memory_per_rank, stage_layers
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.workload.builder import build_graph
-from perfmodel.workload.graph import Comm, Graph, Layer
+from perfmodel.workload.graph import Graph, Layer
 from perfmodel.workload.spec import ModelSpec
 
 OPTIMIZER_BYTES_PER_PARAM = {"adam": 38.0, "adam8bit": 26.0, "sgd": 18.0}
@@ -65,7 +65,8 @@ def model_flop_per_step(spec: ModelSpec, plan: ParallelPlan) -> tuple[float, flo
 
 
 @lru_cache(maxsize=4096)
-def _layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
+def cached_layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
+    """costs.layer_time, memoised on (system, plan, layer): both engines ask for the same layers."""
     return layer_time(system, plan, layer)
 
 
@@ -76,7 +77,7 @@ def stage_times(system: System, plan: ParallelPlan, graph: Graph) -> list[dict[s
         acc = {"fwd": 0.0, "bwd": 0.0, "fwd_gpu": 0.0, "bwd_gpu": 0.0, "recompute": 0.0, "comm": 0.0,
                "host": 0.0, "wgrad": 0.0, "params": 0.0, "dense_params": 0.0, "expert_params": 0.0, "layers": 0.0}
         for layer, n in stage_layers(graph, plan.pp, s):
-            lt = _layer_time(system, plan, layer)
+            lt = cached_layer_time(system, plan, layer)
             acc["fwd"] += n * lt.fwd_s
             acc["bwd"] += n * lt.bwd_s
             acc["fwd_gpu"] += n * lt.fwd_gpu_s
@@ -290,4 +291,4 @@ def analytic_estimate(spec: ModelSpec | None, system: System, plan: ParallelPlan
     )
 
 
-__all__ = ["analytic_estimate", "plan_graph", "stage_times", "model_flop_per_step", "pipeline_time_s", "optimizer_step_s", "p2p_time_s", "dp_sync_s", "dp_exposed_s", "Comm", "comm_s"]
+__all__ = ["analytic_estimate", "plan_graph", "stage_times", "model_flop_per_step", "pipeline_time_s", "optimizer_step_s", "p2p_time_s", "dp_sync_s", "dp_exposed_s", "cached_layer_time"]

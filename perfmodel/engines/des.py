@@ -49,6 +49,7 @@ import simpy
 
 from perfmodel.engines.analytic import (
     analytic_estimate,
+    cached_layer_time,
     comm_contention_fraction,
     dp_exposed_s,
     dp_sync_s,
@@ -56,7 +57,6 @@ from perfmodel.engines.analytic import (
     plan_graph,
     stage_times,
 )
-from perfmodel.engines.costs import layer_time
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import System
 from perfmodel.memory import stage_layers
@@ -156,7 +156,7 @@ def _buckets(system: System, plan: ParallelPlan, graph: Graph, vstage: int, grad
         return ()
     inst = []
     for layer, n in reversed(stage_layers(graph, plan.pp, vstage)):
-        lt = layer_time(system, plan, layer)
+        lt = cached_layer_time(system, plan, layer)
         inst += [(lt.wgrad_s if zb else lt.bwd_s, layer.params)] * int(n)
     t_sum = sum(t for t, _ in inst) or 1.0
     p_sum = sum(q for _, q in inst) or 1.0
