@@ -165,7 +165,7 @@ def memory_bound_cost(acc: Accelerator, flop: float, bytes_: float, kernels: int
     """Element-wise, norm, softmax, embedding, loss: streaming at achieved HBM bandwidth."""
     # typical norm / activation / softmax / cast kernels where measured (on one CPU core they
     # are compute bound and run far below STREAM), else streaming bandwidth
-    tm = bytes_ / getattr(acc, "elementwise_achieved_Bps", acc.hbm_achieved_Bps)
+    tm = bytes_ / acc.elementwise_achieved_Bps
     tc = flop / acc.vector_peak_flop_per_s("fp32")
     t0 = launch_s(acc) * kernels
     return OpCost(tc, tm, t0, max(tc, tm) + t0, _bound(tc, tm, t0))

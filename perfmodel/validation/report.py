@@ -66,7 +66,6 @@ def charts(m: pd.DataFrame):  # noqa: ANN201
     import altair as alt
 
     ok = m[(m["status"] == "ok") & m["step_time_s"].notna()].copy()
-    ok["model_params_b"] = _params_b(ok)
     ok["layout"] = ok.apply(lambda r: f"tp{int(r.tp)} pp{int(r.pp)} dp{int(r.dp) if r.dp == r.dp else '?'}", axis=1)
     lo, hi = float(min(ok.step_time_s.min(), ok.predicted_step_time_s.min())), float(max(ok.step_time_s.max(), ok.predicted_step_time_s.max()))
     line = pd.DataFrame({"x": [lo, hi], "y": [lo, hi]})
@@ -88,18 +87,11 @@ def charts(m: pd.DataFrame):  # noqa: ANN201
     ok["hardware"] = ok["accelerator"].fillna("a100-sxm4-80gb (default)")
     feats = []
     for feat, title in (("tp", "tp"), ("pp", "pp"), ("recompute", "recompute"), ("hardware", "hardware")):
-        enc = alt.X(f"{feat}:O", title=title) if feat in ("tp", "pp", "recompute", "hardware") else alt.X(f"{feat}:Q")
         feats.append(alt.Chart(ok).mark_boxplot(extent="min-max").encode(
-            x=enc, y=alt.Y("signed_error:Q", title="(pred - meas) / meas", axis=alt.Axis(format="%")),
+            x=alt.X(f"{feat}:O", title=title), y=alt.Y("signed_error:Q", title="(pred - meas) / meas", axis=alt.Axis(format="%")),
             color=alt.Color("source:N")).properties(width=200, height=180))
     grid = alt.vconcat(alt.hconcat(*feats[:2]), alt.hconcat(*feats[2:]))
     return alt.hconcat(scatter, grid).resolve_scale(color="shared")
-
-
-def _params_b(ok: pd.DataFrame) -> pd.Series:
-    h = ok["hidden"].astype(float)
-    L = ok["n_layers"].astype(float)
-    return 12 * L * h * h / 1e9
 
 
 def write_report(runs: list[Path], preds: list[Path], out: Path) -> str:
@@ -147,4 +139,4 @@ def worst_rows(m: pd.DataFrame, n: int = 10) -> pd.DataFrame:
     return ok.reindex(ok["ape"].sort_values(ascending=False).index).head(n)
 
 
-__all__ = ["write_report", "metrics", "joined", "charts", "TARGETS", "worst_rows", "np"]
+__all__ = ["write_report", "metrics", "joined", "charts", "TARGETS", "worst_rows"]
