@@ -12,7 +12,7 @@ from typing import Literal
 
 from perfmodel.errors import LayoutError
 from perfmodel.estimate import Estimate
-from perfmodel.hardware.catalog import System, resolve_system
+from perfmodel.hardware.catalog import System, resolve_hardware
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.workload.catalog import get_workload
 from perfmodel.workload.graph import Graph
@@ -24,17 +24,7 @@ Engine = Literal["analytic", "des"]
 def resolve(workload: str | ModelSpec, cluster: str | System, plan: ParallelPlan,
             gpus_per_node: int | None = None) -> tuple[ModelSpec, System, list[str]]:
     spec = get_workload(workload) if isinstance(workload, str) else workload
-    msgs: list[str] = []
-    if isinstance(cluster, System):
-        system = cluster
-    else:
-        from perfmodel.hardware.catalog import load_catalog
-
-        cat = load_catalog()
-        if cluster in cat.accelerators:
-            system, msgs = resolve_system(cluster, None, plan.world, gpus_per_node)
-        else:
-            system, msgs = resolve_system(None, cluster, plan.world, gpus_per_node)
+    system, msgs = resolve_hardware(cluster, plan.world, gpus_per_node)
     return spec, system, msgs
 
 
@@ -61,12 +51,6 @@ def estimate_graph(graph: Graph, cluster: str | System, plan: ParallelPlan, gpus
     """Predict a step of an already-built graph (e.g. `from_torch(module, inputs)`): dp and pp
     layouts only, since an imported graph is not sharded."""
     from perfmodel.engines.analytic import analytic_estimate
-    from perfmodel.hardware.catalog import load_catalog
 
-    if isinstance(cluster, System):
-        system, msgs = cluster, []
-    elif cluster in load_catalog().accelerators:
-        system, msgs = resolve_system(cluster, None, plan.world, gpus_per_node)
-    else:
-        system, msgs = resolve_system(None, cluster, plan.world, gpus_per_node)
+    system, msgs = resolve_hardware(cluster, plan.world, gpus_per_node)
     return analytic_estimate(None, system, plan, msgs, graph=graph)

@@ -314,3 +314,17 @@ def resolve_system(accelerator: str | None, system: str | None, n_gpus: int, gpu
         name=cluster.id if cluster else node.id,
     )
     return sysobj, msgs
+
+
+def resolve_hardware(hardware: str | System, n_gpus: int, gpus_per_node: int | None = None) -> tuple[System, list[str]]:
+    """What a user names as hardware: an accelerator id (on its reference node), a node or
+    cluster id, or an already resolved System (returned as is). (System, messages)."""
+    if isinstance(hardware, System):
+        return hardware, []
+    cat = load_catalog()
+    if hardware in cat.accelerators:
+        return resolve_system(hardware, None, n_gpus, gpus_per_node)
+    if hardware not in cat.nodes and hardware not in cat.clusters:
+        raise UnknownIdError(f"unknown hardware {hardware!r}: not an accelerator, node or cluster id; accelerators: "
+                             f"{', '.join(sorted(cat.accelerators))}; systems: {', '.join(cat.system_ids())}")
+    return resolve_system(None, hardware, n_gpus, gpus_per_node)

@@ -26,9 +26,10 @@ import pandas as pd
 from perfmodel.api import estimate
 from perfmodel.compute.ops import gemm_precision
 from perfmodel.engines.analytic import model_flop_per_step
-from perfmodel.errors import LayoutError, UnknownIdError
+from perfmodel.errors import LayoutError
 from perfmodel.estimate import Estimate
-from perfmodel.hardware.catalog import System, load_catalog, resolve_system
+from perfmodel.hardware.catalog import System
+from perfmodel.hardware.catalog import resolve_hardware as catalog_resolve_hardware
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.planning.evaluate import Evaluator
 from perfmodel.planning.space import RECOMPUTES, SCHEDULES, SearchSpace, layout_grid
@@ -42,16 +43,9 @@ LAYOUT_COLUMNS = ["world", "dp", "tp", "pp", "cp", "ep", "vp", "sequence_paralle
 
 
 def resolve_hardware(cluster: str | System, n_gpus: int) -> System:
-    """An accelerator id (its reference node), a node or cluster id, or a System as is."""
-    if isinstance(cluster, System):
-        return cluster
-    cat = load_catalog()
-    if cluster in cat.accelerators:
-        return resolve_system(cluster, None, n_gpus)[0]
-    if cluster not in cat.nodes and cluster not in cat.clusters:
-        raise UnknownIdError(f"unknown hardware {cluster!r}: not an accelerator, node or cluster id; accelerators: "
-                             f"{', '.join(sorted(cat.accelerators))}; systems: {', '.join(cat.system_ids())}")
-    system, msgs = resolve_system(None, cluster, n_gpus)
+    """An accelerator id (its reference node), a node or cluster id, or a System as is; a
+    fallback the resolver had to take is an error here (a search must run on what was named)."""
+    system, msgs = catalog_resolve_hardware(cluster, n_gpus)
     if msgs:
         raise LayoutError(f"hardware {cluster!r}: {'; '.join(msgs)}")
     return system
