@@ -44,26 +44,26 @@ class NoPriceError(PerfmodelError, ValueError):
     """The hardware spec carries no price of the kind asked for."""
 
 
+def _price_per_gpu(system: System, kind: str, unit: str, purpose: str) -> float:
+    """The accelerator's price of `kind` ('hourly' or 'purchase'), or the node's shared over its
+    accelerators when only the node has one."""
+    acc, node = system.accelerator, system.node
+    for price, share in ((acc.price, 1), (node.price, node.accelerators_per_node)):
+        entry = getattr(price, kind) if price else None
+        if entry:
+            return entry.si(unit) / share
+    raise NoPriceError(f"{acc.id} (node {node.id}) has no {kind} price: add `price: {{{kind}: ...}}` to "
+                       f"hardware_specs/accelerators/{acc.id}.yaml (with its source) to estimate {purpose}")
+
+
 def hourly_price_per_gpu(system: System) -> float:
     """USD per GPU-hour at the spec's on-demand price."""
-    acc, node = system.accelerator, system.node
-    if acc.price and acc.price.hourly:
-        return acc.price.hourly.si("usd_per_hour")
-    if node.price and node.price.hourly:
-        return node.price.hourly.si("usd_per_hour") / node.accelerators_per_node
-    raise NoPriceError(f"{acc.id} (node {node.id}) has no hourly price: add `price: {{hourly: ...}}` to "
-                       f"hardware_specs/accelerators/{acc.id}.yaml (with its source) to estimate cost")
+    return _price_per_gpu(system, "hourly", "usd_per_hour", "cost")
 
 
 def purchase_price_per_gpu(system: System) -> float:
     """USD per GPU to buy (the node's price shared over its accelerators when only it is given)."""
-    acc, node = system.accelerator, system.node
-    if acc.price and acc.price.purchase:
-        return acc.price.purchase.si("usd")
-    if node.price and node.price.purchase:
-        return node.price.purchase.si("usd") / node.accelerators_per_node
-    raise NoPriceError(f"{acc.id} (node {node.id}) has no purchase price: add `price: {{purchase: ...}}` to "
-                       f"hardware_specs/accelerators/{acc.id}.yaml (with its source) to estimate an amortised cost")
+    return _price_per_gpu(system, "purchase", "usd", "an amortised cost")
 
 
 def power_basis_w(system: System) -> tuple[float, str]:
