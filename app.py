@@ -284,25 +284,12 @@ def sensitivity(cfg: dict[str, Any], plan: Any, base: Any) -> pd.DataFrame:
 
 
 def timeline(est: Any) -> None:
-    """The DES timeline as a download (a Chrome trace for Perfetto), when the engine made one."""
+    """The DES timeline (Chrome trace events) as a Gantt chart and a download, when the engine made one."""
     tl = est.timeline
-    if tl is None:
+    if not tl:
         return
-    if isinstance(tl, list):  # Chrome trace events from the DES engine
-        st.altair_chart(charts.gantt_chart(tl), width="stretch")
-        st.download_button("Download timeline (Chrome trace JSON, opens in Perfetto)", json.dumps(tl),
-                           file_name="trace.json")
-        return
-    for attr in ("chrome_trace", "to_chrome_trace"):
-        fn = getattr(tl, attr, None)
-        if fn is not None:
-            trace = fn() if callable(fn) else fn
-            st.download_button("Download timeline (Chrome trace JSON, opens in Perfetto)",
-                               json.dumps(trace) if not isinstance(trace, str) else trace, file_name="trace.json")
-            break
-    to_frame = getattr(tl, "to_frame", None)
-    if callable(to_frame):
-        st.dataframe(to_frame(), height=240)
+    st.altair_chart(charts.gantt_chart(tl), width="stretch")
+    st.download_button("Download timeline (Chrome trace JSON, opens in Perfetto)", json.dumps(tl), file_name="trace.json")
 
 
 # ---- page: Compare hardware -----------------------------------------------------------------------
