@@ -11,21 +11,17 @@ from perfmodel.parallel.plan import ParallelPlan
 if TYPE_CHECKING:
     import pandas as pd
 
-BREAKDOWN_DOC = {
-    "compute_fwd_s": "forward kernels on the slowest pipeline stage, all micro-batches",
-    "compute_bwd_s": "backward kernels (dgrad + wgrad), all micro-batches",
-    "recompute_s": "forward recomputed before backward (activation checkpointing)",
-    "tp_ep_cp_comm_s": "exposed tensor-, expert- and context-parallel collectives",
-    "host_overhead_s": "time the GPU waits for the host to issue kernels",
-    "pp_bubble_s": "pipeline fill and drain",
-    "pp_p2p_s": "pipeline activation / gradient sends on the critical path",
-    "dp_comm_exposed_s": "data-parallel collectives not hidden by compute, plus the compute slowed by NCCL SMs while they hide",
-    "optimizer_s": "optimizer step (memory bound) and embedding gradient sync",
-}
-
 
 @dataclass(frozen=True)
 class Estimate:
+    """One engine's prediction. `breakdown_s` keys (seconds, summing to `step_time_s`):
+    compute_fwd_s / compute_bwd_s (kernels on the slowest stage, all micro-batches; bwd = dgrad +
+    wgrad), recompute_s (forward recomputed before backward), tp_ep_cp_comm_s (exposed tensor-,
+    expert- and context-parallel collectives), host_overhead_s (GPU waiting for the host to issue
+    kernels), pp_bubble_s (fill and drain), pp_p2p_s (pipeline sends on the critical path),
+    dp_comm_exposed_s (data-parallel collectives not hidden by compute, plus the compute slowed by
+    NCCL's SMs while they hide), optimizer_s (optimizer step and embedding gradient sync)."""
+
     workload: str
     system: str
     accelerator: str
