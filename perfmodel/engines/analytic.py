@@ -98,7 +98,7 @@ def p2p_time_s(system: System, plan: ParallelPlan, graph: Graph, spec: ModelSpec
     """One activation (or its gradient) crossing one stage boundary for one micro-batch."""
     if plan.pp == 1:
         return 0.0
-    degree, stride = group_stride(plan, "pp")
+    _, stride = group_stride(plan, "pp")
     if spec is None:  # imported graph: the biggest body-layer input is what crosses
         size = max((layer.input_bytes for layer in graph.layers if layer.kind not in ("embedding", "head")), default=0.0)
         return collective_time_s(system, "send_recv", size, 2, stride)

@@ -14,7 +14,6 @@ from pathlib import Path
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.catalog import System, resolve_system
 from perfmodel.parallel.plan import ParallelPlan
-from perfmodel.workload.catalog import load_workloads
 from perfmodel.workload.spec import ModelSpec
 
 COLUMNS = [
@@ -186,7 +185,3 @@ def row_run(row: dict[str, str], workloads: dict[str, ModelSpec]) -> Run:
         notes.insert(0, "defaults: " + ", ".join(used))
     measured = row.get("step_time_s", "")
     return Run(row["run_id"], spec, plan, system, notes, float(measured) if measured else None)
-
-
-def load_runs_workloads() -> dict[str, ModelSpec]:
-    return load_workloads()
