@@ -10,7 +10,22 @@ from perfmodel.workload.builder import build_graph
 from perfmodel.workload.catalog import get_workload, load_workloads
 
 __all__ = [
-    "estimate", "estimate_graph", "resolve", "Estimate", "ParallelPlan", "load_catalog", "resolve_system", "build_graph",
-    "get_workload", "load_workloads", "search", "compare", "time_to_train", "PerfmodelError", "SpecError", "LayoutError", "UnknownIdError",
+    "Estimate",
+    "LayoutError",
+    "ParallelPlan",
+    "PerfmodelError",
+    "SpecError",
+    "UnknownIdError",
+    "build_graph",
+    "compare",
+    "estimate",
+    "estimate_graph",
+    "get_workload",
+    "load_catalog",
+    "load_workloads",
+    "resolve",
+    "resolve_system",
+    "search",
+    "time_to_train",
 ]
 __version__ = "0.1.0"

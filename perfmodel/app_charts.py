@@ -7,6 +7,8 @@ how it looks. Units are converted for display here and named on every axis.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import altair as alt
 import pandas as pd
 
@@ -65,7 +67,7 @@ def breakdown_chart(frame: pd.DataFrame) -> alt.Chart:
     )
 
 
-def memory_chart(frame: pd.DataFrame, capacity_bytes: float) -> alt.LayerChart:
+def memory_chart(frame: pd.DataFrame, capacity_bytes: float) -> alt.LayerChart | alt.FacetChart:
     """Stacked bar of bytes per GPU by kind, with the HBM capacity as a red rule.
 
     `frame`: long form with kind, component, value (bytes for kind 'memory').
@@ -126,7 +128,7 @@ def compare_chart(frame: pd.DataFrame, column: str, title: str, higher_is_better
     of these charts side by side read as one. The best candidate is drawn on top.
     """
     f = frame.dropna(subset=[column])
-    order = "descending" if higher_is_better else "ascending"
+    order: Literal["ascending", "descending"] = "descending" if higher_is_better else "ascending"
     return (
         alt.Chart(f)
         .mark_bar()
@@ -191,7 +193,7 @@ def pareto_chart(frame: pd.DataFrame, x: str, y: str, x_title: str, y_title: str
     )
 
 
-def validation_scatter(frame: pd.DataFrame) -> alt.LayerChart:
+def validation_scatter(frame: pd.DataFrame) -> alt.LayerChart | alt.FacetChart:
     """Predicted against measured step time, log-log, coloured by source, with y = x and ±20 %.
 
     `frame`: one row per run with run_id, source, step_time_s (measured), predicted_step_time_s,

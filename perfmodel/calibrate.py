@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import os
 import platform
@@ -42,9 +43,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-__all__ = ["run_calibration", "main", "cpu_facts", "flop_per_cycle", "wait_for_quiet"]
+__all__ = ["cpu_facts", "flop_per_cycle", "main", "run_calibration", "wait_for_quiet"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -207,7 +206,7 @@ def wait_for_quiet(max_wait_s: float = 120.0, busy_below: float = 0.15, window_s
 def _median_time(fn: Callable[[], object], reps: int, warmup: int = 2, min_time_s: float = 0.0) -> float:
     for _ in range(warmup):
         fn()
-    times = []
+    times: list[float] = []
     t_start = time.perf_counter()
     while len(times) < reps or time.perf_counter() - t_start < min_time_s:
         t0 = time.perf_counter()
@@ -226,7 +225,7 @@ def bench_gemm(shapes: Sequence[tuple[int, int, int]], dtype: Any, reps: int) ->
         a = torch.randn(m, k).to(dtype)
         b = torch.randn(k, n).to(dtype)
         c = torch.empty(m, n, dtype=dtype)
-        t = _median_time(lambda: torch.mm(a, b, out=c), reps)
+        t = _median_time(functools.partial(torch.mm, a, b, out=c), reps)
         out.append({"m": m, "n": n, "k": k, "time_s": t, "flop_per_s": 2.0 * m * n * k / t})
     return out
 
@@ -299,7 +298,7 @@ def bench_attention(reps: int, quick: bool = False) -> list[dict[str, Any]]:
                 q, k, v = (torch.randn(1, bh, s, d).to(torch.bfloat16).requires_grad_() for _ in range(3))
                 g = torch.randn(1, bh, s, d).to(torch.bfloat16)
 
-                def step() -> None:
+                def step(q: Any = q, k: Any = k, v: Any = v, g: Any = g, causal: bool = causal) -> None:
                     for t in (q, k, v):
                         t.grad = None
                     F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(g)
@@ -470,7 +469,7 @@ def bench_gloo(sizes: list[int], iters: int) -> dict[str, list[dict[str, float]]
         out = str(Path(tmp, "gloo.json"))
         mp.spawn(_gloo_worker, args=(2, _free_port(), sizes, iters, out), nprocs=2, join=True)
         res: dict[str, list[dict[str, float]]] = json.loads(Path(out).read_text())
-    for kind, pts in res.items():
+    for _kind, pts in res.items():
         for p in pts:
             p["busbw_Bps"] = p["size_bytes"] / p["time_s"]  # 2(n-1)/n = 1 at n = 2
     return res

@@ -176,7 +176,11 @@ def _precision(type_name: Any) -> str | None:
 
 def _load_trace(path: str | Path) -> list[dict[str, Any]]:
     p = Path(path)
-    raw = gzip.open(p, "rt").read() if p.suffix == ".gz" else p.read_text()
+    if p.suffix == ".gz":
+        with gzip.open(p, "rt") as fh:
+            raw = fh.read()
+    else:
+        raw = p.read_text()
     data = json.loads(raw)
     events = data.get("traceEvents", []) if isinstance(data, dict) else data
     return [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and "dur" in e and "ts" in e]
@@ -220,7 +224,7 @@ def _gemm_mnk(name: str, dims: list[Any]) -> tuple[int, int, int, int] | None:
     width = max(len(batch_a), len(batch_b))
     batch_a = [1] * (width - len(batch_a)) + batch_a
     batch_b = [1] * (width - len(batch_b)) + batch_b
-    batch = math.prod(max(x, y) for x, y in zip(batch_a, batch_b))
+    batch = math.prod(max(x, y) for x, y in zip(batch_a, batch_b, strict=False))
     return m, n, k, batch
 
 
@@ -355,9 +359,9 @@ def read_torch_trace(path: str | Path) -> tuple[list[dict[str, Any]], list[dict[
             t = duration_s(i)
             if t is None or t <= 0:
                 continue
-            key = (prec, *mnkb)
-            gemm_calls[key].append(t)
-            gemm_ops[key].add(name)
+            gkey = (prec, *mnkb)
+            gemm_calls[gkey].append(t)
+            gemm_ops[gkey].add(name)
         else:
             shp = _attention_shape(name, args)
             if shp is None:
@@ -365,9 +369,9 @@ def read_torch_trace(path: str | Path) -> tuple[list[dict[str, Any]], list[dict[
             t = duration_s(i)
             if t is None or t <= 0:
                 continue
-            key = (shp["kernel"], shp["precision"], shp["b"], shp["h"], shp["s_q"], shp["s_kv"], shp["d"],
-                   shp["causal"], shp["backward"])
-            attn_calls[key].append(t)
+            akey = (shp["kernel"], shp["precision"], shp["b"], shp["h"], shp["s_q"], shp["s_kv"], shp["d"],
+                    shp["causal"], shp["backward"])
+            attn_calls[akey].append(t)
 
     gemm = []
     for (prec, m, n, k, batch), ts in sorted(gemm_calls.items()):
@@ -391,7 +395,7 @@ def _attention_points(calls: dict[tuple[Any, ...], list[float]]) -> list[dict[st
     # a backward op that does not carry is_causal takes it from the forward of the same shape
     for key in list(bwd):
         if not key[-1] and key not in fwd:
-            twin = key[:-1] + (True,)
+            twin = (*key[:-1], True)
             if twin in fwd:
                 flop, t, c = bwd.pop(key)
                 bwd[twin] = (flop * 0.5, t, c)
@@ -543,7 +547,7 @@ def apply_to_spec(spec_yaml_path: str | Path | None = None, *, gemm: list[dict[s
         intra = data.setdefault("intra_node", {})
         old = [x for x in intra.get("curves", [])
                if (x.get("collective"), x.get("group_size")) != (c["collective"], c["group_size"])]
-        intra["curves"] = [c] + old
+        intra["curves"] = [c, *old]
         dest = Path(node_out) if node_out else src
         parse_model(Node, data, dest)
         _write_yaml(src, data, dest)

@@ -26,7 +26,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--attention", default="flash", choices=["flash", "unfused"], help="attention kernel")
 
 
-def _plan(a: argparse.Namespace, n_gpus: int):  # noqa: ANN202
+def _plan(a: argparse.Namespace, n_gpus: int):
     from perfmodel.errors import LayoutError
     from perfmodel.parallel.plan import ParallelPlan
 
@@ -127,7 +127,8 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
             acc_path, gemm=gemm, attention=attention, out=dest("accelerators", a.accelerator),
             source_note=f"torch.profiler trace {Path(a.trace).name}")["accelerator"]
         summary["gemm"] = [{k: g[k] for k in ("precision", "m", "n", "k", "batch", "calls", "achieved")} for g in gemm]
-        summary["attention"] = [{k: x[k] for k in ("kernel", "direction", "causal", "head_dim", "seq_len", "precision", "calls", "achieved")}
+        keys = ("kernel", "direction", "causal", "head_dim", "seq_len", "precision", "calls", "achieved")
+        summary["attention"] = [{k: x[k] for k in keys}
                                 for x in attention]
     if a.nccl_log:
         node_path = specs_dir() / "nodes" / f"{a.node}.yaml"

@@ -11,7 +11,11 @@ from pathlib import Path
 import pytest
 
 from perfmodel.calibrate_import import (
-    apply_to_spec, curve_from_nccl, parse_nccl_tests, parse_torch_trace, read_torch_trace,
+    apply_to_spec,
+    curve_from_nccl,
+    parse_nccl_tests,
+    parse_torch_trace,
+    read_torch_trace,
 )
 from perfmodel.hardware.catalog import REPO_ROOT, parse_model, read_yaml
 from perfmodel.hardware.specs import Accelerator, Node

@@ -27,14 +27,14 @@ def gpt3() -> ModelSpec:
 def test_model_flops_match_megatron_closed_form():
     """Narayanan et al. 2021 Eq. 3 without recompute: 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h))."""
     spec = gpt3()
-    B, s, l, h, V = 1536, 2048, 96, 12288, 50257
+    B, s, L, h, V = 1536, 2048, 96, 12288, 50257
     plan = ParallelPlan(dp=16, tp=8, pp=8, global_batch=B)
     model, _ = model_flop_per_step(spec, plan)
-    closed = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
+    closed = 72 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
     assert model == pytest.approx(closed, rel=0.01)
     # and the 6·N·tokens rule of thumb, plus the attention term 12·l·h·s per token
     n_params = 174.6e9
-    assert model == pytest.approx((6 * n_params + 12 * l * h * s) * B * s, rel=0.02)
+    assert model == pytest.approx((6 * n_params + 12 * L * h * s) * B * s, rel=0.02)
 
 
 def test_full_recompute_adds_one_forward():
@@ -76,7 +76,7 @@ def test_interleaved_bubble_closed_form(p, m, v):
     pipe, bubble = pipeline_time_s([t] * p, m, v, "interleaved")
     assert bubble == pytest.approx((p - 1) * t / v)
     assert bubble / pipe == pytest.approx((p - 1) / (v * m + p - 1))
-    pipe1, bubble1 = pipeline_time_s([t] * p, m, 1, "1f1b")
+    pipe1, _bubble1 = pipeline_time_s([t] * p, m, 1, "1f1b")
     assert pipe1 == pytest.approx((m + p - 1) * t)
 
 
@@ -133,7 +133,7 @@ def test_korthikanti_activation_bytes():
     spec = gpt3()
     s, b, h, a = 2048, 1, 12288, 96
     g = build_graph(spec, b, s, attention_impl="unfused")
-    body = [layer for layer in g.layers if layer.kind == "transformer"][0]
+    body = next(layer for layer in g.layers if layer.kind == "transformer")
     assert body.saved_bytes == pytest.approx(s * b * h * (34 + 5 * a * s / h), rel=0.03)
 
 
@@ -153,8 +153,8 @@ def test_host_overhead_constants_recomputed_from_graph():
     g = build_graph(spec, 1, 512)
     kf = sum(layer.count * sum(o.kernels for o in layer.ops) for layer in g.layers)
     kb = sum(layer.count * sum(o.bwd_kernels for o in layer.ops) for layer in g.layers)
-    assert HOST_FWD_S_PER_KERNEL == pytest.approx(8.1e-3 / kf, rel=0.03)
-    assert HOST_BWD_S_PER_KERNEL == pytest.approx(32.6e-3 / kb, rel=0.03)
+    assert pytest.approx(8.1e-3 / kf, rel=0.03) == HOST_FWD_S_PER_KERNEL
+    assert pytest.approx(32.6e-3 / kb, rel=0.03) == HOST_BWD_S_PER_KERNEL
 
 
 def test_small_model_is_host_bound_large_is_not(a100_system):

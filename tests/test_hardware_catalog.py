@@ -4,6 +4,7 @@ the field and what is allowed."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 
@@ -83,7 +84,7 @@ def _sourced_leaves(obj: object, path: str = ""):
     from pydantic import BaseModel
 
     if isinstance(obj, BaseModel):
-        if hasattr(obj, "source") and isinstance(getattr(obj, "source"), str):
+        if hasattr(obj, "source") and isinstance(obj.source, str):
             yield path, obj
         for name in type(obj).model_fields:
             yield from _sourced_leaves(getattr(obj, name), f"{path}.{name}" if path else name)
@@ -230,7 +231,7 @@ def test_intra_node_curves_are_monotone_and_under_line_rate(cat: catalog.Catalog
         for c in node.intra_node.curves:
             pts = sorted((p.size_bytes, p.busbw_Bps) for p in c.points)
             assert len(pts) >= 5, node.id  # a one-point curve would wreck interpolation
-            assert all(b1 <= b2 * 1.02 for (_, b1), (_, b2) in zip(pts, pts[1:])), node.id
+            assert all(b1 <= b2 * 1.02 for (_, b1), (_, b2) in itertools.pairwise(pts)), node.id
             bound = line * (1.0 / 0.74 if c.algorithm == "nvls" else 1.0)  # NVLS moves half the bytes
             assert pts[-1][1] <= bound, node.id
         eff = node.intra_node.collective_efficiency

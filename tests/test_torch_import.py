@@ -175,7 +175,7 @@ def test_cli_hook_file_and_module_specs() -> None:
         estimate_module_cli("torch_import_models:build_mlp")
     with pytest.raises(TorchImportError, match="has no 'nope'"):
         estimate_module_cli("torch_import_models:nope")
-    with pytest.raises(TorchImportError, match="package.module:factory"):
+    with pytest.raises(TorchImportError, match=r"package\.module:factory"):
         estimate_module_cli("torch_import_models")
 
 

@@ -107,8 +107,9 @@ def test_layout_that_does_not_fit_is_still_predicted(result):
 
 def test_report_written(tmp_path):
     runs, out, rep = tmp_path / "runs.csv", tmp_path / "pred.csv", tmp_path / "report"
-    _write(runs, ROWS[:2] + [{**ROWS[0], "run_id": "ok-2", "global_batch": "768", "dp": "8", "n_gpus": "512", "step_time_s": "24"},
-                             {**ROWS[0], "run_id": "ok-3", "global_batch": "384", "dp": "4", "n_gpus": "256", "step_time_s": "23"}])
+    more = [{**ROWS[0], "run_id": "ok-2", "global_batch": "768", "dp": "8", "n_gpus": "512", "step_time_s": "24"},
+            {**ROWS[0], "run_id": "ok-3", "global_batch": "384", "dp": "4", "n_gpus": "256", "step_time_s": "23"}]
+    _write(runs, [*ROWS[:2], *more])
     assert main(["validate", "--runs", str(runs), "--out", str(out), "--report", str(rep)]) == 0
     text = (rep / "report.md").read_text()
     assert "| overall |" in text and "Kendall" in text

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from perfmodel.validation.predict import validate_file
-from perfmodel.validation.report import joined, metrics, summary_markdown, write_report
+from perfmodel.validation.report import write_report
 
 HERE = Path(__file__).resolve().parent
 

@@ -21,6 +21,7 @@ Rank order follows Megatron-LM: tp fastest, then cp, then dp (ep inside dp), the
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -84,7 +85,7 @@ def _interp_busbw(points: tuple[tuple[float, float], ...], size: float) -> float
         return points[0][1] * size / points[0][0]
     if size >= points[-1][0]:
         return points[-1][1]
-    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
         if x0 <= size <= x1:
             f = (math.log(size) - math.log(x0)) / (math.log(x1) - math.log(x0))
             return math.exp(math.log(y0) + f * (math.log(y1) - math.log(y0)))

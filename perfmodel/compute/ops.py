@@ -21,6 +21,7 @@ Memory-bound ops: t = max(B/W, F/vector peak) + launch.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -67,12 +68,12 @@ def _mamf(acc: Accelerator, precision: str) -> float:
     peak = acc.matrix_peak_flop_per_s(prec)
     cal = acc.calibration.gemm_max_achievable
     if prec in cal:
-        return min(cal[prec].si("flop_per_s"), peak)  # type: ignore[index]
+        return min(cal[prec].si("flop_per_s"), peak)
     # a wider format's measured efficiency carries over to the narrower one
     for p in ("bf16", "fp16"):
         if p in cal:
             base_peak = acc.matrix_peak_flop_per_s(p)
-            return peak * cal[p].si("flop_per_s") / base_peak  # type: ignore[index]
+            return peak * cal[p].si("flop_per_s") / base_peak
     return MAMF_FALLBACK_RATIO * peak
 
 
@@ -145,7 +146,7 @@ def _interp_log(curve: list[tuple[int, float]], x: float) -> float:
         return curve[0][1] * x / curve[0][0] if len(curve) > 1 else curve[0][1]
     if x >= curve[-1][0]:
         return curve[-1][1]
-    for (x0, y0), (x1, y1) in zip(curve, curve[1:]):
+    for (x0, y0), (x1, y1) in itertools.pairwise(curve):
         if x0 <= x <= x1:
             f = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
             return y0 + f * (y1 - y0)

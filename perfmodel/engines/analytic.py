@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from perfmodel.engines.costs import LayerTime, group_stride, layer_time
 from perfmodel.comm.collectives import collective_time_s
 from perfmodel.compute.ops import gemm_precision
+from perfmodel.engines.costs import LayerTime, group_stride, layer_time
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import System
 from perfmodel.hardware.specs import Accelerator
@@ -174,7 +174,7 @@ def dp_exposed_s(system: System, plan: ParallelPlan, st: dict[str, float], m: in
     return exposed + hidden * comm_contention_fraction(system)
 
 
-def optimizer_step_s(acc: Accelerator, optimizer: str, local_params: float):  # noqa: ANN201 (float or array)
+def optimizer_step_s(acc: Accelerator, optimizer: str, local_params: float):
     """Optimizer step seconds for `local_params` parameters on this rank: the measured step time
     per parameter when the calibration has one (Adam), else OPTIMIZER_BYTES_PER_PARAM through
     HBM at achieved bandwidth."""
@@ -291,4 +291,7 @@ def analytic_estimate(spec: ModelSpec | None, system: System, plan: ParallelPlan
     )
 
 
-__all__ = ["analytic_estimate", "plan_graph", "stage_times", "model_flop_per_step", "pipeline_time_s", "optimizer_step_s", "p2p_time_s", "dp_sync_s", "dp_exposed_s", "cached_layer_time"]
+__all__ = [
+    "analytic_estimate", "cached_layer_time", "dp_exposed_s", "dp_sync_s", "model_flop_per_step", "optimizer_step_s",
+    "p2p_time_s", "pipeline_time_s", "plan_graph", "stage_times",
+]

@@ -227,7 +227,10 @@ class PipelineSim:
 
     def _later(self, delay: float, ev: simpy.Event) -> None:
         t = self.env.timeout(delay)
-        t.callbacks.append(lambda _t: ev.succeed())
+        def fire(_t: simpy.Event) -> None:
+            ev.succeed()
+
+        t.callbacks.append(fire)
 
     def _dep(self, r: int, s: int, kind: str, mb: int, ch: int) -> simpy.Event | None:
         vs = ch * self.p + s

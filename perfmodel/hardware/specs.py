@@ -134,7 +134,7 @@ class Accelerator(_Strict):
     def _check(self) -> Accelerator:
         from perfmodel.errors import SpecError
 
-        checks = {
+        checks: dict[str, tuple[Sourced, Dimension]] = {
             "compute_units": (self.compute_units, "dimensionless"),
             "clock": (self.clock, "hertz"),
             "hbm_capacity": (self.hbm_capacity, "bytes"),
@@ -222,15 +222,15 @@ class Accelerator(_Strict):
         """Dense matrix-unit peak; fp8/fp4 fall back to the next wider format the chip has."""
         for p in _fallback(precision):
             if p in self.matrix_peak:
-                return self.matrix_peak[p].si("flop_per_s")  # type: ignore[index]
+                return self.matrix_peak[p].si("flop_per_s")
         raise KeyError(precision)
 
     def vector_peak_flop_per_s(self, precision: str) -> float:
         """Non-matrix peak; a chip that publishes only a 16-bit vector rate (Gaudi 3) serves it
         for wider formats too, since no wider figure exists to prefer."""
-        for p in _fallback(precision) + ["fp32", "bf16", "fp16"]:
+        for p in [*_fallback(precision), "fp32", "bf16", "fp16"]:
             if p in self.vector_peak:
-                return self.vector_peak[p].si("flop_per_s")  # type: ignore[index]
+                return self.vector_peak[p].si("flop_per_s")
         raise KeyError(precision)
 
     def has_matrix_precision(self, precision: str) -> bool:

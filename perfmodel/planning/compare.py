@@ -105,7 +105,7 @@ def sensitivity(workload: str | ModelSpec, candidates: list[str | System], n_gpu
                 r = evaluate_candidate(job, system.scaled(**{arg: f}), label, space)
                 rows.append(_sens_row(label, knob, sign * pct, r.get("days"), r.get("cost_usd"), base))
         for sign in (-1, 1):
-            cost = base["cost_usd"] * (1 + sign * pct / 100) if base.get("cost_usd") is not None else None
+            cost = float(base["cost_usd"]) * (1 + sign * pct / 100) if base.get("cost_usd") is not None else None  # type: ignore[arg-type]
             rows.append(_sens_row(label, "price", sign * pct, base["days"], cost, base))
     return pd.DataFrame(rows)
 
@@ -132,7 +132,7 @@ def charts(df: pd.DataFrame, sens: pd.DataFrame | None = None):
             x=alt.X("candidate:N", sort=None, title=None), y=alt.Y(f"{col}:Q", title=title, axis=alt.Axis(format=fmt)),
             tooltip=["candidate", "layout", alt.Tooltip(f"{col}:Q", format=fmt)],
         ).properties(title=title, width=180, height=200))
-    chart = alt.hconcat(*panels)
+    chart: alt.HConcatChart | alt.VConcatChart = alt.hconcat(*panels)
     if sens is not None and not sens.empty:
         s = alt.Chart(sens).mark_point(filled=True, size=70).encode(
             x=alt.X("days_ratio:Q", title="time to train / baseline", scale=alt.Scale(zero=False)),

@@ -33,10 +33,10 @@ import numpy as np
 from perfmodel.comm.collectives import collective_time_s
 from perfmodel.engines.analytic import (
     ACT_BYTES,
-    optimizer_step_s,
     cached_graph,
     comm_contention_fraction,
     dp_sync_s,
+    optimizer_step_s,
     p2p_time_s,
 )
 from perfmodel.engines.costs import layer_time

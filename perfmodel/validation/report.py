@@ -18,7 +18,7 @@ TARGETS = {"overall_mape": 0.10, "source_mape": 0.15, "kendall_tau": 0.8, "cpu_m
 
 def joined(runs: list[Path], preds: list[Path]) -> pd.DataFrame:
     frames = []
-    for r, p in zip(runs, preds):
+    for r, p in zip(runs, preds, strict=False):
         d = pd.read_csv(r, dtype={"run_id": str})
         q = pd.read_csv(p, dtype={"run_id": str, "message": str})
         frames.append(d.merge(q, on="run_id", how="left"))
@@ -50,7 +50,7 @@ def group_tau(g: pd.DataFrame) -> float:
 def metrics(m: pd.DataFrame) -> pd.DataFrame:
     ok = m[(m["status"] == "ok") & m["step_time_s"].notna()]
     rows = []
-    for name, g in [("overall", ok)] + list(ok.groupby("source")):
+    for name, g in [("overall", ok), *list(ok.groupby("source"))]:
         tau = group_tau(g)
         rows.append({"source": name, "rows": len(g), "mape": g["ape"].mean(), "median_ape": g["ape"].median(),
                      "bias": g["signed_error"].median(), "worst_ape": g["ape"].max(),
@@ -62,12 +62,13 @@ def metrics(m: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def charts(m: pd.DataFrame):  # noqa: ANN201
+def charts(m: pd.DataFrame):
     import altair as alt
 
     ok = m[(m["status"] == "ok") & m["step_time_s"].notna()].copy()
     ok["layout"] = ok.apply(lambda r: f"tp{int(r.tp)} pp{int(r.pp)} dp{int(r.dp) if r.dp == r.dp else '?'}", axis=1)
-    lo, hi = float(min(ok.step_time_s.min(), ok.predicted_step_time_s.min())), float(max(ok.step_time_s.max(), ok.predicted_step_time_s.max()))
+    lo = float(min(ok.step_time_s.min(), ok.predicted_step_time_s.min()))
+    hi = float(max(ok.step_time_s.max(), ok.predicted_step_time_s.max()))
     line = pd.DataFrame({"x": [lo, hi], "y": [lo, hi]})
     base = alt.Chart(ok).mark_circle(size=30, opacity=0.6).encode(
         x=alt.X("step_time_s:Q", scale=alt.Scale(type="log"), title="measured step time (s)"),
@@ -139,4 +140,4 @@ def worst_rows(m: pd.DataFrame, n: int = 10) -> pd.DataFrame:
     return ok.reindex(ok["ape"].sort_values(ascending=False).index).head(n)
 
 
-__all__ = ["write_report", "metrics", "joined", "charts", "TARGETS", "worst_rows"]
+__all__ = ["TARGETS", "charts", "joined", "metrics", "worst_rows", "write_report"]

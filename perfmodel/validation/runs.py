@@ -92,8 +92,8 @@ def _bool(v: str, col: str) -> bool:
 
 def row_spec(row: dict[str, str], workloads: dict[str, ModelSpec], notes: list[str]) -> ModelSpec:
     model = row.get("model", "")
-    sizes = {ARCH_COLUMNS[c]: _int(row, c) for c in ARCH_COLUMNS}
-    sizes = {k: v for k, v in sizes.items() if v is not None}
+    given = {ARCH_COLUMNS[c]: _int(row, c) for c in ARCH_COLUMNS}
+    sizes: dict[str, int] = {k: v for k, v in given.items() if v is not None}
     if sizes.get("num_shared_experts") == 0:
         sizes.pop("num_shared_experts")
     if model and model in workloads:
@@ -171,7 +171,7 @@ def row_run(row: dict[str, str], workloads: dict[str, ModelSpec]) -> Run:
         plan = ParallelPlan(
             dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, sequence_parallel=_bool(vals["sequence_parallel"], "sequence_parallel"),
             zero_stage=zero, micro_batch=int(vals["micro_batch"]), global_batch=gb,
-            seq_len=_int(row, "seq_len") or spec.seq_len, recompute=rec, precision=prec,  # type: ignore[arg-type]
+            seq_len=_int(row, "seq_len") or spec.seq_len, recompute=rec, precision=prec,
         )
     except PerfmodelError as e:
         raise RowError(str(e)) from None

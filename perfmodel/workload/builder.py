@@ -131,9 +131,9 @@ def _head(spec: ModelSpec, b: int, s: int, T: int, tp: int, sp: bool, precision:
     if spec.family == "patch_transformer":
         # PatchTST flatten head: each series' s patch embeddings -> Linear(s·h, horizon)
         out = spec.output_size or 1
-        ops = (norm, _gemm("forecast_head", b, out, s * h, precision, bias=True))
+        head_ops = (norm, _gemm("forecast_head", b, out, s * h, precision, bias=True))
         params = ln_params + s * h * out + out
-        return Layer("head", "head", 1, ops, params=params, params_full=params, recomputable=False)
+        return Layer("head", "head", 1, head_ops, params=params, params_full=params, recomputable=False)
     V = spec.vocab or 1
     ops: list[Op] = [norm]
     extra = 0

@@ -38,7 +38,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -407,7 +407,7 @@ def _layer_key(root: nn.Module, path: str) -> tuple[str, bool]:
     if not path:
         return "", False
     parts = path.split(".")
-    mod, key, item = root, [], False
+    mod, key, item = root, cast(list[str], []), False
     for part in parts:
         is_container = isinstance(mod, nn.ModuleList | nn.Sequential | nn.ModuleDict)
         if key and not is_container:
@@ -648,7 +648,7 @@ def _load_factory(path_spec: str) -> Callable[..., Any]:
     if not hasattr(mod, attr):
         public = sorted(n for n in dir(mod) if callable(getattr(mod, n)) and not n.startswith("_"))
         raise TorchImportError(f"{path_spec!r}: module {target!r} has no {attr!r}; callables there: {', '.join(public[:20])}")
-    return getattr(mod, attr)  # type: ignore[no-any-return]
+    return getattr(mod, attr)
 
 
 def estimate_module_cli(path_spec: str, example_shape: Iterable[int] | None = None, precision: str = "bf16",

@@ -51,7 +51,6 @@ sys.path.insert(0, str(REPO))
 from models import MLP, TCN, Decoder, LSTMForecaster  # noqa: E402
 
 from perfmodel.calibrate import wait_for_quiet  # noqa: E402
-
 from perfmodel.validation.runs import COLUMNS  # noqa: E402  (the DESIGN.md runs-file columns)
 
 
@@ -300,7 +299,7 @@ def measure(run: Run, precision: str, warmup: int = 3, budget_s: float = 6.0) ->
         out = str(Path(tmp, "times"))
         mp.spawn(_worker, args=(run, precision, warmup, budget_s, _free_port(), out, cores), nprocs=run.n_procs, join=True)
         per_rank = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(run.n_procs)]
-    return [max(ts) for ts in zip(*per_rank)]
+    return [max(ts) for ts in zip(*per_rank, strict=False)]
 
 
 # --- rows ---------------------------------------------------------------------------------------
