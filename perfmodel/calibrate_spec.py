@@ -68,6 +68,7 @@ def accelerator_yaml(r: dict[str, Any]) -> dict[str, Any]:
         "name": f"This host's CPU, one core ({f['model_name']})",
         "vendor": "host",
         "kind": "cpu",
+        "generation": "host-cpu",
         "reference_node": "host-node",
         "references": refs,
         "matrix_peak": peaks,

@@ -116,6 +116,8 @@ class Accelerator(_Strict):
     name: str
     vendor: Literal["nvidia", "amd", "google", "intel", "host"]
     kind: Literal["gpu", "tpu", "hpu", "cpu"]
+    generation: str = Field(min_length=1, description="architecture generation (ampere, hopper, blackwell, cdna3, tpu-v5p, ...): "
+                            "the scope of the efficiency parameters a calibration profile fits")
     references: dict[str, str] = Field(default_factory=dict)
     matrix_peak: dict[Precision, Sourced] = Field(description="dense (no sparsity) matrix-unit peaks")
     vector_peak: dict[Precision, Sourced]
