@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -178,15 +177,13 @@ def test_gemm_layer_time_is_roofline_plus_fixed(a100_system):
     assert lt.bwd_gpu_s == pytest.approx(2 * lt.fwd_gpu_s, rel=0.01)
 
 
-def test_estimate_is_fast():
+def test_repeated_estimates_are_identical():
+    # speed is a benchmark (benchmarks/bench_estimate.py), not a timed test; the memoised path
+    # must give the cold path's answer
     plan = ParallelPlan(dp=16, tp=8, pp=8, global_batch=1536, recompute="full")
-    perfmodel.estimate(GPT3, "a100-sxm4-80gb", plan)
-    n = 200
-    t0 = time.perf_counter()
-    for _ in range(n):
-        perfmodel.estimate(GPT3, "a100-sxm4-80gb", plan)
-    per = (time.perf_counter() - t0) / n
-    assert per < 5e-3  # generous bound for CI noise; benchmarks/bench_estimate.py reports the figure
+    first = perfmodel.estimate(GPT3, "a100-sxm4-80gb", plan)
+    for _ in range(3):
+        assert perfmodel.estimate(GPT3, "a100-sxm4-80gb", plan) == first
 
 
 def test_layout_errors_name_the_values():

@@ -5,7 +5,6 @@ the field and what is allowed."""
 from __future__ import annotations
 
 import itertools
-import time
 from pathlib import Path
 
 import pytest
@@ -56,12 +55,10 @@ def test_fabrics_load(cat: catalog.Catalog, fabric: str) -> None:
     assert f.per_hop_latency.si("seconds") > 0
 
 
-def test_whole_catalogue_loads_in_under_a_second() -> None:
+def test_whole_catalogue_loads() -> None:
+    # how long it takes is a benchmark (benchmarks/bench_estimate.py), not a test: CI machines are shared
     catalog._load.cache_clear()
-    t0 = time.perf_counter()
     c = catalog._load(str(specs_dir()))
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 1.0, f"catalogue took {elapsed:.3f} s"
     assert len(c.accelerators) >= 15 and len(c.nodes) >= 15 and len(c.fabrics) >= 6
 
 

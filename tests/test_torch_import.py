@@ -4,7 +4,6 @@ and against the builder's graph of the equivalent ModelSpec."""
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -155,15 +154,12 @@ def test_real_module_is_not_touched() -> None:
     assert graph.total_params_full() == sum(p.numel() for p in mlp.parameters())
 
 
-def test_7b_traces_on_meta_in_seconds() -> None:
-    t0 = time.perf_counter()
+def test_7b_traces_on_meta() -> None:
     res = trace_module(lambda: M.GPT(layers=32, h=4096, heads=32, vocab=50304, seq=2048),
                        torch.zeros(1, 2048, dtype=torch.long))
-    elapsed = time.perf_counter() - t0
     L, h, V, s = 32, 4096, 50304, 2048
     assert res.graph.total_params_full() == L * (12 * h * h + 13 * h) + 2 * V * h + s * h + 2 * h
     assert [layer.count for layer in res.graph.body] == [32]
-    assert elapsed < 20
 
 
 def test_cli_hook_file_and_module_specs() -> None:
