@@ -60,6 +60,12 @@ def cmd_estimate(a: argparse.Namespace) -> int:
         n = a.n_gpus or (a.dp or 1) * a.tp * a.pp * a.cp
         plan = _plan(a, n)
         est = perfmodel.estimate(a.workload, a.hardware, plan, engine=a.engine, gpus_per_node=a.gpus_per_node)
+    if a.input_pipeline:
+        from perfmodel.hardware.catalog import resolve_hardware
+        from perfmodel.planning.input_pipeline import apply_input_pipeline, load_input_pipeline
+
+        system, _ = resolve_hardware(a.hardware, plan.world, a.gpus_per_node)
+        est = apply_input_pipeline(est, load_input_pipeline(a.input_pipeline), system.node.accelerators_per_node)
     if a.json:
         print(json.dumps(est.to_dict(), indent=2))
     else:
@@ -91,6 +97,11 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(a: argparse.Namespace) -> int:
+    if a.dataset:
+        from perfmodel.planning.input_pipeline import measure_dataset
+
+        print(json.dumps(measure_dataset(a.dataset, a.dataset_samples).to_dict(), indent=2))
+        return 0
     if not (a.trace or a.nccl_log):
         from perfmodel.calibrate import run_calibration
 
@@ -188,6 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--trace", default=None, help="write a Chrome trace (des engine)")
     e.add_argument("--torch", action="store_true", help="workload is package.module:factory (or file.py:factory) of an nn.Module")
     e.add_argument("--example-shape", default=None, help="with --torch: input shape, e.g. 8,2048 (batch first)")
+    e.add_argument("--input-pipeline", default=None, help="data-loading pipeline YAML: bound the step by it")
     _plan_args(e)
     e.set_defaults(func=cmd_estimate)
 
@@ -220,6 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --nccl-log: the collective, when the log does not name its *_perf binary")
     c.add_argument("--group-size", type=int, default=None, help="with --nccl-log: ranks, when the log lists no devices")
     c.add_argument("--algorithm", default="ring", help="with --nccl-log: NCCL algorithm the curve was measured with")
+    c.add_argument("--dataset", default=None, help="package.module:factory (or file.py:factory) returning a torch Dataset: "
+                   "measure its per-sample CPU time and bytes for an input-pipeline spec")
+    c.add_argument("--dataset-samples", type=int, default=64, help="with --dataset: samples to time")
     c.set_defaults(func=cmd_calibrate)
 
     ls = sub.add_parser("list", help="list hardware and workloads")
@@ -246,6 +261,10 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--out", default=None, help="write a report (markdown + HTML) here")
     cmp.add_argument("--json", action="store_true")
     cmp.set_defaults(func=cmd_compare)
+
+    from perfmodel.planning.lifecycle_cli import add_parsers as add_lifecycle_parsers
+
+    add_lifecycle_parsers(sub, _plan_args, _plan)
     return p
 
 

@@ -38,6 +38,7 @@ class Estimate:
     n_gpus: int
     messages: tuple[str, ...] = ()
     timeline: Any = field(default=None, compare=False, repr=False)
+    input_bound: bool = False  # the input pipeline, not compute, sets the step (planning.input_pipeline)
 
     @property
     def tokens_per_s(self) -> float:
@@ -72,7 +73,7 @@ class Estimate:
             "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu, "hfu": self.hfu,
             "breakdown_s": dict(self.breakdown_s),
             "memory_bytes": {**self.memory.as_dict(), "total": self.memory.total_bytes, "capacity": self.hbm_bytes},
-            "fits_in_memory": self.fits, "messages": list(self.messages),
+            "fits_in_memory": self.fits, "input_bound": self.input_bound, "messages": list(self.messages),
         }
 
     def to_frame(self) -> pd.DataFrame:
