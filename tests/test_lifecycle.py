@@ -218,3 +218,42 @@ def test_goodput_cli(capsys):
                  "--global-batch", "64", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["rows"][0]["young_daly"] and 0 < out["rows"][0]["goodput"] < 1
+
+
+# -- reinforcement-learning pipelines -----------------------------------------------------------
+
+def test_rl_actor_bound_reaches_the_cpu_rate():
+    from perfmodel.planning.rl import RLPipelineSpec, simulate_rl
+
+    spec = RLPipelineSpec(actor_workers=16, envs_per_worker=4, env_step_s=1e-3, unroll_length=32, learner_batch=8)
+    r = simulate_rl(spec, lambda b: 1e-7, 1e-6)
+    # by hand: each worker steps 4 envs in 4 ms -> 1,000 env steps/s per worker, 16,000 in all
+    assert r.env_steps_per_s == pytest.approx(16 / 1e-3, rel=0.01)
+    assert r.bottleneck == "actors" and r.actor_busy > 0.99
+
+
+def test_rl_learner_bound_reaches_the_learner_rate():
+    from perfmodel.planning.rl import RLPipelineSpec, simulate_rl
+
+    spec = RLPipelineSpec(actor_workers=16, envs_per_worker=4, env_step_s=1e-4, unroll_length=32, learner_batch=8)
+    r = simulate_rl(spec, lambda b: 1e-7, 0.05)
+    # by hand: a learner step consumes 8 trajectories x 32 steps = 256 env steps every 50 ms
+    assert r.env_steps_per_s == pytest.approx(8 * 32 / 0.05, rel=0.03)
+    assert r.bottleneck == "learner" and r.learner_busy > 0.95  # the step running at the end is not counted
+
+
+def test_rl_inference_bound_batches_and_the_cli(capsys):
+    from perfmodel.planning.rl import RLPipelineSpec, simulate_rl
+
+    spec = RLPipelineSpec(actor_workers=32, envs_per_worker=1, env_step_s=1e-5, unroll_length=16, learner_batch=4,
+                          inference_max_batch=64)
+    r = simulate_rl(spec, lambda b: 1e-3, 1e-6)  # fixed-latency forward: batching is all that helps
+    assert r.bottleneck == "inference"
+    # the server is always busy, so the rate is its mean batch per millisecond (the 32 actors settle
+    # into two groups of 16 that alternate: one steps while the other is served)
+    assert r.env_steps_per_s == pytest.approx(r.mean_inference_batch / 1e-3, rel=0.02)
+    assert 8 <= r.mean_inference_batch <= 32
+    assert main(["rl", "ppo-mlp-humanoid", "--hardware", "h100-sxm5-80gb", "--actor-workers", "8",
+                 "--env-step-ms", "0.5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["bottleneck"] in ("actors", "inference", "learner") and out["env_steps_per_s"] > 0

@@ -1,4 +1,4 @@
-"""`perfmodel converge`, `perfmodel noise-scale` and `perfmodel goodput`: the whole training run
+"""`perfmodel converge`, `noise-scale`, `goodput` and `rl`: the whole training run
 (subcommands registered by perfmodel/cli.py through `add_parsers`)."""
 
 from __future__ import annotations
@@ -103,6 +103,23 @@ def cmd_goodput(a: argparse.Namespace, plan_from_args: Callable[[argparse.Namesp
     return 0
 
 
+def cmd_rl(a: argparse.Namespace) -> int:
+    from perfmodel.planning.rl import RLPipelineSpec, policy_timings, simulate_rl
+
+    spec = RLPipelineSpec(actor_workers=a.actor_workers, envs_per_worker=a.envs_per_worker, env_step_s=a.env_step_ms / 1e3,
+                          inference_servers=a.inference_servers, inference_max_batch=a.inference_max_batch,
+                          unroll_length=a.unroll_length, learner_batch=a.learner_batch, learner_gpus=a.learner_gpus)
+    inference_s, learn_s = policy_timings(a.workload, a.hardware, spec)
+    r = simulate_rl(spec, inference_s, learn_s)
+    if a.json:
+        print(json.dumps({"spec": spec.model_dump(), **r.to_dict()}, indent=2))
+        return 0
+    print(f"{a.workload} on {a.hardware}: {r.env_steps_per_s:,.0f} environment steps/s, bottleneck: {r.bottleneck}")
+    print(f"  actors {r.actor_busy:.0%} busy, inference {r.inference_busy:.0%} busy (mean batch {r.mean_inference_batch:.1f}), "
+          f"learner {r.learner_busy:.0%} busy ({r.learner_step_s * 1e3:.3g} ms per step)")
+    return 0
+
+
 def add_parsers(sub: Any, plan_args: Callable[[argparse.ArgumentParser], None],
                 plan_from_args: Callable[[argparse.Namespace, int], Any]) -> None:
     c = sub.add_parser("converge", help="time, GPU-hours, cost and energy to a target loss, per global batch")
@@ -138,6 +155,20 @@ def add_parsers(sub: Any, plan_args: Callable[[argparse.ArgumentParser], None],
     g.add_argument("--json", action="store_true")
     plan_args(g)
     g.set_defaults(func=lambda a: cmd_goodput(a, plan_from_args))
+
+    r = sub.add_parser("rl", help="actor-learner RL pipeline: samples per second and the bottleneck (simpy)")
+    r.add_argument("workload", help="the policy workload id (e.g. ppo-mlp-humanoid)")
+    r.add_argument("--hardware", required=True, help="accelerator of the inference servers and the learner")
+    r.add_argument("--actor-workers", type=_positive(int), required=True)
+    r.add_argument("--envs-per-worker", type=_positive(int), default=1)
+    r.add_argument("--env-step-ms", type=_positive(float), required=True, help="CPU milliseconds per environment step")
+    r.add_argument("--inference-servers", type=_positive(int), default=1)
+    r.add_argument("--inference-max-batch", type=_positive(int), default=256)
+    r.add_argument("--unroll-length", type=_positive(int), default=128)
+    r.add_argument("--learner-batch", type=_positive(int), default=32, help="trajectories per learner step")
+    r.add_argument("--learner-gpus", type=_positive(int), default=1)
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(func=cmd_rl)
 
 
 __all__ = ["add_parsers"]
