@@ -257,3 +257,21 @@ def test_rl_inference_bound_batches_and_the_cli(capsys):
                  "--env-step-ms", "0.5", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["bottleneck"] in ("actors", "inference", "learner") and out["env_steps_per_s"] > 0
+
+
+def test_calibrate_dataset_measures_a_user_dataset(tmp_path, capsys):
+    pytest.importorskip("torch")
+    src = tmp_path / "my_data.py"
+    src.write_text(
+        "import time\nimport torch\n\n"
+        "class Windows(torch.utils.data.Dataset):\n"
+        "    def __len__(self):\n        return 100\n"
+        "    def __getitem__(self, i):\n        time.sleep(0.002)\n"
+        "        return torch.zeros(336, 8), torch.zeros(96, 8)\n\n"
+        "def make():\n    return Windows()\n")
+    assert main(["calibrate", "--dataset", f"{src}:make", "--dataset-samples", "10"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["samples"] == 10
+    assert out["device_sample_bytes"] == f"{(336 + 96) * 8 * 4 / 1e3:.4g} kB"  # two fp32 tensors
+    ms = float(out["cpu_time_per_sample"].split()[0])
+    assert 2.0 <= ms < 20.0  # the 2 ms sleep, plus overhead on a busy machine
