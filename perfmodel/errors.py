@@ -32,6 +32,10 @@ class LayoutError(PerfmodelError, ValueError):
     """A parallel layout that cannot run on this model and cluster (tp not dividing heads...)."""
 
 
+class PrecisionError(PerfmodelError, ValueError):
+    """A training precision the accelerator has no matrix format for (fp8 on an A100...)."""
+
+
 class UnknownIdError(PerfmodelError, KeyError):
     """An accelerator, system or workload id that is not in the catalogue."""
 

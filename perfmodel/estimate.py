@@ -39,6 +39,9 @@ class Estimate:
     messages: tuple[str, ...] = ()
     timeline: Any = field(default=None, compare=False, repr=False)
     input_bound: bool = False  # the input pipeline, not compute, sets the step (planning.input_pipeline)
+    provenance: dict[str, str] = field(default_factory=dict, compare=False)
+    best_published_mfu: float | None = None
+    best_published_mfu_source: str = ""
 
     @property
     def tokens_per_s(self) -> float:
@@ -58,6 +61,21 @@ class Estimate:
         return self.hardware_flop_per_step / (self.step_time_s * self.n_gpus * self.peak_flop_per_s)
 
     @property
+    def mfu_flag(self) -> str | None:
+        """A warning when the predicted MFU is above the best any published run reached on this
+        generation (`Accelerator.best_published_mfu`, with its source); None otherwise."""
+        best = self.best_published_mfu
+        if best is None or self.mfu <= best:
+            return None
+        return (f"MFU {self.mfu:.1%} is above the best published {best:.0%} "
+                f"({self.best_published_mfu_source}): treat this prediction as optimistic")
+
+    @property
+    def fallback_terms(self) -> list[str]:
+        """Cost terms that use the derating rule, not a measurement of this hardware."""
+        return [k for k, v in self.provenance.items() if not v.startswith("measured")]
+
+    @property
     def memory_per_gpu_bytes(self) -> float:
         return self.memory.total_bytes
 
@@ -74,6 +92,7 @@ class Estimate:
             "breakdown_s": dict(self.breakdown_s),
             "memory_bytes": {**self.memory.as_dict(), "total": self.memory.total_bytes, "capacity": self.hbm_bytes},
             "fits_in_memory": self.fits, "input_bound": self.input_bound, "messages": list(self.messages),
+            "provenance": dict(self.provenance), "mfu_flag": self.mfu_flag,
         }
 
     def to_frame(self) -> pd.DataFrame:
@@ -101,4 +120,9 @@ class Estimate:
             if v > 1e-9 * self.step_time_s:
                 lines.append(f"    {k:<20} {v:10.4g} s  {v / self.step_time_s:6.1%}")
         lines += [f"  note: {m}" for m in self.messages]
+        if self.mfu_flag:
+            lines.append(f"  WARNING: {self.mfu_flag}")
+        if self.provenance:
+            lines.append("  provenance (measured on this hardware, or the fallback rule of docs/DESIGN.md):")
+            lines += [f"    {k:<22} {v}" for k, v in self.provenance.items()]
         return "\n".join(lines)

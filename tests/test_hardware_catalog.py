@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from perfmodel.errors import SpecError
+from perfmodel.errors import PrecisionError, SpecError
 from perfmodel.hardware import catalog
 from perfmodel.hardware.catalog import load_catalog, resolve_system, specs_dir
 from perfmodel.hardware.specs import Accelerator, Sourced
@@ -185,10 +185,43 @@ def test_unpublished_tdp_raises_instead_of_guessing(cat: catalog.Catalog) -> Non
         _ = v5p.tdp_w
 
 
-def test_v100_has_no_bf16_unit_and_falls_back_to_fp16(cat: catalog.Catalog) -> None:
+def test_v100_has_no_bf16_unit_and_says_so(cat: catalog.Catalog) -> None:
+    """Volta's tensor cores multiply fp16 only: bf16 is an error, not the fp16 rate (issue 13.6)."""
     v100 = cat.accelerator("v100-sxm2-32gb")
     assert not v100.has_matrix_precision("bf16")
-    assert v100.matrix_peak_flop_per_s("bf16") == 125 * T
+    assert v100.matrix_peak_flop_per_s("fp16") == 125 * T
+    with pytest.raises(PrecisionError, match=r"v100-sxm2-32gb.*lists fp16, fp32"):
+        v100.matrix_peak_flop_per_s("bf16")
+
+
+@pytest.mark.parametrize(("acc_id", "precision", "supported"), [
+    ("a100-sxm4-80gb", "fp8", "fp32, bf16, fp16"),
+    ("h100-sxm5-80gb", "nvfp4", "fp32, bf16, fp16, fp8"),
+    ("h100-sxm5-80gb", "mxfp8", "fp32, bf16, fp16, fp8"),
+    ("mi300x", "nvfp4", "fp32, bf16, fp16, fp8"),
+    ("v100-sxm2-32gb", "bf16", "fp32, fp16"),
+    ("tpu-v5p", "fp32", "bf16"),
+    ("gaudi3", "fp32", "bf16, fp8"),
+])
+def test_unsupported_precision_is_an_error_naming_the_chip(acc_id: str, precision: str, supported: str) -> None:
+    """Issue 13.6: each of these ran silently at another format's rate or ended in KeyError."""
+    from perfmodel.api import estimate
+    from perfmodel.parallel.plan import ParallelPlan
+
+    with pytest.raises(PrecisionError, match=rf"\({acc_id}\) has no {precision} matrix format; it supports {supported}"):
+        estimate("gpt2-124m", acc_id, ParallelPlan(precision=precision, global_batch=8, micro_batch=8))
+
+
+def test_blackwell_runs_block_scaled_formats(cat: catalog.Catalog) -> None:
+    b200 = cat.accelerator("b200")
+    assert {"fp8", "mxfp8", "nvfp4"} <= set(b200.supported_precisions)
+    assert b200.matrix_peak_flop_per_s("nvfp4") == b200.matrix_peak_flop_per_s("fp4")
+
+
+def test_training_precisions_must_have_a_matrix_peak(cat: catalog.Catalog) -> None:
+    a100 = cat.accelerator("a100-sxm4-80gb")
+    with pytest.raises(SpecError, match=r"training_precisions\.fp8"):
+        catalog.parse_model(Accelerator, {**a100.model_dump(), "training_precisions": ["bf16", "fp8"]}, "a100.yaml")
 
 
 # --- calibration never beats the datasheet ----------------------------------------------------

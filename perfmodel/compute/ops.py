@@ -11,8 +11,9 @@ GEMM   t = ((F/R)^p + (B/W)^p)^(1/p) + t0                                       
        GEMM 802816x192x768 runs 1.50 ms where max() says 0.93 ms and a sum says 1.83 ms; p = 2
        gives 1.29 ms), t0 the fixed fill/drain time of one kernel, fitted per accelerator to its
        calibration `gemm_shapes` (A100: about 10 us, from the 1024^3 and 2048^3 points).
-       Without a MAMF measurement R = 0.80 x peak: the ratio MAMF/peak is 0.87 on A100,
-       0.80 on H100 SXM and 0.76 on H200 in Bekman's table, and 0.80 is their rounded mean.
+       Without a MAMF measurement of its own a part takes the derating rule of
+       perfmodel.hardware.derating: the median MAMF/peak of the parts that measured it, from
+       the nearest of its generation, vendor, kind or any accelerator (MI325X: MI300X's 0.511).
 Attn   FlashAttention fwd+bwd rate measured by (head_dim, seq_len, causal), interpolated in
        log(seq_len); without points 0.60 x R (FA2 on A100 reaches 187/271 = 0.69 of MAMF at
        head_dim 128, 162/271 = 0.60 at head_dim 64).
@@ -26,14 +27,13 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from perfmodel.hardware.derating import kernel_launch_s, mamf_ratio
 from perfmodel.hardware.specs import Accelerator
 from perfmodel.workload.graph import Op
 
-MAMF_FALLBACK_RATIO = 0.80  # see module docstring: mean MAMF/peak of A100, H100, H200
 FLASH_FALLBACK_RATIO = 0.60  # FA2 fwd+bwd / MAMF on A100 at head_dim 64
 SOFT_ROOFLINE_P = 2.0
 DEFAULT_GEMM_FIXED_S = 10e-6  # A100 fit; used for accelerators without gemm_shapes
-DEFAULT_LAUNCH_S = 2.5e-6  # back-to-back launch gap, gpu-benches A100 fit (2.555 us)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,22 +59,16 @@ def gemm_precision(precision: str) -> str:
 @lru_cache(maxsize=256)
 def gemm_rate_flop_per_s(acc: Accelerator, precision: str) -> float:
     """R: the dense matmul rate a model reaches: MAMF in `precision` x the accelerator's
-    in-model efficiency (1 unless its calibration measured a whole model forward)."""
+    in-model efficiency (1 unless its generation measured a whole model forward). A precision
+    the chip has no matrix format for is a PrecisionError naming the ones it has."""
+    acc.check_precision(precision)
     return _mamf(acc, precision) * acc.in_model_efficiency
 
 
 def _mamf(acc: Accelerator, precision: str) -> float:
+    """MAMF: measured, or the peak x the derating rule's ratio (hardware/derating.py)."""
     prec = gemm_precision(precision)
-    peak = acc.matrix_peak_flop_per_s(prec)
-    cal = acc.calibration.gemm_max_achievable
-    if prec in cal:
-        return min(cal[prec].si("flop_per_s"), peak)
-    # a wider format's measured efficiency carries over to the narrower one
-    for p in ("bf16", "fp16"):
-        if p in cal:
-            base_peak = acc.matrix_peak_flop_per_s(p)
-            return peak * cal[p].si("flop_per_s") / base_peak
-    return MAMF_FALLBACK_RATIO * peak
+    return acc.matrix_peak_flop_per_s(prec) * mamf_ratio(acc, prec).value
 
 
 @lru_cache(maxsize=256)
@@ -97,8 +91,7 @@ def gemm_fixed_s(acc: Accelerator) -> float:
 
 @lru_cache(maxsize=256)
 def launch_s(acc: Accelerator) -> float:
-    cal = acc.calibration.kernel_launch
-    return cal.si("seconds") if cal else DEFAULT_LAUNCH_S
+    return kernel_launch_s(acc).value
 
 
 def _gemm_bytes(m: int, n: int, k: int, el: float) -> float:

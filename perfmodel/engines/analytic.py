@@ -27,6 +27,7 @@ from perfmodel.compute.ops import gemm_precision
 from perfmodel.engines.costs import LayerTime, group_stride, layer_time
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import System
+from perfmodel.hardware.derating import estimate_context
 from perfmodel.hardware.specs import Accelerator
 from perfmodel.memory import memory_per_rank, stage_layers
 from perfmodel.parallel.plan import ParallelPlan
@@ -50,18 +51,24 @@ def plan_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
 
 
 def model_flop_per_step(spec: ModelSpec, plan: ParallelPlan) -> tuple[float, float]:
-    """(model FLOPs, hardware FLOPs incl. recompute) of one optimizer step, whole job."""
+    """(model FLOPs, hardware FLOPs) of one optimizer step, whole job. Hardware FLOPs are the
+    model FLOPs plus the forward FLOPs recomputed, counted in the same (model) convention, as
+    PaLM defines HFU (Chowdhery et al. 2022, App. B), so HFU >= MFU always; counting executed
+    FLOPs instead (causal attention halved) put HFU below MFU whenever little was recomputed."""
     full = cached_graph(spec, 1, plan.seq_len or spec.seq_len, 1, 1, 1, False, plan.precision, plan.attention_impl)
-    model = full.train_model_flop() * plan.global_batch
-    hw = full.train_flop()
-    for layer in full.layers:
+    return _with_recompute(full, plan, full.train_model_flop() * plan.global_batch, plan.global_batch)
+
+
+def _with_recompute(graph: Graph, plan: ParallelPlan, model: float, per_graph: float) -> tuple[float, float]:
+    recomputed = 0.0
+    for layer in graph.layers:
         if not layer.recomputable:
             continue
         if plan.recompute == "full":
-            hw += layer.fwd_flop * layer.count
+            recomputed += layer.fwd_model_flop * layer.count
         elif plan.recompute == "selective":
-            hw += sum(o.flop for o in layer.ops if o.attn_core) * layer.count
-    return model, hw * plan.global_batch
+            recomputed += sum(o.mflop for o in layer.ops if o.attn_core) * layer.count
+    return model, model + recomputed * per_graph
 
 
 @lru_cache(maxsize=4096)
@@ -201,11 +208,7 @@ def pipeline_time_s(stage_s: list[float], m: int, vp: int, schedule: str, fwd_s:
 def graph_flop_per_step(graph: Graph, plan: ParallelPlan) -> tuple[float, float]:
     """(model, hardware) FLOPs of one step from a graph of one micro-batch (imported graphs)."""
     per_mb = plan.global_batch / graph.micro_batch
-    hw = graph.train_flop()
-    for layer in graph.layers:
-        if layer.recomputable and plan.recompute == "full":
-            hw += layer.fwd_flop * layer.count
-    return graph.train_model_flop() * per_mb, hw * per_mb
+    return _with_recompute(graph, plan, graph.train_model_flop() * per_mb, per_mb)
 
 
 def check_imported(graph: Graph, plan: ParallelPlan) -> list[str]:
@@ -287,7 +290,7 @@ def analytic_estimate(spec: ModelSpec | None, system: System, plan: ParallelPlan
         tokens_per_step=float(plan.global_batch * (plan.seq_len or spec.seq_len) if spec is not None
                               else plan.global_batch * graph.tokens / graph.micro_batch),
         model_flop_per_step=model_flop, hardware_flop_per_step=hw_flop, peak_flop_per_s=peak,
-        n_gpus=plan.world, messages=tuple(msgs),
+        n_gpus=plan.world, messages=tuple(msgs), **estimate_context(system, plan.precision),  # type: ignore[arg-type]
     )
 
 

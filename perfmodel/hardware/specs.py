@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from perfmodel.units import Dimension, parse_quantity
 
 Precision = Literal["fp64", "tf32", "fp32", "bf16", "fp16", "fp8", "fp6", "fp4", "int8"]
+TrainingPrecision = Literal["fp32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4"]
 Direction = Literal["one-way", "bidirectional"]
 
 
@@ -129,6 +130,13 @@ class Accelerator(_Strict):
     tdp: Sourced | None = Field(None, description="board power; None only where the vendor publishes none")
     price: Price | None = None
     reference_node: str | None = Field(None, description="node spec id a run without a system gets")
+    training_precisions: list[TrainingPrecision] | None = Field(
+        None, description="GEMM precisions a training run may name on this chip (its matrix units run them "
+        "natively); default: bf16, fp16 and fp8 where matrix_peak lists them, fp32 where it lists fp32 or tf32. "
+        "mxfp8 and nvfp4 (block-scaled formats) only when listed here.")
+    best_published_mfu: Sourced | None = Field(
+        None, description="the highest MFU a published training run reached on this chip's generation; a "
+        "prediction above it is flagged (never used to compute one)")
     calibration: AcceleratorCalibration = Field(default_factory=AcceleratorCalibration)
     notes: str | None = None
 
@@ -166,6 +174,14 @@ class Accelerator(_Strict):
             checks["calibration.kernel_launch"] = (cal.kernel_launch, "seconds")
         if cal.host_op_overhead:
             checks["calibration.host_op_overhead"] = (cal.host_op_overhead, "seconds")
+        if self.best_published_mfu:
+            mfu = self.best_published_mfu.si("dimensionless", "best_published_mfu")
+            if not 0 < mfu <= 1:
+                raise SpecError("best_published_mfu", f"{mfu} is outside (0, 1]", "a fraction in (0, 1]")
+        for tprec in self.training_precisions or ():
+            if not any(f in self.matrix_peak for f in _fallback(_matrix_format(tprec))):
+                raise SpecError(f"training_precisions.{tprec}", f"matrix_peak has no {_matrix_format(tprec)!r} entry",
+                                f"one of the formats matrix_peak lists: {sorted(self.matrix_peak)}")
         if self.price and self.price.purchase:
             checks["price.purchase"] = (self.price.purchase, "usd")
         if self.price and self.price.hourly:
@@ -193,14 +209,18 @@ class Accelerator(_Strict):
 
     @cached_property
     def hbm_achieved_Bps(self) -> float:
-        """Achieved streaming bandwidth (STREAM triad); falls back to the datasheet figure."""
-        cal = self.calibration.hbm_achieved
-        return cal.si("bytes_per_s") if cal else self.hbm_Bps
+        """Achieved streaming bandwidth (STREAM triad); without a measurement, the datasheet
+        figure x the peers' achieved ratio (perfmodel.hardware.derating)."""
+        from perfmodel.hardware.derating import hbm_ratio
+
+        return hbm_ratio(self).value * self.hbm_Bps
 
     @cached_property
     def in_model_efficiency(self) -> float:
-        cal = self.calibration.in_model_efficiency
-        return cal.si("dimensionless", "calibration.in_model_efficiency") if cal else 1.0
+        """Whole-model fraction of isolated kernel rates (measured, else its generation's)."""
+        from perfmodel.hardware.derating import in_model_efficiency
+
+        return in_model_efficiency(self).value
 
     @cached_property
     def elementwise_achieved_Bps(self) -> float:
@@ -220,12 +240,37 @@ class Accelerator(_Strict):
     def has_tdp(self) -> bool:
         return self.tdp is not None
 
+    @cached_property
+    def supported_precisions(self) -> tuple[str, ...]:
+        """Training GEMM precisions this chip runs natively (`training_precisions`, else derived
+        from matrix_peak, see the field)."""
+        if self.training_precisions is not None:
+            return tuple(self.training_precisions)
+        derived: list[str] = [p for p in ("bf16", "fp16", "fp8") if p in self.matrix_peak]
+        if "fp32" in self.matrix_peak or "tf32" in self.matrix_peak:
+            derived.insert(0, "fp32")
+        return tuple(derived)
+
+    def check_precision(self, precision: str) -> None:
+        """Raise PrecisionError unless a training run may use `precision` on this chip."""
+        if precision not in self.supported_precisions:
+            from perfmodel.errors import PrecisionError
+
+            raise PrecisionError(f"{self.name} ({self.id}) has no {precision} matrix format; it supports "
+                                 f"{', '.join(self.supported_precisions)} (hardware_specs/accelerators/{self.id}.yaml "
+                                 "training_precisions)")
+
     def matrix_peak_flop_per_s(self, precision: str) -> float:
-        """Dense matrix-unit peak; fp8/fp4 fall back to the next wider format the chip has."""
-        for p in _fallback(precision):
+        """Dense matrix-unit peak; a plan precision maps to its matrix format (mxfp8 -> fp8,
+        nvfp4 -> fp4), fp32 to tf32 where the chip has no fp32 matrix mode. A format the chip
+        lacks is a PrecisionError naming what it has."""
+        for p in _fallback(_matrix_format(precision)):
             if p in self.matrix_peak:
                 return self.matrix_peak[p].si("flop_per_s")
-        raise KeyError(precision)
+        from perfmodel.errors import PrecisionError
+
+        raise PrecisionError(f"{self.name} ({self.id}) has no {precision} matrix peak; matrix_peak lists "
+                             f"{', '.join(sorted(self.matrix_peak))}")
 
     def vector_peak_flop_per_s(self, precision: str) -> float:
         """Non-matrix peak; a chip that publishes only a 16-bit vector rate (Gaudi 3) serves it
@@ -239,12 +284,15 @@ class Accelerator(_Strict):
         return precision in self.matrix_peak
 
 
+def _matrix_format(precision: str) -> str:
+    """The matrix format a training precision runs in: mxfp8 on the fp8 units, nvfp4 on fp4."""
+    return {"mxfp8": "fp8", "nvfp4": "fp4"}.get(precision, precision)
+
+
 def _fallback(precision: str) -> list[str]:
-    order = {
-        "fp4": ["fp4", "fp8", "bf16"], "fp6": ["fp6", "fp8", "bf16"], "fp8": ["fp8", "bf16"],
-        "bf16": ["bf16", "fp16", "fp32"], "fp16": ["fp16", "bf16", "fp32"], "fp32": ["fp32", "tf32"],
-        "tf32": ["tf32", "fp32"], "fp64": ["fp64"], "int8": ["int8", "fp8"],
-    }
+    """Formats that serve a peak lookup: only the same numeric format (fp32 matmuls may run as
+    tf32), never a wider or narrower one: a chip without fp8 does not run fp8 at its bf16 rate."""
+    order = {"fp32": ["fp32", "tf32"], "tf32": ["tf32", "fp32"], "fp16": ["fp16"], "bf16": ["bf16"]}
     return order.get(precision, [precision])
 
 
@@ -308,7 +356,9 @@ class Node(_Strict):
     host_memory: Sourced | None = None
     pcie: Sourced | None = None
     price: Price | None = None
-    power: Sourced | None = Field(None, description="whole node at full load, if published")
+    power: Sourced | None = Field(None, description="wall power of the node (or rack) at full load, if published")
+    power_accelerators: int | None = Field(
+        None, gt=0, description="accelerators the `power` figure feeds (a whole NVL72 rack: 72); default accelerators_per_node")
     notes: str | None = None
 
     @model_validator(mode="after")
@@ -322,6 +372,8 @@ class Node(_Strict):
             raise SpecError("intra_node.latency", "not positive", "a positive time")
         if self.nics and self.nics.bandwidth.one_way_Bps("nics.bandwidth") <= 0:
             raise SpecError("nics.bandwidth", "not positive", "a positive bandwidth")
+        if self.power is not None and self.power.si("watts", "power") <= 0:
+            raise SpecError("power", f"{self.power.value!r} is not positive", "a positive power such as 10.2 kW")
         return self
 
     @property

@@ -1,0 +1,254 @@
+"""What a part achieves where it has no measurement of its own: one derating rule, and the
+provenance of every efficiency an estimate uses.
+
+A cost model reads, per accelerator, a few achieved rates: the maximum achievable matmul rate
+(MAMF, per matrix format), the whole-model efficiency on top of it, the streaming HBM bandwidth
+and the kernel launch gap. A part's own microbenchmark (its `calibration:` block) is used as is.
+A part without one takes the rule:
+
+    ratio(part) = median over peers of ratio(peer),   ratio = achieved / datasheet figure
+    peers       = the other parts that measured the term, at the nearest level of
+                  same generation -> same vendor -> same kind (gpu, tpu, hpu) -> any accelerator
+
+The ratio, not the absolute figure, carries over: an MI325X (the MI300X's CDNA 3 compute die)
+reaches 668.4 / 1307.4 = 0.511 of its matmul peak, as the MI300X does under the same ROCm stack,
+rather than the 0.80 of a generic fallback that made it 1.56x faster than the MI300X. The
+kernel launch gap, a time rather than a rate, is carried as the peers' median seconds.
+
+The whole-model efficiency (`calibration.in_model_efficiency`: what fraction of the isolated
+kernel rates a real model's forward reaches, 0.64 on B200) is carried only within a generation
+(same die, clocks and kernels); a generation without a measurement keeps the isolated rates
+(1.0) and says so, since carrying B200's figure to other generations would be a guess.
+CPUs are peers only of CPUs.
+
+Every value comes with a provenance string: "measured: ..." or "fallback: ...", which the
+Estimate shows per cost term.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from perfmodel.hardware.specs import Accelerator
+
+if TYPE_CHECKING:
+    from perfmodel.hardware.catalog import System
+
+LEVELS = ("generation", "vendor", "kind", "any accelerator")
+GENERIC_MAMF_RATIO = 0.80  # only when no accelerator in the catalogue measured a MAMF: Bekman's
+#                            MAMF/peak 0.87 (A100), 0.80 (H100), 0.76 (H200), rounded mean
+DEFAULT_LAUNCH_S = 2.5e-6  # only when no peer measured one: gpu-benches A100 fit (2.555 us)
+
+
+@dataclass(frozen=True, slots=True)
+class Derived:
+    """One efficiency figure and where it comes from."""
+
+    value: float
+    provenance: str
+
+    @property
+    def measured(self) -> bool:
+        return self.provenance.startswith("measured")
+
+
+def _peers(acc: Accelerator) -> tuple[Accelerator, ...]:
+    from perfmodel.hardware.catalog import load_catalog
+
+    return tuple(p for p in load_catalog().accelerators.values() if p.id != acc.id)
+
+
+def _level_peers(acc: Accelerator, peers: Iterable[Accelerator], level: str) -> list[Accelerator]:
+    same_cpu = [p for p in peers if (p.kind == "cpu") == (acc.kind == "cpu")]
+    if level == "generation":
+        return [p for p in same_cpu if p.generation == acc.generation]
+    if level == "vendor":
+        return [p for p in same_cpu if p.vendor == acc.vendor]
+    if level == "kind":
+        return [p for p in same_cpu if p.kind == acc.kind]
+    return same_cpu
+
+
+def peer_median(acc: Accelerator, peers: Iterable[Accelerator], own: Callable[[Accelerator], float | None],
+                what: str, levels: tuple[str, ...] = LEVELS) -> Derived | None:
+    """The median of `own(peer)` over the peers that measured it at the nearest level, or None."""
+    pool = tuple(peers)
+    for level in levels:
+        vals = [(p.id, v) for p in _level_peers(acc, pool, level) if (v := own(p)) is not None]
+        if vals:
+            med = statistics.median(v for _, v in vals)
+            label = f"same {level} {getattr(acc, level)}" if level in ("generation", "vendor", "kind") else level
+            listed = ", ".join(f"{i} {v:.3g}" for i, v in sorted(vals))
+            return Derived(med, f"fallback: {what} = median {med:.3g} of {listed} ({label})")
+    return None
+
+
+# -- the terms ----------------------------------------------------------------------------------
+def _own_mamf_ratio(acc: Accelerator, fmt: str) -> tuple[float, str] | None:
+    """(MAMF / peak, provenance) from the part's own measurement in `fmt`, or in bf16/fp16
+    carried to a narrower format (the same tensor cores, the same kernel maturity)."""
+    cal = acc.calibration.gemm_max_achievable
+    try:
+        peak = acc.matrix_peak_flop_per_s(fmt)
+    except ValueError:
+        return None
+    if fmt in cal:
+        return min(cal[fmt].si("flop_per_s"), peak) / peak, f"measured: {fmt} MAMF ({cal[fmt].source})"
+    for p in ("bf16", "fp16"):
+        if p in cal:
+            base = acc.matrix_peak_flop_per_s(p)
+            return min(cal[p].si("flop_per_s"), base) / base, f"measured: {p} MAMF/peak ({cal[p].source}) at the {fmt} peak"
+    return None
+
+
+@lru_cache(maxsize=512)
+def mamf_ratio(acc: Accelerator, fmt: str) -> Derived:
+    """Maximum achievable matmul rate / dense peak in matrix format `fmt`."""
+    own = _own_mamf_ratio(acc, fmt)
+    if own is not None:
+        return Derived(*own)
+
+    def peer_ratio(p: Accelerator) -> float | None:
+        r = _own_mamf_ratio(p, fmt) or _own_mamf_ratio(p, "bf16")
+        return r[0] if r else None
+
+    found = peer_median(acc, _peers(acc), peer_ratio, "MAMF/peak")
+    return found or Derived(GENERIC_MAMF_RATIO, f"fallback: MAMF/peak {GENERIC_MAMF_RATIO} (no part measured one)")
+
+
+def _own_in_model(acc: Accelerator) -> float | None:
+    cal = acc.calibration.in_model_efficiency
+    return cal.si("dimensionless", "calibration.in_model_efficiency") if cal else None
+
+
+@lru_cache(maxsize=512)
+def in_model_efficiency(acc: Accelerator) -> Derived:
+    """Fraction of the isolated GEMM / attention rates a whole model reaches (generation only)."""
+    own = _own_in_model(acc)
+    if own is not None:
+        return Derived(own, f"measured: whole-model forward ({acc.calibration.in_model_efficiency.source})")  # type: ignore[union-attr]
+    found = peer_median(acc, _peers(acc), _own_in_model, "whole-model efficiency", levels=("generation",))
+    return found or Derived(1.0, f"fallback: 1.0, no whole-model measurement in generation {acc.generation} "
+                                 "(isolated-kernel rates)")
+
+
+def _own_hbm_ratio(acc: Accelerator) -> float | None:
+    cal = acc.calibration.hbm_achieved
+    return cal.si("bytes_per_s", "calibration.hbm_achieved") / acc.hbm_Bps if cal else None
+
+
+@lru_cache(maxsize=512)
+def hbm_ratio(acc: Accelerator) -> Derived:
+    """Achieved streaming bandwidth / datasheet HBM bandwidth."""
+    own = _own_hbm_ratio(acc)
+    if own is not None:
+        return Derived(own, f"measured: streaming bandwidth ({acc.calibration.hbm_achieved.source})")  # type: ignore[union-attr]
+    found = peer_median(acc, _peers(acc), _own_hbm_ratio, "achieved/datasheet HBM bandwidth")
+    return found or Derived(1.0, "fallback: the datasheet bandwidth (no part measured one)")
+
+
+def _own_launch(acc: Accelerator) -> float | None:
+    cal = acc.calibration.kernel_launch
+    return cal.si("seconds", "calibration.kernel_launch") if cal else None
+
+
+@lru_cache(maxsize=512)
+def kernel_launch_s(acc: Accelerator) -> Derived:
+    """Back-to-back kernel launch gap, seconds."""
+    own = _own_launch(acc)
+    if own is not None:
+        return Derived(own, f"measured: launch gap ({acc.calibration.kernel_launch.source})")  # type: ignore[union-attr]
+    found = peer_median(acc, _peers(acc), _own_launch, "launch gap (s)")
+    return found or Derived(DEFAULT_LAUNCH_S, f"fallback: {DEFAULT_LAUNCH_S * 1e6:.3g} us (A100 fit)")
+
+
+def _own_best_mfu(acc: Accelerator) -> float | None:
+    b = acc.best_published_mfu
+    return b.si("dimensionless", "best_published_mfu") if b else None
+
+
+@lru_cache(maxsize=512)
+def best_published_mfu(acc: Accelerator) -> tuple[float, str] | None:
+    """(the highest MFU a published run reached on this generation, its source), else the
+    highest on any accelerator; None when the catalogue has none."""
+    if acc.best_published_mfu is not None:
+        src = acc.best_published_mfu.source
+        return _own_best_mfu(acc), f"{acc.id}: {acc.references.get(src, src)}"  # type: ignore[return-value]
+    peers = _peers(acc)
+    for level in ("generation", "any accelerator"):
+        vals = [(v, p) for p in _level_peers(acc, peers, level) if (v := _own_best_mfu(p)) is not None]
+        if vals:
+            v, p = max(vals, key=lambda x: x[0])
+            src = p.best_published_mfu.source  # type: ignore[union-attr]
+            where = f"generation {acc.generation}" if level == "generation" else f"any accelerator ({p.generation})"
+            return v, f"{where}: {p.references.get(src, src)}"
+    return None
+
+
+def accelerator_provenance(acc: Accelerator, precision: str) -> dict[str, str]:
+    """Per cost term of an accelerator: 'measured: ...' or 'fallback: ...'."""
+    from perfmodel.hardware.specs import _matrix_format
+
+    cal = acc.calibration
+    fmt = _matrix_format(precision)
+    out = {
+        "gemm_rate": mamf_ratio(acc, fmt).provenance,
+        "in_model_efficiency": in_model_efficiency(acc).provenance,
+        "attention_rate": (f"measured: {len(cal.attention)} FlashAttention points" if cal.attention
+                           else "fallback: 0.60 x the GEMM rate (FA2 / MAMF on A100 at head_dim 64)"),
+        "hbm_bandwidth": hbm_ratio(acc).provenance,
+        "elementwise_bandwidth": (f"measured: typical memory-bound ops ({cal.elementwise_achieved.source})"
+                                  if cal.elementwise_achieved else "fallback: the HBM streaming bandwidth"),
+        "kernel_launch": kernel_launch_s(acc).provenance,
+        "gemm_fixed_time": (f"measured: fit to {len(cal.gemm_shapes)} GEMM shapes" if cal.gemm_shapes
+                            else "fallback: 10 us per GEMM (A100 fit)"),
+        "optimizer_step": (f"measured: per-parameter step ({cal.optimizer_step_per_param.source})"
+                           if cal.optimizer_step_per_param else "fallback: optimizer bytes through HBM"),
+    }
+    return out
+
+
+__all__ = [
+    "Derived",
+    "accelerator_provenance",
+    "best_published_mfu",
+    "estimate_context",
+    "hbm_ratio",
+    "in_model_efficiency",
+    "kernel_launch_s",
+    "mamf_ratio",
+    "peer_median",
+    "system_provenance",
+]
+
+
+def system_provenance(system: System, precision: str) -> dict[str, str]:
+    """accelerator_provenance plus the collectives: measured bus-bandwidth curves or efficiency
+    of the node's fabric and NICs, else the line rate."""
+    out = accelerator_provenance(system.accelerator, precision)
+    intra = system.node.intra_node
+    if intra.curves:
+        kinds = sorted({c.collective for c in intra.curves})
+        out["scale_up_collectives"] = f"measured: {system.node.id} bus-bandwidth curves ({', '.join(kinds)})"
+    elif intra.collective_efficiency is not None:
+        out["scale_up_collectives"] = f"measured: {system.node.id} collective efficiency ({intra.collective_efficiency.source})"
+    else:
+        out["scale_up_collectives"] = "fallback: the fabric's line rate"
+    nics = system.node.nics
+    if system.num_nodes > 1:
+        out["scale_out_collectives"] = (f"measured: NIC collective efficiency ({nics.collective_efficiency.source})"
+                                        if nics and nics.collective_efficiency else "fallback: the NICs' line rate")
+    return out
+
+
+def estimate_context(system: System, precision: str) -> dict[str, object]:
+    """The Estimate fields that say where its numbers come from (provenance per cost term)
+    and what they are judged against (the best published MFU of the generation)."""
+    best = best_published_mfu(system.accelerator)
+    return {"provenance": system_provenance(system, precision),
+            "best_published_mfu": best[0] if best else None,
+            "best_published_mfu_source": best[1] if best else ""}

@@ -1,0 +1,134 @@
+"""Issue 13.4 and 13.7: parts without a measurement take one derating rule from the measured
+parts, every estimate says per cost term what is measured and what is a fallback, HFU is never
+below MFU, and an MFU above the best published one is flagged."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import perfmodel
+from perfmodel.cli import main
+from perfmodel.compute.ops import gemm_rate_flop_per_s
+from perfmodel.errors import LayoutError
+from perfmodel.hardware.catalog import load_catalog
+from perfmodel.hardware.derating import hbm_ratio, in_model_efficiency, mamf_ratio
+from perfmodel.planning.compare import compare
+
+T = 1e12
+
+
+def _acc(acc_id: str):
+    return load_catalog().accelerator(acc_id)
+
+
+def test_mi325x_takes_the_mi300x_ratio():
+    """Same CDNA 3 compute die and ROCm stack: 668.4 / 1307.4 = 0.511 of the same 1307.4 peak,
+    not 0.80 (which made it 1.56x faster than the MI300X)."""
+    mi325, mi300 = _acc("mi325x"), _acc("mi300x")
+    assert mamf_ratio(mi325, "bf16").value == pytest.approx(668.4 / 1307.4)
+    assert gemm_rate_flop_per_s(mi325, "bf16") == pytest.approx(668.4 * T)
+    assert gemm_rate_flop_per_s(mi325, "bf16") == pytest.approx(gemm_rate_flop_per_s(mi300, "bf16"))
+    assert hbm_ratio(mi325).value == pytest.approx(4.09 / 5.3)  # MI300X BabelStream triad / datasheet
+    assert "same generation cdna3" in mamf_ratio(mi325, "bf16").provenance
+
+
+def test_blackwell_parts_take_the_median_of_measured_blackwell():
+    """B300 / GB300: median(B200 1745/2250, GB200 1822/2500) = (0.7756 + 0.7288) / 2, and the
+    generation's whole-model efficiency (B200, 0.64)."""
+    ratio = (1745.0 / 2250 + 1822.0 / 2500) / 2
+    for acc_id in ("b300", "gb300"):
+        acc = _acc(acc_id)
+        assert mamf_ratio(acc, "bf16").value == pytest.approx(ratio)
+        assert in_model_efficiency(acc).value == pytest.approx(0.64)
+        assert gemm_rate_flop_per_s(acc, "bf16") == pytest.approx(acc.matrix_peak_flop_per_s("bf16") * ratio * 0.64)
+    # the whole-model efficiency does not cross generations: Hopper keeps isolated rates
+    assert in_model_efficiency(_acc("h100-sxm5-80gb")).value == 1.0
+    assert not in_model_efficiency(_acc("h100-sxm5-80gb")).measured
+
+
+def test_a_part_with_no_peer_of_its_vendor_takes_every_measured_accelerator():
+    """Gaudi 3, TPUs: the median over all measured accelerators (CPUs excluded)."""
+    measured = [a for a in load_catalog().accelerators.values()
+                if a.kind != "cpu" and ("bf16" in a.calibration.gemm_max_achievable or "fp16" in a.calibration.gemm_max_achievable)]
+    ratios = [mamf_ratio(a, "bf16").value for a in measured]
+    for acc_id in ("gaudi3", "tpu-v5p"):
+        assert mamf_ratio(_acc(acc_id), "bf16").value == pytest.approx(statistics.median(ratios))
+        assert "any accelerator" in mamf_ratio(_acc(acc_id), "bf16").provenance
+
+
+def test_no_fallback_beats_every_measured_part():
+    """No part without a measurement runs closer to its peak than the best measured part does."""
+    cat = load_catalog().accelerators.values()
+    best = max(gemm_rate_flop_per_s(a, "bf16") / a.matrix_peak_flop_per_s("bf16")
+               for a in cat if a.kind != "cpu" and "bf16" in a.calibration.gemm_max_achievable)
+    for a in cat:
+        if a.kind != "cpu" and "bf16" in a.supported_precisions and not mamf_ratio(a, "bf16").measured:
+            assert gemm_rate_flop_per_s(a, "bf16") / a.matrix_peak_flop_per_s("bf16") <= best
+            assert a.hbm_achieved_Bps < a.hbm_Bps
+
+
+def test_estimate_says_what_is_measured():
+    plan = perfmodel.ParallelPlan(tp=8, global_batch=8)
+    h100 = perfmodel.estimate("llama3-8b", "h100-sxm5-80gb", plan)
+    mi325 = perfmodel.estimate("llama3-8b", "mi325x", plan)
+    assert h100.provenance["gemm_rate"].startswith("measured")
+    assert h100.provenance["hbm_bandwidth"].startswith("measured")
+    assert mi325.provenance["gemm_rate"].startswith("fallback")
+    assert {"gemm_rate", "hbm_bandwidth", "kernel_launch"} <= set(mi325.fallback_terms)
+    assert "gemm_rate" not in h100.fallback_terms
+    assert mi325.to_dict()["provenance"] == mi325.provenance
+    assert "gemm_rate              fallback: MAMF/peak = median 0.511" in mi325.summary()
+
+
+def test_cli_json_and_compare_show_provenance(capsys):
+    assert main(["estimate", "llama3-8b", "--hardware", "mi325x", "--n-gpus", "8", "--tp", "8",
+                 "--global-batch", "8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["provenance"]["gemm_rate"].startswith("fallback")
+    df = compare("llama3-8b", ["h100-sxm5-80gb", "mi325x"], 8, 64, 1e9)
+    rows = df.set_index("candidate")
+    assert "gemm_rate" in rows.loc["mi325x", "fallback_terms"]
+    assert "gemm_rate" not in rows.loc["h100-sxm5-80gb", "fallback_terms"]
+
+
+# --- 13.7: HFU and MFU -------------------------------------------------------------------------
+@settings(max_examples=40, deadline=None)
+@given(workload=st.sampled_from(["gpt2-124m", "llama3-8b", "gpt3-1.3b", "llama3.2-1b"]),
+       recompute=st.sampled_from(["none", "selective", "full"]), tp=st.sampled_from([1, 2, 4]),
+       pp=st.sampled_from([1, 2]), mb=st.sampled_from([1, 2]), seq=st.sampled_from([512, 2048, 8192]))
+def test_hfu_is_never_below_mfu(workload, recompute, tp, pp, mb, seq):
+    """HFU counts the recomputed forward on top of the model FLOPs, in the same convention: it
+    was below MFU in a third of samples while it counted causal attention at half its model FLOPs."""
+    plan = perfmodel.ParallelPlan(tp=tp, pp=pp, micro_batch=mb, global_batch=4 * mb, recompute=recompute, seq_len=seq)
+    try:
+        est = perfmodel.estimate(workload, "a100-sxm4-80gb", plan)
+    except LayoutError:
+        return
+    assert est.hfu >= est.mfu
+    if recompute == "none":
+        assert est.hfu == pytest.approx(est.mfu)
+    if recompute == "full":
+        assert est.hfu > est.mfu
+
+
+def test_mfu_above_the_best_published_is_flagged():
+    est = perfmodel.estimate("llama3-8b", "a100-sxm4-80gb", perfmodel.ParallelPlan(tp=8, global_batch=8))
+    assert est.best_published_mfu == 0.72
+    assert est.mfu < 0.72 and est.mfu_flag is None
+    # the same estimate at 83 % MFU (issue 13.7's example)
+    fast = dataclasses.replace(est, step_time_s=est.step_time_s * est.mfu / 0.83)
+    assert fast.mfu == pytest.approx(0.83)
+    assert fast.mfu_flag is not None and "83.0%" in fast.mfu_flag and "72%" in fast.mfu_flag
+    assert "FlashAttention-2" in fast.mfu_flag
+    assert "WARNING: MFU 83.0%" in fast.summary()
+    assert fast.to_dict()["mfu_flag"] == fast.mfu_flag
+    # Hopper: 47 % (Megatron-LM); a generation without a figure takes the highest of any (72 %)
+    assert perfmodel.estimate("llama3-8b", "h100-sxm5-80gb", perfmodel.ParallelPlan(tp=8, global_batch=8)).best_published_mfu == 0.47
+    b200 = perfmodel.estimate("llama3-8b", "b200", perfmodel.ParallelPlan(tp=8, global_batch=8))
+    assert b200.best_published_mfu == 0.72 and "any accelerator" in b200.best_published_mfu_source
