@@ -258,6 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--n-gpus", type=int, required=True)
     cmp.add_argument("--global-batch", type=int, required=True)
     cmp.add_argument("--tokens", type=float, default=None, help="training tokens for time-to-train")
+    cmp.add_argument("--pue", type=float, default=1.0, help="datacentre PUE multiplying the energy (default 1.0: IT power)")
+    cmp.add_argument("--electricity-usd-per-kwh", type=float, default=None, help="electricity price for the energy cost")
     cmp.add_argument("--out", default=None, help="write a report (markdown + HTML) here")
     cmp.add_argument("--json", action="store_true")
     cmp.set_defaults(func=cmd_compare)

@@ -140,11 +140,40 @@ def test_cost_and_energy_arithmetic() -> None:
     watts, _ = power_basis_w(system)
     assert run.energy_j == pytest.approx(64 * watts * run.wall_s)
     assert run.tokens_per_usd == pytest.approx(tokens / run.cost_usd)
-    # without a node power the basis is the TDP; the utilisation model scales it
+    # DGX A100 80GB: 6.5 kW / 8 GPUs = 812.5 W per GPU
+    assert watts == 812.5
+    # without a node power the basis is TDP x the overhead of the part's published nodes:
+    # 400 W x (6500 / 8 / 400) = 812.5 W; the utilisation model scales it, PUE multiplies it
     bare = dataclasses.replace(system, node=system.node.model_copy(update={"power": None}))
-    assert power_basis_w(bare)[0] == 400.0
-    assert gpu_power_w(bare, mfu=0.5, power_model="utilisation", idle_fraction=0.3) == pytest.approx(400 * (0.3 + 0.7 * 0.5))
-    assert gpu_power_w(bare, pue=1.1) == pytest.approx(440.0)
+    assert power_basis_w(bare)[0] == pytest.approx(812.5)
+    assert "TDP 400 W x 2.03" in power_basis_w(bare)[1]
+    assert gpu_power_w(bare, mfu=0.5, power_model="utilisation", idle_fraction=0.3) == pytest.approx(812.5 * (0.3 + 0.7 * 0.5))
+    assert gpu_power_w(bare, pue=1.1) == pytest.approx(893.75)
+    # the energy cost: GPUs x W x s x PUE -> kWh x price
+    priced = time_to_train(est, system, tokens=tokens, pue=1.2, electricity_usd_per_kwh=0.1)
+    assert priced.energy_j == pytest.approx(1.2 * run.energy_j)
+    assert priced.energy_cost_usd == pytest.approx(priced.energy_j / 3.6e6 * 0.1)
+    with pytest.raises(ValueError, match=r"pue 0\.9"):
+        time_to_train(est, system, tokens=tokens, pue=0.9)
+    with pytest.raises(ValueError, match="electricity_usd_per_kwh -1"):
+        time_to_train(est, system, tokens=tokens, electricity_usd_per_kwh=-1)
+
+
+@pytest.mark.parametrize(("hardware", "watts", "basis"), [
+    ("h100-sxm5-80gb", 10200 / 8, "dgx-h100 wall power"),  # 1275 W
+    ("h200-sxm-141gb", 10200 / 8, "dgx-h200 wall power"),  # was the 700 W TDP (issue 13.5)
+    ("a100-sxm4-80gb", 6500 / 8, "dgx-a100-80gb wall power"),  # was the 400 W TDP
+    ("b200", 14300 / 8, "hgx-b200 wall power"),
+    ("gb200", 120000 / 72, "gb200-nvl72 wall power"),  # the rack's 120 kW over its 72 GPUs
+    # no published MI300X node: 750 W TDP x the median overhead of the GPU nodes that publish one
+    # (per part: A100 2.031 x2, H100 1.821, H200 1.821, V100 1.458, B200 1.7875, GB200 1.389) = 1.821
+    ("mi300x", 750 * 10200 / 8 / 700, "mi300x TDP 750 W x 1.82"),
+])
+def test_energy_has_one_basis(hardware: str, watts: float, basis: str) -> None:
+    system = _system(hardware, 8)
+    w, how = power_basis_w(system)
+    assert w == pytest.approx(watts)
+    assert how.startswith(basis)
 
 
 def test_missing_price_is_an_error_with_the_fix() -> None:

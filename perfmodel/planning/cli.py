@@ -35,7 +35,8 @@ def compare_main(a: argparse.Namespace) -> int:
     from perfmodel.planning.compare import DEFAULT_TOKENS, compare, markdown, sensitivity, write_report
 
     tokens = a.tokens or DEFAULT_TOKENS
-    df = compare(a.workload, list(a.hardware), a.n_gpus, a.global_batch, tokens)
+    df = compare(a.workload, list(a.hardware), a.n_gpus, a.global_batch, tokens, pue=a.pue,
+                 electricity_usd_per_kwh=a.electricity_usd_per_kwh)
     line = f"{a.workload}, {a.n_gpus} GPUs, global batch {a.global_batch}, {tokens:.3g} tokens"
     if a.json:
         print(df.to_json(orient="records", indent=2))

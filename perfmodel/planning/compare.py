@@ -38,6 +38,8 @@ class Job:
     seq_len: int | None = None
     precision: str = "bf16"
     power_model: PowerModel = "tdp"
+    pue: float = 1.0
+    electricity_usd_per_kwh: float | None = None
 
 
 def evaluate_candidate(job: Job, system: System, label: str, space: SearchSpace | None = None) -> dict[str, object]:
@@ -48,7 +50,8 @@ def evaluate_candidate(job: Job, system: System, label: str, space: SearchSpace 
     if res.table.empty:
         return {**row, "message": f"no layout fits ({res.n_layouts} tried)"}
     est = res.best()
-    run = time_to_train(est, system, tokens=job.tokens, power_model=job.power_model)
+    run = time_to_train(est, system, tokens=job.tokens, power_model=job.power_model, pue=job.pue,
+                        electricity_usd_per_kwh=job.electricity_usd_per_kwh)
     seq = job.seq_len or job.spec.seq_len
     params = cached_graph(job.spec, 1, seq, 1, 1, 1, False, job.precision, "flash").total_params_full()
     gp = goodput(job.n_gpus, checkpoint_bytes(params), ideal_wall_s=run.wall_s)
@@ -56,7 +59,10 @@ def evaluate_candidate(job: Job, system: System, label: str, space: SearchSpace 
         **row, "layout": layout_label(est.plan), "step_time_s": est.step_time_s, "tokens_per_s": est.tokens_per_s,
         "mfu": est.mfu, "memory_gib": est.memory.total_bytes / 2**30, "days": run.wall_days, "gpu_hours": run.gpu_hours,
         "usd_per_gpu_hour": run.price_per_gpu_hour_usd, "cost_usd": run.cost_usd, "energy_mwh": run.energy_mwh,
-        "power_per_gpu_w": run.power_per_gpu_w, "tokens_per_usd": run.tokens_per_usd, "tokens_per_joule": run.tokens_per_joule,
+        "power_per_gpu_w": run.power_per_gpu_w, "power_basis": run.power_basis, "pue": run.pue,
+        "energy_cost_usd": run.energy_cost_usd, "tokens_per_usd": run.tokens_per_usd, "tokens_per_joule": run.tokens_per_joule,
+        "measured_terms": ", ".join(k for k, v in est.provenance.items() if v.startswith("measured")),
+        "fallback_terms": ", ".join(est.fallback_terms), "mfu_flag": est.mfu_flag or "",
         "goodput": gp.fraction, "checkpoint_interval_s": gp.interval_s,
         "days_with_failures": (gp.effective_wall_s or math.nan) / 86400.0, "layouts_searched": res.n_layouts,
         "message": run.message,
@@ -65,11 +71,13 @@ def evaluate_candidate(job: Job, system: System, label: str, space: SearchSpace 
 
 def compare(workload: str | ModelSpec, candidates: list[str | System], n_gpus: int, global_batch: int,
             tokens: float = DEFAULT_TOKENS, *, seq_len: int | None = None, precision: str = "bf16",
-            space: SearchSpace | None = None, power_model: PowerModel = "tdp") -> pd.DataFrame:
+            space: SearchSpace | None = None, power_model: PowerModel = "tdp", pue: float = 1.0,
+            electricity_usd_per_kwh: float | None = None) -> pd.DataFrame:
     """One row per candidate; a candidate that cannot run (unknown id, nothing fits) gets a row
-    whose `message` says why."""
+    whose `message` says why. Each row says its power basis and which cost terms are measured on
+    that hardware and which take the derating rule (`fallback_terms`)."""
     spec = get_workload(workload) if isinstance(workload, str) else workload
-    job = Job(spec, n_gpus, global_batch, tokens, seq_len, precision, power_model)
+    job = Job(spec, n_gpus, global_batch, tokens, seq_len, precision, power_model, pue, electricity_usd_per_kwh)
     rows = []
     for cand in candidates:
         label = cand if isinstance(cand, str) else cand.name
@@ -148,6 +156,8 @@ def markdown(df: pd.DataFrame, job_line: str, sens: pd.DataFrame | None = None) 
             ("mfu", "MFU", "{:.1%}"), ("days", "days", "{:.1f}"), ("days_with_failures", "days w/ failures", "{:.1f}"),
             ("gpu_hours", "GPU-hours", "{:,.0f}"), ("cost_usd", "cost (USD)", "{:,.0f}"),
             ("energy_mwh", "energy (MWh)", "{:,.0f}"), ("power_per_gpu_w", "W / GPU", "{:,.0f}"),
+            ("power_basis", "power basis", "{}"), ("energy_cost_usd", "energy cost (USD)", "{:,.0f}"),
+            ("fallback_terms", "not measured on this hardware (derating rule)", "{}"), ("mfu_flag", "MFU check", "{}"),
             ("tokens_per_usd", "tokens / USD", "{:,.0f}"),
             ("tokens_per_joule", "tokens / J", "{:.3g}"), ("message", "note", "{}")]
     present = [c for c in cols if c[0] in df]
@@ -157,12 +167,16 @@ def markdown(df: pd.DataFrame, job_line: str, sens: pd.DataFrame | None = None) 
         cells = []
         for key, _, fmt in present:
             v = r.get(key)
+            if key == "power_basis" and isinstance(v, str):
+                v = v.split(" (")[0]  # the full derivation is in the CSV / JSON
             cells.append("" if v is None or (isinstance(v, float) and math.isnan(v)) or v == "" else fmt.format(v))
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Each candidate runs its fastest fitting layout from perfmodel's layout search (analytic engine).",
               "Cost: GPU-hours x the spec's on-demand hourly price (blank where the spec has none).",
-              "Energy: GPUs x power x time; power = node power / GPUs per node where the node spec gives it, else the TDP",
-              "(the Llama 2 / Llama 3 convention: peak power capacity per GPU device), no PUE.",
+              "Energy: GPUs x power x time x PUE; power = the per-GPU share of the node's (or rack's) published wall power,",
+              "else TDP x the wall/TDP overhead of the nearest published nodes (the 'power basis' column); full power for the",
+              "whole run (the Llama 2 / Llama 3 convention). Energy cost = energy x the electricity price, when given.",
+              "Cost terms not measured on a candidate's hardware take the derating rule of docs/DESIGN.md.",
               "Days with failures: Young/Daly checkpointing at the Llama 3 failure rate (419 unexpected interruptions",
               "in 54 days on 16,384 H100), 14 B/param checkpoints, the Llama 3 storage bandwidth share per GPU, 10 min restarts."]
     if sens is not None and not sens.empty:

@@ -10,27 +10,34 @@
                              electricity at `electricity_usd_per_kwh` when given
     energy       = GPUs · P · wall time · PUE
 
-Power model. P is the power drawn per GPU while training. The basis is the node's published
-power (`Node.power`, a whole server at full load: GPUs, CPUs, NICs, fans) divided by its
-accelerators when the node spec gives it, else the accelerator's TDP (board power only).
-`power_model="tdp"` (default) charges the basis for the whole run: this is the convention of
-the Llama 2 paper (Touvron et al. 2023, §2.2.1 "Carbon Footprint of Pretraining": "power
-consumption ... peak power capacity per GPU device for the GPUs used") and the Llama 3 model
-card, an upper bound since a board's power limit caps its draw. `power_model="utilisation"`
-scales the basis linearly between an idle floor and full power with the achieved model FLOP
-utilisation, P = basis · (idle + (1 − idle) · MFU); the linear shape and the idle fraction
-(default 0.3) are assumptions, not measurements, offered for what-if comparisons.
-PUE (datacentre overhead, default 1.0 = IT power only) multiplies the result.
+Power model. P is the wall power drawn per GPU while training, on one basis for every system:
+the per-GPU share of the node's (or rack's) published wall power at full load (`Node.power` /
+`Node.power_accelerators`, default the node's accelerators: GPUs, CPUs, NICs, switches, fans).
+Where no power is published for the node, P = TDP x an overhead factor taken from the published
+nodes by the derating rule of perfmodel.hardware.derating (median of (node power / GPUs) / TDP
+over the nodes of the nearest generation, vendor, kind; e.g. DGX H100: 10.2 kW / 8 / 700 W =
+1.82). `power_basis_w` says which basis a row uses. `power_model="tdp"` (default) charges P for
+the whole run: the convention of the Llama 2 paper (Touvron et al. 2023, 2.2.1 "Carbon
+Footprint of Pretraining": "peak power capacity per GPU device") and the Llama 3 model card, an
+upper bound. `power_model="utilisation"` scales P linearly between an idle floor and full power
+with the achieved MFU, P = basis x (idle + (1 - idle) x MFU); the linear shape and the idle
+fraction (default 0.3) are assumptions, offered for what-if comparisons.
+PUE (datacentre overhead, default 1.0 = IT power only) multiplies the energy; the energy cost is
+energy x PUE x the electricity price when one is given.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass
 from typing import Literal
 
 from perfmodel.errors import PerfmodelError
 from perfmodel.estimate import Estimate
-from perfmodel.hardware.catalog import System
+from perfmodel.hardware.catalog import System, load_catalog
+from perfmodel.hardware.derating import Derived, peer_median
+from perfmodel.hardware.specs import Accelerator
 
 HOURS_PER_YEAR = 8766.0  # 365.25 days
 DEFAULT_AMORTISATION_YEARS = 4.0  # an assumption: a typical straight-line depreciation period for servers
@@ -66,17 +73,41 @@ def purchase_price_per_gpu(system: System) -> float:
     return _price_per_gpu(system, "purchase", "usd", "an amortised cost")
 
 
+def _published_overhead(acc: Accelerator) -> float | None:
+    """(node wall power per GPU) / TDP over the published nodes holding `acc`, or None."""
+    if acc.tdp is None:
+        return None
+    ratios = [n.power.si("watts", "power") / (n.power_accelerators or n.accelerators_per_node) / acc.tdp_w
+              for n in load_catalog().nodes.values() if n.accelerator == acc.id and n.power is not None]
+    return statistics.median(ratios) if ratios else None
+
+
+def node_overhead_factor(acc: Accelerator) -> Derived:
+    """Wall power per GPU / TDP for a part whose node publishes no power (derating rule)."""
+    own = _published_overhead(acc)
+    if own is not None:
+        return Derived(own, "measured: its published node")
+    peers = [a for a in load_catalog().accelerators.values() if a.id != acc.id]
+    found = peer_median(acc, peers, _published_overhead, "node wall power per GPU / TDP")
+    return found or Derived(1.0, "fallback: 1.0, no published node of this kind (board power only)")
+
+
 def power_basis_w(system: System) -> tuple[float, str]:
-    """(watts per GPU at full load, where the number comes from)."""
+    """(wall watts per GPU at full load, the basis it comes from)."""
     node = system.node
     if node.power is not None:
-        return node.power.si("watts") / node.accelerators_per_node, f"{node.id} power / {node.accelerators_per_node}"
-    return system.accelerator.tdp_w, f"{system.accelerator.id} TDP"
+        n = node.power_accelerators or node.accelerators_per_node
+        return (node.power.si("watts", "power") / n,
+                f"{node.id} wall power {node.power.value} / {n} GPUs (source: {node.power.source})")
+    acc = system.accelerator
+    factor = node_overhead_factor(acc)
+    return acc.tdp_w * factor.value, f"{acc.id} TDP {acc.tdp.value} x {factor.value:.3g} ({factor.provenance})"  # type: ignore[union-attr]
 
 
 def gpu_power_w(system: System, mfu: float = 1.0, power_model: PowerModel = "tdp",
                 idle_fraction: float = DEFAULT_IDLE_FRACTION, pue: float = 1.0) -> float:
-    """Average watts per GPU while training (see the module docstring)."""
+    """Average watts per GPU while training, times the datacentre PUE (see the module docstring)."""
+    _check_site(pue, None)
     basis, _ = power_basis_w(system)
     if power_model == "tdp":
         factor = 1.0
@@ -85,6 +116,13 @@ def gpu_power_w(system: System, mfu: float = 1.0, power_model: PowerModel = "tdp
     else:
         raise ValueError(f"power_model {power_model!r}: expected 'tdp' or 'utilisation'")
     return basis * factor * pue
+
+
+def _check_site(pue: float, electricity_usd_per_kwh: float | None) -> None:
+    if not (math.isfinite(pue) and pue >= 1.0):
+        raise ValueError(f"pue {pue}: expected a finite number >= 1 (1.0 = IT power only; typical sites 1.1-1.6)")
+    if electricity_usd_per_kwh is not None and not (math.isfinite(electricity_usd_per_kwh) and electricity_usd_per_kwh >= 0):
+        raise ValueError(f"electricity_usd_per_kwh {electricity_usd_per_kwh}: expected a finite price >= 0")
 
 
 @dataclass(frozen=True)
@@ -101,6 +139,9 @@ class TrainingRun:
     price_per_gpu_hour_usd: float | None
     mfu: float
     message: str = ""
+    power_basis: str = ""
+    pue: float = 1.0
+    energy_cost_usd: float | None = None  # energy (with PUE) x electricity price, when one is given
 
     @property
     def wall_days(self) -> float:
@@ -137,8 +178,10 @@ def time_to_train(est: Estimate, system: System, tokens: float | None = None, st
     n_tokens = n_steps * est.tokens_per_step
     wall = n_steps * est.step_time_s
     gpu_hours = est.n_gpus * wall / 3600.0
+    _check_site(pue, electricity_usd_per_kwh)
     power = gpu_power_w(system, est.mfu, power_model, idle_fraction, pue)
     energy = est.n_gpus * power * wall
+    energy_cost = energy / 3.6e6 * electricity_usd_per_kwh if electricity_usd_per_kwh is not None else None
     cost: float | None
     rate: float | None
     message = ""
@@ -157,7 +200,7 @@ def time_to_train(est: Estimate, system: System, tokens: float | None = None, st
             raise
         cost, rate, message = None, None, str(e)
     return TrainingRun(n_tokens, n_steps, est.step_time_s, est.n_gpus, wall, gpu_hours, power, energy, cost, rate,
-                       est.mfu, message)
+                       est.mfu, message, power_basis_w(system)[1], pue, energy_cost)
 
 
 __all__ = [
@@ -165,6 +208,7 @@ __all__ = [
     "TrainingRun",
     "gpu_power_w",
     "hourly_price_per_gpu",
+    "node_overhead_factor",
     "power_basis_w",
     "purchase_price_per_gpu",
     "time_to_train",
