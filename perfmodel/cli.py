@@ -203,7 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     _plan_args(e)
     e.set_defaults(func=cmd_estimate)
 
-    v = sub.add_parser("validate", help="predict every row of a runs file (DESIGN.md contract)")
+    v = sub.add_parser("validate", help="predict every row of a runs file (the contract: docs/VALIDATION.md)",
+                       description="Predict every row of a runs file; the columns, defaults and output are "
+                       "the contract in docs/VALIDATION.md of the perfmodel repository.")
     v.add_argument("--runs", required=True)
     v.add_argument("--out", required=True)
     v.add_argument("--engine", default="analytic", choices=["analytic", "des"])

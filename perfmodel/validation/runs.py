@@ -1,4 +1,4 @@
-"""Read a runs file (the DESIGN.md validation contract) into (ModelSpec, ParallelPlan, System).
+"""Read a runs file (the validation contract of docs/VALIDATION.md) into (ModelSpec, ParallelPlan, System).
 
 Empty cells take the documented defaults: micro_batch 1, vp 1, cp 1, ep 1, precision bf16,
 recompute none, zero_stage 0, sequence_parallel false, accelerator a100-sxm4-80gb; dp defaults
