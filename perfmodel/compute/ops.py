@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from perfmodel.compute.fp8_recipes import Fp8Recipe, gemm_cast_work, recipe_for
 from perfmodel.hardware.derating import kernel_launch_s, mamf_ratio
 from perfmodel.hardware.specs import Accelerator
 from perfmodel.workload.graph import Op
@@ -165,27 +166,26 @@ def memory_bound_cost(acc: Accelerator, flop: float, bytes_: float, kernels: int
     return OpCost(tc, tm, t0, max(tc, tm) + t0, _bound(tc, tm, t0))
 
 
-def _with_quantize(acc: Accelerator, c: OpCost, op: Op, bwd: bool) -> OpCost:
-    """fp8 / fp4 GEMMs need their bf16 operands cast first (Transformer Engine's quantize
-    kernels: read 2 B, write 1 B per element, with the amax reduction fused): forward the input
-    activation [m, k] and the weight [k, n]; backward the output gradient [m, n] (twice: a
-    row-wise and a column-wise copy for dgrad and wgrad) and the input again, transposed."""
-    ab = op.batch * op.repeat
-    elems = (op.m * op.n * 2 + op.m * op.k) * ab if bwd else (op.m * op.k * ab + op.k * op.n)
-    cast = memory_bound_cost(acc, 0.0, 3.0 * elems, 3 if bwd else 2)
+def _with_quantize(acc: Accelerator, c: OpCost, op: Op, bwd: bool, recipe: Fp8Recipe) -> OpCost:
+    """fp8 / fp4 GEMMs pay the quantize casts of their recipe (perfmodel/compute/fp8_recipes.py:
+    bytes per element, an amax pass where the scale needs one, NVFP4's Hadamard transform)."""
+    work = gemm_cast_work(recipe, op.m, op.n, op.k, op.batch * op.repeat, bwd)
+    cast = memory_bound_cost(acc, work.flop, work.bytes, work.kernels)
     return OpCost(c.compute_s, c.memory_s + cast.memory_s, c.fixed_s + cast.fixed_s, c.time_s + cast.time_s, c.bound)
 
 
-def op_cost(acc: Accelerator, op: Op, direction: str = "fwd") -> OpCost:
-    """Seconds of one op instance (all its `batch` and `repeat`) in `direction` fwd or bwd."""
+def op_cost(acc: Accelerator, op: Op, direction: str = "fwd", fp8_recipe: str | None = None) -> OpCost:
+    """Seconds of one op instance (all its `batch` and `repeat`) in `direction` fwd or bwd;
+    `fp8_recipe` names the scaling recipe of fp8 / fp4 GEMMs (default: the precision's)."""
     bwd = direction == "bwd"
     if op.kind in ("gemm", "bmm"):
         scale = op.bwd_flop_factor if bwd else 1.0
         if op.kind == "gemm" and bwd and not op.has_weight_grad:
             scale = 1.0
         c = gemm_cost(acc, op.m, op.n, op.k, op.precision, op.batch * op.repeat, scale)
-        if gemm_precision(op.precision) in ("fp8", "fp4") and op.kind == "gemm":
-            c = _with_quantize(acc, c, op, bwd)
+        recipe = recipe_for(op.precision, fp8_recipe) if op.kind == "gemm" else None
+        if recipe is not None:
+            c = _with_quantize(acc, c, op, bwd, recipe)
         return c
     if op.kind == "attention":
         return attention_cost(acc, op, op.bwd_flop_factor if bwd else 1.0)

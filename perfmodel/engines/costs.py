@@ -114,8 +114,8 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
     kf = kb = kcore = 0
     attn_compute = 0.0
     for op in layer.ops:
-        f = op_cost(acc, op, "fwd").time_s
-        b = op_cost(acc, op, "bwd").time_s
+        f = op_cost(acc, op, "fwd", plan.fp8_recipe_name).time_s
+        b = op_cost(acc, op, "bwd", plan.fp8_recipe_name).time_s
         fwd += f
         bwd += b
         kf += op.kernels

@@ -12,6 +12,13 @@ from perfmodel.workload.spec import ModelSpec
 Precision = Literal["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"]
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1"]
+Fp8RecipeName = Literal["delayed", "current", "blockwise", "mxfp8", "nvfp4"]
+# which precision each recipe runs (their costs: perfmodel/compute/fp8_recipes.py), and the
+# recipe a precision gets when the plan names none: Transformer Engine's and Megatron-Core's
+# default for fp8 is delayed scaling (fp8_autocast(recipe=None), --fp8-recipe delayed)
+FP8_RECIPE_PRECISION: dict[str, str] = {"delayed": "fp8", "current": "fp8", "blockwise": "fp8",
+                                        "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
+DEFAULT_FP8_RECIPE: dict[str, str] = {"fp8": "delayed", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 
 
 class ParallelPlan(BaseModel):
@@ -33,6 +40,9 @@ class ParallelPlan(BaseModel):
     recompute: Recompute = "none"
     precision: Precision = "bf16"
     optimizer: Literal["adam", "adam8bit", "sgd"] = "adam"
+    fp8_recipe: Fp8RecipeName | None = Field(
+        None, description="scaling recipe of fp8 / fp4 GEMMs: delayed, current, blockwise (fp8), mxfp8, nvfp4; "
+        "default per precision: fp8 delayed (Transformer Engine's default), mxfp8 mxfp8, nvfp4 nvfp4")
     schedule: Schedule | None = Field(None, description="default: 1f1b, interleaved when vp > 1")
     attention_impl: Literal["flash", "unfused"] = "flash"
     overlap_dp_comm: bool = Field(True, description="DP gradient reduction overlaps backward")
@@ -61,6 +71,11 @@ class ParallelPlan(BaseModel):
         return "interleaved" if self.vp > 1 else "1f1b"
 
     @property
+    def fp8_recipe_name(self) -> str | None:
+        """The recipe fp8 / fp4 GEMMs run under (the precision's default when none is named)."""
+        return self.fp8_recipe or DEFAULT_FP8_RECIPE.get(self.precision)
+
+    @property
     def grad_bytes(self) -> int:
         if self.grad_reduce_bytes:
             return self.grad_reduce_bytes
@@ -80,6 +95,10 @@ class ParallelPlan(BaseModel):
             raise LayoutError(f"vp {self.vp} needs pp > 1 (got pp 1)")
         if self.schedule == "interleaved" and self.vp == 1:
             raise LayoutError("schedule 'interleaved' needs vp > 1")
+        if self.fp8_recipe is not None and FP8_RECIPE_PRECISION[self.fp8_recipe] != self.precision:
+            allowed = [r for r, p in FP8_RECIPE_PRECISION.items() if p == self.precision] or "none (16/32-bit GEMMs)"
+            raise LayoutError(f"fp8_recipe {self.fp8_recipe!r} runs precision {FP8_RECIPE_PRECISION[self.fp8_recipe]}, "
+                              f"not {self.precision}; recipes for {self.precision}: {allowed}")
         if self.sequence_parallel and self.tp == 1:
             object.__setattr__(self, "sequence_parallel", False)
         return self
