@@ -22,6 +22,8 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
     g.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"])
     g.add_argument("--schedule", default=None, choices=["gpipe", "1f1b", "interleaved", "zb-h1"])
+    g.add_argument("--optimizer", default="adam", choices=["adam", "adamw", "adam8bit", "sgd", "adafactor", "muon"],
+                   help="optimizer state and step cost (sgd: with momentum; muon: Newton-Schulz on 2-D weights)")
     g.add_argument("--fp8-recipe", default=None, choices=["delayed", "current", "blockwise", "mxfp8", "nvfp4"],
                    help="scaling recipe of fp8/fp4 GEMMs (default: delayed for fp8; mxfp8, nvfp4 for those precisions)")
     g.add_argument("--no-overlap", action="store_true", help="no DP comm / FSDP prefetch overlap")
@@ -43,7 +45,8 @@ def _plan(a: argparse.Namespace, n_gpus: int):
                         zero_stage=a.zero, micro_batch=a.micro_batch, global_batch=gb, seq_len=a.seq_len,
                         recompute=a.recompute, precision=a.precision, schedule=a.schedule,
                         overlap_dp_comm=not a.no_overlap, overlap_fsdp_prefetch=not a.no_overlap,
-                        attention_impl=a.attention, fp8_recipe=a.fp8_recipe)
+                        attention_impl=a.attention, fp8_recipe=a.fp8_recipe,
+                        optimizer=a.optimizer)
 
 
 def cmd_estimate(a: argparse.Namespace) -> int:

@@ -3,9 +3,10 @@
 Mixed-precision Adam (Rajbhandari et al. 2020, ZeRO §3): per parameter 2 B of bf16/fp16 weights,
 `grad_bytes` of gradients (4 B fp32 main grads in Megatron-LM / FSDP mixed precision, 2 B in
 fp16 DeepSpeed), 4 B fp32 master weights and 8 B of Adam moments -> 18 B (16 B with 2-byte
-grads). ZeRO-1 shards the 12 B of optimizer state over the data-parallel group, ZeRO-2 also the
-gradients, ZeRO-3 (FSDP full shard) also the weights. Expert weights are sharded by ep and
-their data-parallel group is dp·cp/ep.
+grads); other optimizers keep other state (perfmodel/compute/optimizers.py: SGD with momentum
+8 B, Adafactor 4 B, Muon 8 B, 8-bit Adam 6 B, all with the master copy). ZeRO-1 shards the
+optimizer state over the data-parallel group, ZeRO-2 also the gradients, ZeRO-3 (FSDP full
+shard) also the weights. Expert weights are sharded by ep and their data-parallel group is dp·cp/ep.
 
 Activations: the per-layer saved bytes of the graph (Korthikanti et al. 2022) times the layers
 on the stage times the micro-batches in flight on stage 0: 1 (no pipeline), min(m, p) for 1F1B
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perfmodel.compute.optimizers import state_bytes_per_param
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.workload.graph import Graph, Layer
 
@@ -29,8 +31,6 @@ from perfmodel.workload.graph import Graph, Layer
 # PyTorch process that has run one NCCL collective.
 RUNTIME_BYTES = 1.0 * 2**30
 WEIGHT_BYTES = 2.0  # bf16 / fp16 model copy (fp8 training keeps it too, Transformer Engine)
-MASTER_BYTES = 4.0
-ADAM_BYTES = 8.0
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def memory_per_rank(graph: Graph, plan: ParallelPlan, stage: int = 0) -> MemoryB
 
     weights = shard(WEIGHT_BYTES, 3)
     grads = shard(float(plan.grad_bytes), 2)
-    opt_bytes = MASTER_BYTES + (ADAM_BYTES if plan.optimizer == "adam" else 2.0 if plan.optimizer == "adam8bit" else 0.0)
+    opt_bytes = state_bytes_per_param(plan.optimizer)  # fp32 master + the optimizer's own state
     optimizer = shard(opt_bytes, 1)
     if z == 3:
         # FSDP materialises one layer's full weights (and its prefetched neighbour)

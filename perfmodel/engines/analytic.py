@@ -23,6 +23,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from perfmodel.comm.collectives import collective_time_s
+from perfmodel.compute import optimizers
 from perfmodel.compute.ops import gemm_precision
 from perfmodel.engines.costs import LayerTime, group_stride, layer_time
 from perfmodel.estimate import Estimate
@@ -35,7 +36,6 @@ from perfmodel.workload.builder import build_graph
 from perfmodel.workload.graph import Graph, Layer
 from perfmodel.workload.spec import ModelSpec
 
-OPTIMIZER_BYTES_PER_PARAM = {"adam": 38.0, "adam8bit": 26.0, "sgd": 18.0}
 ACT_BYTES = 2
 
 
@@ -43,6 +43,11 @@ ACT_BYTES = 2
 def cached_graph(spec: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int, ep: int, sp: bool,
                  precision: str, attention_impl: str) -> Graph:
     return build_graph(spec, micro_batch, seq_len, tp, cp, ep, sp, precision, attention_impl)
+
+
+def model_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
+    """The unsharded graph of one sequence (FLOP counts, full weight shapes)."""
+    return cached_graph(spec, 1, plan.seq_len or spec.seq_len, 1, 1, 1, False, plan.precision, plan.attention_impl)
 
 
 def plan_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
@@ -181,14 +186,11 @@ def dp_exposed_s(system: System, plan: ParallelPlan, st: dict[str, float], m: in
     return exposed + hidden * comm_contention_fraction(system)
 
 
-def optimizer_step_s(acc: Accelerator, optimizer: str, local_params: float):
-    """Optimizer step seconds for `local_params` parameters on this rank: the measured step time
-    per parameter when the calibration has one (Adam), else OPTIMIZER_BYTES_PER_PARAM through
-    HBM at achieved bandwidth."""
-    measured = acc.calibration.optimizer_step_per_param
-    if measured is not None and optimizer == "adam":
-        return local_params * measured.si("seconds", "calibration.optimizer_step_per_param")
-    return local_params * OPTIMIZER_BYTES_PER_PARAM[optimizer] / acc.hbm_achieved_Bps
+def optimizer_step_s(acc: Accelerator, optimizer: str, local_params: float) -> float:
+    """The element-wise optimizer update of `local_params` parameters on this rank
+    (perfmodel/compute/optimizers.py; Muon's Newton-Schulz and gathers need the layout: see
+    optimizers.optimizer_step_s)."""
+    return optimizers.elementwise_step_s(acc, optimizer, local_params)
 
 
 def pipeline_time_s(stage_s: list[float], m: int, vp: int, schedule: str, fwd_s: float = 0.0,
@@ -258,7 +260,7 @@ def analytic_estimate(spec: ModelSpec | None, system: System, plan: ParallelPlan
     shard = plan.dp * plan.cp if plan.zero_stage >= 1 else 1
     local = worst["dense_params"] / shard + worst["expert_params"] / (max(1, plan.dp * plan.cp // plan.ep) if plan.zero_stage >= 1 else 1)
     acc = system.accelerator
-    optimizer = optimizer_step_s(acc, plan.optimizer, local)
+    optimizer = optimizers.optimizer_step_s(system, plan, local, optimizers.weight_matrices(stage_layers(model_graph(spec, plan) if spec else graph, plan.pp, i_max)))  # noqa: E501
     if spec is not None and plan.pp > 1 and spec.tied_embeddings and spec.vocab:
         emb = spec.vocab * spec.hidden / plan.tp * plan.grad_bytes
         optimizer += collective_time_s(system, "all_reduce", emb, 2, plan.tp * plan.cp * plan.dp)

@@ -39,7 +39,9 @@ class ParallelPlan(BaseModel):
     seq_len: int | None = Field(None, gt=0, description="defaults to the workload's")
     recompute: Recompute = "none"
     precision: Precision = "bf16"
-    optimizer: Literal["adam", "adam8bit", "sgd"] = "adam"
+    optimizer: Literal["adam", "adamw", "adam8bit", "sgd", "adafactor", "muon"] = Field(
+        "adam", description="state and step cost: perfmodel/compute/optimizers.py (adam and adamw cost the same; "
+        "sgd has momentum; muon orthogonalises 2-D weights by Newton-Schulz)")
     fp8_recipe: Fp8RecipeName | None = Field(
         None, description="scaling recipe of fp8 / fp4 GEMMs: delayed, current, blockwise (fp8), mxfp8, nvfp4; "
         "default per precision: fp8 delayed (Transformer Engine's default), mxfp8 mxfp8, nvfp4 nvfp4")
