@@ -2,7 +2,7 @@
 goodput.
 
 Bytes. A checkpoint keeps, per parameter, the bf16/fp16 model weights (memory.WEIGHT_BYTES), the
-fp32 master weights and the optimizer moments (memory.MASTER_BYTES + the optimizer's states), not
+fp32 master weights and the optimizer moments (compute.optimizers.state_bytes_per_param), not
 the gradients: 2 + 4 + 8 = 14 B per parameter for mixed-precision Adam (Rajbhandari et al. 2020,
 §3.1). Distributed checkpointing (PyTorch DCP, Megatron-Core dist_checkpointing) writes each
 unique shard once, spread over the ranks, so the job writes
@@ -42,17 +42,17 @@ from pathlib import Path
 
 from pydantic import Field
 
+from perfmodel.compute.optimizers import state_bytes_per_param
 from perfmodel.errors import SpecError, UnknownIdError
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import System, parse_model, read_yaml, specs_dir
 from perfmodel.hardware.specs import Sourced, _Strict
-from perfmodel.memory import MASTER_BYTES, WEIGHT_BYTES
+from perfmodel.memory import WEIGHT_BYTES
 from perfmodel.planning.goodput import LLAMA3_GPU_MTBF_S, Goodput, goodput
 
 PCIE5_X16_ONE_WAY_BPS = 32e9 * 16 * 128 / 130 / 8  # 63.0 GB/s, PCI-SIG PCIe 5.0 base specification
 DEFAULT_RESCHEDULE_S = 300.0  # assumption: job requeue, node replacement, process start
 DEFAULT_WARMUP_STEPS = 10  # assumption: compilation, allocator and NCCL warm-up
-OPTIMIZER_STATE_BYTES = {"adam": 8.0, "adam8bit": 2.0, "sgd": 0.0}  # moments per parameter (memory.py)
 
 
 class StorageSpec(_Strict):
@@ -137,7 +137,7 @@ def checkpoint_cost(est: Estimate, system: System, storage: StorageSpec, params:
                     asynchronous: bool = False) -> CheckpointCost:
     """Bytes and seconds of one checkpoint of the job `est` describes (module docstring)."""
     plan = est.plan
-    per_param = WEIGHT_BYTES + MASTER_BYTES + OPTIMIZER_STATE_BYTES.get(plan.optimizer, 8.0)
+    per_param = WEIGHT_BYTES + state_bytes_per_param(plan.optimizer)  # master copy + the optimizer's state
     total = params * per_param
     nodes = max(1, math.ceil(est.n_gpus / system.node.accelerators_per_node))
     rank_state = total / est.n_gpus
