@@ -230,30 +230,77 @@ __all__ = [
 ]
 
 
+# colour families of the timeline: one hue per kind of work, the chunk (virtual stage) as its shade
+TIMELINE_FAMILIES = {
+    "forward": ["#1f4e9c", "#3a78c9", "#6fa3e0", "#a9c9ef"],
+    "backward": ["#b4490c", "#e0701f", "#f29c55", "#f8c593"],
+    "weight grad": ["#5b2a86", "#8652b8", "#ae85d6", "#d2bdea"],
+}
+TIMELINE_OTHER = {"p2p send": "#7f7f7f", "dp gradient reduce": "#2e8b57", "fsdp wait": "#bcbd22",
+                  "dp contention + param gather": "#17becf", "optimizer": "#d62728"}
+STREAM_NAMES = {0: "compute", 1: "send to next stage", 2: "send to previous stage", 3: "data-parallel"}
+
+
+def _timeline_kind(name: str) -> tuple[str, str]:
+    """(legend entry, family) of one trace event name: F3.1 -> ('forward, chunk 1', 'forward')."""
+    if name[:1] in ("F", "B", "W") and name[1:2].isdigit():
+        family = {"F": "forward", "B": "backward", "W": "weight grad"}[name[0]]
+        chunk = name.split(".")[1] if "." in name else "0"
+        return f"{family}, chunk {chunk}", family
+    if name.startswith(("act", "grad")):
+        return "p2p send", "comm"
+    if name.startswith("dp bucket"):
+        return "dp gradient reduce", "comm"
+    return name, "other"
+
+
 def timeline_frame(events: list[dict]) -> pd.DataFrame:
-    """Chrome trace 'X' events -> one row per task: row (stage and stream), kind, start/end in s."""
+    """Chrome trace 'X' events -> one row per task: lane (stage and stream, in numeric order),
+    kind (legend entry), family, start / end / duration in seconds."""
+    names = {(e.get("pid", 0), None): (e.get("args") or {}).get("name") for e in events
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
     rows = []
     for e in events:
         if e.get("ph") != "X":
             continue
         name = str(e.get("name", ""))
-        if name[:1] in ("F", "B", "W") and "." in name:
-            kind = {"F": "forward", "B": "backward", "W": "weight grad"}[name[0]] + ", chunk " + name.split(".")[1]
-        elif name.startswith(("act", "grad")):
-            kind = "p2p send"
-        else:
-            kind = name
-        stream = "compute" if e.get("tid", 0) == 0 else "send"
-        rows.append({"task": name, "row": f"stage {e.get('pid', 0)} {stream}", "kind": kind,
-                     "start_s": e["ts"] / 1e6, "end_s": (e["ts"] + e["dur"]) / 1e6})
-    return pd.DataFrame(rows, columns=["task", "row", "kind", "start_s", "end_s"])
+        kind, family = _timeline_kind(name)
+        pid, tid = int(e.get("pid", 0)), int(e.get("tid", 0))
+        proc = names.get((pid, None)) or f"stage {pid}"
+        lane = f"{proc} · {STREAM_NAMES.get(tid, f'stream {tid}')}"
+        rows.append({"task": name, "lane": lane, "order": pid * 16 + tid, "kind": kind, "family": family,
+                     "start_s": e["ts"] / 1e6, "end_s": (e["ts"] + e["dur"]) / 1e6, "duration_ms": e["dur"] / 1e3})
+    return pd.DataFrame(rows, columns=["task", "lane", "order", "kind", "family", "start_s", "end_s", "duration_ms"])
+
+
+def _timeline_colours(kinds: list[str]) -> tuple[list[str], list[str]]:
+    """(domain, range): forward / backward / weight-grad chunks in their family's shades, then the rest."""
+    domain, colours = [], []
+    for family, shades in TIMELINE_FAMILIES.items():
+        chunks = sorted((k for k in kinds if k.startswith(family + ", chunk")), key=lambda k: int(k.rsplit(" ", 1)[1]))
+        for i, k in enumerate(chunks):
+            domain.append(k)
+            colours.append(shades[i % len(shades)])
+    fallback = ["#8c564b", "#e377c2", "#9edae5", "#c49c94"]
+    for i, k in enumerate(sorted(k for k in kinds if k not in domain)):
+        domain.append(k)
+        colours.append(TIMELINE_OTHER.get(k, fallback[i % len(fallback)]))
+    return domain, colours
 
 
 def gantt_chart(events: list[dict]) -> alt.Chart:
-    """The DES timeline as a Gantt chart: one lane per stage and stream, time in seconds."""
+    """The DES timeline as a Gantt chart: one lane per stage and stream in numeric order, colour
+    families for forward, backward, weight-gradient and communication work (the chunk as shade),
+    zoom and pan on the time axis, durations in the tooltip."""
     d = timeline_frame(events)
-    return alt.Chart(d).mark_bar(stroke="white", strokeWidth=0.3).encode(
+    lanes = d.sort_values("order")["lane"].drop_duplicates().tolist()
+    domain, colours = _timeline_colours(sorted(d["kind"].unique()))
+    return alt.Chart(d).mark_bar(stroke="white", strokeWidth=0.2).encode(
         x=alt.X("start_s:Q", title="time in the step (s)"), x2="end_s:Q",
-        y=alt.Y("row:N", title=None), color=alt.Color("kind:N", title=None),
-        tooltip=["task", "kind", alt.Tooltip("start_s:Q", format=".4f"), alt.Tooltip("end_s:Q", format=".4f")],
-    ).properties(title="DES timeline", height=max(120, 28 * d["row"].nunique()))
+        y=alt.Y("lane:N", title=None, sort=lanes, axis=alt.Axis(labelLimit=260)),
+        color=alt.Color("kind:N", title=None, scale=alt.Scale(domain=domain, range=colours),
+                        legend=alt.Legend(orient="bottom", columns=4, symbolLimit=0)),
+        tooltip=["lane", "task", "kind", alt.Tooltip("start_s:Q", format=".4f", title="start (s)"),
+                 alt.Tooltip("duration_ms:Q", format=".3f", title="duration (ms)")],
+    ).properties(title="DES timeline (drag to pan, scroll to zoom)", height=alt.Step(14 if len(lanes) > 24 else 22)
+                 ).interactive(bind_y=False)

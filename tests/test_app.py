@@ -199,5 +199,33 @@ def test_des_engine_shows_the_timeline_gantt() -> None:
 
     est = perfmodel.estimate("gpt3-175b", "a100-sxm4-80gb", perfmodel.ParallelPlan(tp=8, pp=2, global_batch=4), engine="des")
     frame = timeline_frame(est.timeline)
-    assert {"stage 0 compute", "stage 1 compute"} <= set(frame["row"])
+    assert {"stage 0 · compute", "stage 1 · compute"} <= set(frame["lane"])
     assert (frame["end_s"] >= frame["start_s"]).all() and frame["end_s"].max() <= est.step_time_s * (1 + 1e-9)
+
+
+def test_timeline_lanes_numeric_colour_families_and_one_dp_entry() -> None:
+    """Stage 2 before stage 10; forward / backward / weight-grad chunks share their family's hue;
+    every DP bucket is one legend entry; zoom and pan on time; durations in the tooltip."""
+    import json
+
+    import perfmodel
+    from perfmodel.app_charts import TIMELINE_FAMILIES, _timeline_colours, gantt_chart, timeline_frame
+
+    plan = perfmodel.ParallelPlan(tp=1, pp=12, vp=2, dp=2, global_batch=48, micro_batch=1)
+    est = perfmodel.estimate("gpt3-1.3b", "a100-sxm4-80gb", plan, engine="des")
+    frame = timeline_frame(est.timeline)
+    lanes = frame.sort_values("order")["lane"].drop_duplicates().tolist()
+    assert lanes.index("stage 2 · compute") < lanes.index("stage 10 · compute")
+    kinds = set(frame["kind"])
+    assert {"forward, chunk 0", "forward, chunk 1", "backward, chunk 0", "backward, chunk 1"} <= kinds
+    assert not any(k.startswith("dp bucket") for k in kinds) and "dp gradient reduce" in kinds
+    domain, colours = _timeline_colours(sorted(kinds))
+    colour = dict(zip(domain, colours, strict=True))
+    assert colour["forward, chunk 0"] in TIMELINE_FAMILIES["forward"]
+    assert colour["forward, chunk 1"] in TIMELINE_FAMILIES["forward"]
+    assert colour["forward, chunk 0"] != colour["forward, chunk 1"]
+    assert colour["backward, chunk 1"] in TIMELINE_FAMILIES["backward"]
+    spec = gantt_chart(est.timeline).to_dict()
+    text = json.dumps(spec)
+    assert "duration_ms" in text and '"bind": "scales"' in text  # tooltip durations; interactive zoom / pan
+    assert spec["encoding"]["y"]["sort"] == lanes
