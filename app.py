@@ -19,6 +19,7 @@ import pandas as pd
 import streamlit as st
 
 from perfmodel import app_charts as charts
+from perfmodel.app_fixes import LayoutProblem, diagnose, field_of
 from perfmodel.errors import PerfmodelError
 
 ROOT = Path(__file__).resolve().parent
@@ -33,6 +34,10 @@ WHATIF = {  # key -> (label, System.scaled keyword)
     "s_lat": ("link latency", "latency"),
 }
 USER_ERRORS = (PerfmodelError, ValueError, KeyError)
+ZERO_LABELS = {0: "0: no sharding", 1: "1: optimizer states sharded", 2: "2: + gradients", 3: "3: + weights (FSDP)"}
+SCHEDULE_LABELS = {"auto": "automatic", "1f1b": "1F1B", "interleaved": "interleaved 1F1B", "gpipe": "GPipe",
+                   "zb-h1": "zero bubble (ZB-H1)"}
+LAYOUT_PAGES = ("Estimate",)  # pages that use the sidebar's layout (the others search or compare their own)
 REFERENCE = "(reference node)"
 
 
@@ -141,44 +146,55 @@ def sidebar() -> dict[str, Any] | None:
     ids = sorted(wl)
     workload = _bound(sb.selectbox, "Workload", "workload", options=ids,
                       index=ids.index("gpt3-175b") if "gpt3-175b" in ids else 0)
-    sb.caption(wl[workload].name)
+    sb.caption(f"**{wl[workload].name}**")
     accs = sorted(cat.accelerators)
     acc = _bound(sb.selectbox, "Accelerator", "acc", options=accs,
                  index=accs.index("a100-sxm4-80gb") if "a100-sxm4-80gb" in accs else 0)
-    sb.caption(cat.accelerators[acc].name)
+    sb.caption(f"**{cat.accelerators[acc].name}**")
     nodes = [n for n, node in cat.nodes.items() if node.accelerator == acc]
     clusters = [c for c, cl in cat.clusters.items() if cat.nodes.get(cl.node) and cat.nodes[cl.node].accelerator == acc]
     systems = [REFERENCE, *sorted(nodes + clusters)]
     if st.session_state.get("system") not in systems:
         st.session_state["system"] = REFERENCE
+    names = {**{n: node.name for n, node in cat.nodes.items()}, **{c: cl.name for c, cl in cat.clusters.items()}}
     system = _bound(sb.selectbox, "Node / cluster", "system", options=systems,
                     help="the reference node is the vendor's DGX/HGX-style node for this accelerator")
+    if system != REFERENCE:
+        sb.caption(f"**{names.get(system, system)}**")
     gpus = _bound(sb.number_input, "GPUs (total)", "gpus", min_value=1, max_value=1_000_000, value=1024, step=8)
+    slots = {"gpus": sb.container()}
     engine = _bound(sb.radio, "Engine", "engine", options=["analytic", "des"], horizontal=True,
                     help="analytic: closed form, instant; des: discrete-event simulation with a timeline")
     sb.subheader("Layout")
+    slots["top"] = sb.container()
     c1, c2, c3 = sb.columns(3)
     tp = _bound(c1.number_input, "tp", "tp", min_value=1, max_value=512, value=8)
     pp = _bound(c2.number_input, "pp", "pp", min_value=1, max_value=512, value=8)
     cp = _bound(c3.number_input, "cp", "cp", min_value=1, max_value=512, value=1)
+    slots["tp"] = sb.container()
     c1, c2, c3 = sb.columns(3)
     ep = _bound(c1.number_input, "ep", "ep", min_value=1, max_value=1024, value=1)
     vp = _bound(c2.number_input, "vp", "vp", min_value=1, max_value=64, value=1, help="virtual stages per pipeline rank")
-    zero = _bound(c3.selectbox, "ZeRO", "zero", options=[0, 1, 2, 3], index=1)
+    zero = _bound(c3.selectbox, "ZeRO", "zero", options=[0, 1, 2, 3], index=1,
+                  help="; ".join(ZERO_LABELS.values()))
+    slots["ep"] = sb.container()
     c1, c2, c3 = sb.columns(3)
     mb = _bound(c1.number_input, "micro batch", "mb", min_value=1, max_value=4096, value=1, help="sequences")
     gb = _bound(c2.number_input, "global batch", "gb", min_value=1, max_value=10_000_000, value=1536, help="sequences per step")
     seq = _bound(c3.number_input, "seq len", "seq", min_value=0, max_value=10_000_000, value=0,
                  help="tokens; 0 = workload default")
+    slots["batch"] = sb.container()
     c1, c2 = sb.columns(2)
     recompute = _bound(c1.selectbox, "recompute", "recompute", options=["none", "selective", "full"], index=1)
     precision = _bound(c2.selectbox, "precision", "precision", options=["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"])
     c1, c2 = sb.columns(2)
-    schedule = _bound(c1.selectbox, "schedule", "schedule", options=["auto", "1f1b", "interleaved", "gpipe", "zb-h1"])
+    schedule = _bound(c1.selectbox, "schedule", "schedule", options=list(SCHEDULE_LABELS),
+                      help="; ".join(f"{k}: {v}" for k, v in SCHEDULE_LABELS.items()))
     sp = _bound(c2.checkbox, "seq. parallel", "sp", value=True, help="sequence parallelism (needs tp > 1)")
     return dict(page=page, workload=workload, acc=acc, system=None if system == REFERENCE else system, gpus=int(gpus),
                 engine=engine, tp=int(tp), pp=int(pp), cp=int(cp), ep=int(ep), vp=int(vp), zero=int(zero), mb=int(mb),
-                gb=int(gb), seq=int(seq), recompute=recompute, precision=precision, schedule=schedule, sp=bool(sp))
+                gb=int(gb), seq=int(seq), recompute=recompute, precision=precision, schedule=schedule, sp=bool(sp),
+                slots=slots)
 
 
 def build_plan(cfg: dict[str, Any]) -> Any:
@@ -225,11 +241,13 @@ def page_estimate(cfg: dict[str, Any], plan: Any) -> None:
     _, sys_msgs = system_for(cfg["acc"], cfg["system"], plan.world, (1.0,) * len(WHATIF))
     for m in (*sys_msgs, *est.messages):
         st.info(m)
-    show_metrics(est)
     frame = est.to_frame()
     if not est.fits:
-        st.error(f"Does not fit: {est.memory_per_gpu_bytes / charts.GB:.1f} GB per GPU needed, "
-                 f"{est.hbm_bytes / charts.GB:.1f} GB of HBM. Try more recompute, a higher ZeRO stage, or more tp/pp.")
+        st.warning(f"Does not fit: {est.memory_per_gpu_bytes / charts.GB:.1f} GB per GPU needed, "
+                   f"{est.hbm_bytes / charts.GB:.1f} GB of HBM. The numbers below are greyed: this layout would not run. "
+                   "Try more recompute, a higher ZeRO stage, or more tp / pp.")
+        st.markdown("<style>[data-testid='stMetricValue'] {color: #9a9a9a;}</style>", unsafe_allow_html=True)
+    show_metrics(est)
     left, right = st.columns([3, 2])
     left.altair_chart(charts.breakdown_chart(frame), width="stretch")
     right.altair_chart(charts.memory_chart(frame, est.hbm_bytes), width="stretch")
@@ -487,6 +505,22 @@ def page_validation(cfg: dict[str, Any]) -> None:
             st.dataframe(errors[["run_id", "source", "message"]], hide_index=True)
 
 
+def apply_fix(updates: dict[str, Any]) -> None:
+    """Callback of a one-click fix: set the widgets, the rerun recomputes."""
+    st.session_state.update(updates)
+
+
+def show_problem(cfg: dict[str, Any], problem: Any) -> None:
+    """The message under the widget that caused it, its one-click fixes, and a pointer on the page."""
+    slot = cfg["slots"].get(problem.widget, cfg["slots"]["top"])
+    slot.error(problem.message)
+    for i, (label, updates) in enumerate(problem.fixes):
+        slot.button(label, key=f"fix_{problem.widget}_{i}", on_click=apply_fix, args=(updates,))
+    st.error(f"This layout is not valid: {problem.message} Fix it in the sidebar (one click under the field), "
+             "or let the layout search pick one.")
+    st.button("Open Layout search", on_click=apply_fix, args=({"page": "Layout search"},), key="open_search")
+
+
 # ---- main -----------------------------------------------------------------------------------------
 def main() -> None:
     st.set_page_config(page_title="perfmodel what-if explorer", layout="wide")
@@ -494,13 +528,17 @@ def main() -> None:
     if cfg is None:
         return
     plan = None
-    try:
-        plan = build_plan(cfg)
-    except USER_ERRORS as e:
-        st.sidebar.error(str(e))
-        if cfg["page"] == "Estimate":
-            st.error(f"Layout: {e}")
     page = cfg["page"]
+    problem = diagnose(cfg, workloads()[cfg["workload"]])
+    if problem is not None:
+        if page in LAYOUT_PAGES:
+            show_problem(cfg, problem)
+    else:
+        try:
+            plan = build_plan(cfg)
+        except USER_ERRORS as e:
+            if page in LAYOUT_PAGES:
+                show_problem(cfg, LayoutProblem(field_of(str(e)), str(e)))
     if page == "Estimate" and plan is not None:
         page_estimate(cfg, plan)
     elif page == "Compare hardware":

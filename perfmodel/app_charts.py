@@ -93,7 +93,7 @@ def memory_chart(frame: pd.DataFrame, capacity_bytes: float) -> alt.LayerChart |
     rule_df = pd.DataFrame({"GB": [cap], "label": [f"HBM capacity {cap:.0f} GB"]})
     rule = alt.Chart(rule_df).mark_rule(color="#d62728", strokeWidth=3).encode(x="GB:Q", tooltip=["label:N"])
     text = alt.Chart(rule_df).mark_text(align="right", dx=-4, dy=-26, color="#d62728").encode(x="GB:Q", text="label:N")
-    title = "memory per GPU vs capacity" + ("" if total <= cap else "  —  DOES NOT FIT")
+    title = "memory per GPU vs capacity"
     return alt.layer(bars, rule, text).properties(height=alt.Step(48), title=title)
 
 

@@ -68,31 +68,50 @@ def test_breakdown_chart_data_sums_to_the_step_time(default_app: AppTest) -> Non
     assert set(memory["component"]) >= {"weights", "optimizer", "activations"}
 
 
-def test_tp_that_does_not_divide_heads_is_an_error_not_an_exception() -> None:
-    # 7 x 8 x 16 = 896 GPUs, so the GPU count divides and the head count is what is wrong
-    at = app(tp="7", gpus="896")
+def sidebar_errors(at: AppTest) -> list[str]:
+    return [e.value for e in at.sidebar.error]
+
+
+def test_tp_that_does_not_divide_heads_is_an_error_under_tp_with_fixes() -> None:
+    # the head count is checked first; fixing tp to 8 leaves a valid layout on the default 1024 GPUs
+    at = app(tp="7")
     no_exception(at)
-    assert any("does not divide num_heads 96" in e for e in errors(at)), errors(at)
+    assert any("tp 7 does not divide the 96 attention heads" in e for e in sidebar_errors(at)), sidebar_errors(at)
     assert not [m for m in at.metric if m.label == "Step time (s)"]
+    fixes = [b for b in at.sidebar.button if b.label.startswith("use tp")]
+    assert [b.label for b in fixes] == ["use tp 6", "use tp 8"]  # the divisors of 96 nearest 7
+    fixes[1].click().run()
+    no_exception(at)
+    assert at.sidebar.number_input(key="tp").value == 8 and not sidebar_errors(at)
+    assert float(metric(at, "Step time (s)")) > 0
+
+
+def test_layout_errors_stay_off_pages_that_do_not_use_the_layout() -> None:
+    at = app(tp="7", gpus="896", page="Validation")
+    no_exception(at)
+    assert not sidebar_errors(at) and not errors(at)
 
 
 def test_changing_tp_in_the_widget_reruns_with_an_error() -> None:
     at = app(gpus="896")
     at.sidebar.number_input(key="tp").set_value(7).run()
     no_exception(at)
-    assert any("does not divide num_heads" in e for e in errors(at))
+    assert any("does not divide the 96 attention heads" in e for e in sidebar_errors(at))
 
 
 def test_gpu_count_not_divisible_by_the_layout_names_every_operand() -> None:
     at = app(gpus="1000")
     no_exception(at)
-    assert any("1000 is not divisible by tp 8 x pp 8 x cp 1 = 64" in e for e in errors(at)), errors(at)
+    assert any("1000 GPUs do not split into tp 8 x pp 8 x cp 1 = 64" in e for e in sidebar_errors(at)), sidebar_errors(at)
+    assert [b.label for b in at.sidebar.button if b.label.startswith("use")] == ["use 960 GPUs", "use 1,024 GPUs"]
 
 
 def test_layout_that_does_not_fit_says_so() -> None:
     at = app(recompute="none", zero="0", pp="1", tp="8", gpus="1024", workload="gpt3-175b")
     no_exception(at)
-    assert any(e.startswith("Does not fit") for e in errors(at)), errors(at)
+    fit_msgs = [w.value for w in at.warning if "fit" in w.value]
+    assert len(fit_msgs) == 1 and "GB per GPU needed" in fit_msgs[0] and "GiB" not in fit_msgs[0], fit_msgs
+    assert not errors(at)
     assert float(metric(at, "Step time (s)")) > 0
 
 
