@@ -75,7 +75,7 @@ def system_for(acc: str, system: str | None, n_gpus: int, scales: tuple[float, .
 
 
 @st.cache_resource(show_spinner=False, max_entries=1024)
-def estimate(workload: str, acc: str, system: str | None, plan: Any, engine: str,
+def estimate(workload: Any, acc: str, system: str | None, plan: Any, engine: str,
              scales: tuple[float, ...] = (1.0,) * len(WHATIF)) -> Any:
     """One Estimate; cached on (ids, frozen ParallelPlan, engine, what-if factors)."""
     import perfmodel
@@ -111,7 +111,7 @@ NO_PLANNER = "This page needs the planner (perfmodel.planning), which is not ava
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)
-def run_search(workload: str, cluster: str, n_gpus: int, global_batch: int, seq_len: int | None, precision: str,
+def run_search(workload: Any, cluster: str, n_gpus: int, global_batch: int, seq_len: int | None, precision: str,
                objective: str, space: Any) -> Any:
     """A SearchResult; cached on ids, numbers and the frozen SearchSpace."""
     return planning().search(workload, cluster, n_gpus, global_batch, seq_len=seq_len, precision=precision,
@@ -119,13 +119,13 @@ def run_search(workload: str, cluster: str, n_gpus: int, global_batch: int, seq_
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def run_compare(workload: str, cands: tuple[str, ...], n_gpus: int, global_batch: int, tokens: float,
+def run_compare(workload: Any, cands: tuple[str, ...], n_gpus: int, global_batch: int, tokens: float,
                 seq_len: int | None, precision: str) -> pd.DataFrame:
     return planning().compare(workload, list(cands), n_gpus, global_batch, tokens, seq_len=seq_len, precision=precision)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def run_sensitivity(workload: str, cands: tuple[str, ...], n_gpus: int, global_batch: int, tokens: float,
+def run_sensitivity(workload: Any, cands: tuple[str, ...], n_gpus: int, global_batch: int, tokens: float,
                     pct: float, seq_len: int | None, precision: str) -> pd.DataFrame:
     return planning().sensitivity(workload, list(cands), n_gpus, global_batch, tokens, pct, seq_len=seq_len,
                                   precision=precision)
@@ -143,10 +143,11 @@ def sidebar() -> dict[str, Any] | None:
         st.error(f"The hardware or workload catalogue could not be read: {e}")
         return None
     sb.subheader("Workload and hardware")
-    ids = sorted(wl)
+    custom = upload_workload(sb)
+    ids = sorted(wl) + sorted(k for k in custom if k not in wl)
     workload = _bound(sb.selectbox, "Workload", "workload", options=ids,
                       index=ids.index("gpt3-175b") if "gpt3-175b" in ids else 0)
-    sb.caption(f"**{wl[workload].name}**")
+    sb.caption(f"**{spec_of(workload).name}**" + ("  (uploaded)" if workload in custom and workload not in wl else ""))
     accs = sorted(cat.accelerators)
     acc = _bound(sb.selectbox, "Accelerator", "acc", options=accs,
                  index=accs.index("a100-sxm4-80gb") if "a100-sxm4-80gb" in accs else 0)
@@ -197,6 +198,30 @@ def sidebar() -> dict[str, Any] | None:
                 slots=slots)
 
 
+def spec_of(workload: str) -> Any:
+    """The ModelSpec of a workload id: an uploaded one first, then the built-in catalogue."""
+    return st.session_state.get("custom_workloads", {}).get(workload) or workloads()[workload]
+
+
+def upload_workload(sb: Any) -> dict[str, Any]:
+    """'Bring your own model': a workload YAML, validated on upload; errors name the field."""
+    custom: dict[str, Any] = st.session_state.setdefault("custom_workloads", {})
+    with sb.expander("Bring your own model (workload YAML)"):
+        up = st.file_uploader("workload YAML", type=["yaml", "yml"], key="upload_workload", label_visibility="collapsed",
+                              help="the fields of a file in workloads/ (id, name, family, source, sizes)")
+        if up is not None:
+            from perfmodel.app_fixes import parse_uploaded_workload
+
+            try:
+                spec = parse_uploaded_workload(up.name, up.getvalue())
+            except USER_ERRORS as e:
+                st.error(str(e))
+            else:
+                custom[spec.id] = spec
+                st.success(f"added {spec.id} ({spec.name}); pick it above")
+    return custom
+
+
 def build_plan(cfg: dict[str, Any]) -> Any:
     """The validated ParallelPlan of the sidebar: dp is what the GPU count leaves after tp·pp·cp."""
     from perfmodel.errors import LayoutError
@@ -214,14 +239,14 @@ def build_plan(cfg: dict[str, Any]) -> Any:
         seq_len=cfg["seq"] or None, recompute=cfg["recompute"], precision=cfg["precision"],
         schedule=None if cfg["schedule"] == "auto" else cfg["schedule"],
     )
-    plan.validate_for(workloads()[cfg["workload"]], cfg["gpus"])
+    plan.validate_for(spec_of(cfg["workload"]), cfg["gpus"])
     return plan
 
 
 def run_estimate(cfg: dict[str, Any], plan: Any, scales: tuple[float, ...] | None = None) -> Any | None:
     """The estimate, or None after showing why it could not be made."""
     try:
-        return estimate(cfg["workload"], cfg["acc"], cfg["system"], plan, cfg["engine"], *([scales] if scales else []))
+        return estimate(spec_of(cfg["workload"]), cfg["acc"], cfg["system"], plan, cfg["engine"], *([scales] if scales else []))
     except ModuleNotFoundError as e:
         st.error(f"The {cfg['engine']!r} engine is not available in this build ({e.name} missing); choose 'analytic'.")
     except USER_ERRORS as e:
@@ -295,7 +320,7 @@ def sensitivity(cfg: dict[str, Any], plan: Any, base: Any) -> pd.DataFrame:
     for i, (label, _) in enumerate(WHATIF.values()):
         for f in (0.5, 2.0):
             scales = tuple(f if j == i else 1.0 for j in range(len(WHATIF)))
-            est = estimate(cfg["workload"], cfg["acc"], cfg["system"], plan, "analytic", scales)
+            est = estimate(spec_of(cfg["workload"]), cfg["acc"], cfg["system"], plan, "analytic", scales)
             rows.append({"factor": label, "change": f"×{f:g}", "step_time_s": est.step_time_s,
                          "delta": est.step_time_s / base.step_time_s - 1})
     return pd.DataFrame(rows)
@@ -351,7 +376,7 @@ def page_compare(cfg: dict[str, Any]) -> None:
     if not cands:
         st.warning("Pick at least one candidate.")
         return
-    args = (cfg["workload"], tuple(cands), cfg["gpus"], cfg["gb"], tokens_b * 1e9)
+    args = (spec_of(cfg["workload"]), tuple(cands), cfg["gpus"], cfg["gb"], tokens_b * 1e9)
     try:
         with st.spinner("Searching the best layout on each candidate…"):
             frame = run_compare(*args, cfg["seq"] or None, cfg["precision"])
@@ -415,7 +440,7 @@ def page_search(cfg: dict[str, Any]) -> None:
     try:
         objective, top, space = search_space()
         with st.spinner("Searching layouts…"):
-            res = run_search(cfg["workload"], cfg["system"] or cfg["acc"], cfg["gpus"], cfg["gb"], cfg["seq"] or None,
+            res = run_search(spec_of(cfg["workload"]), cfg["system"] or cfg["acc"], cfg["gpus"], cfg["gb"], cfg["seq"] or None,
                              cfg["precision"], objective, space)
     except USER_ERRORS as e:
         st.error(str(e))
@@ -529,7 +554,7 @@ def main() -> None:
         return
     plan = None
     page = cfg["page"]
-    problem = diagnose(cfg, workloads()[cfg["workload"]])
+    problem = diagnose(cfg, spec_of(cfg["workload"]))
     if problem is not None:
         if page in LAYOUT_PAGES:
             show_problem(cfg, problem)

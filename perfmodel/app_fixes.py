@@ -78,4 +78,27 @@ def field_of(message: str) -> str:
     return "top"
 
 
-__all__ = ["LayoutProblem", "diagnose", "field_of"]
+MAX_UPLOAD_BYTES = 1_000_000
+
+
+def parse_uploaded_workload(name: str, data: bytes) -> Any:
+    """A workload YAML uploaded in the explorer, validated like a file in workloads/; errors name
+    the uploaded file (not a temporary path) and the field."""
+    import tempfile
+    from pathlib import Path
+
+    from perfmodel.errors import SpecError
+    from perfmodel.workload.catalog import load_workload_file
+
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise SpecError("(file)", f"{len(data):,} bytes", f"a workload YAML under {MAX_UPLOAD_BYTES:,} bytes", name)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / (Path(name).stem + ".yaml")
+        path.write_bytes(data)
+        try:
+            return load_workload_file(path)
+        except SpecError as e:
+            raise SpecError(e.field, e.problem.replace(str(path), name), e.expected, name) from None
+
+
+__all__ = ["LayoutProblem", "diagnose", "field_of", "parse_uploaded_workload"]

@@ -248,3 +248,19 @@ def test_timeline_lanes_numeric_colour_families_and_one_dp_entry() -> None:
     text = json.dumps(spec)
     assert "duration_ms" in text and '"bind": "scales"' in text  # tooltip durations; interactive zoom / pan
     assert spec["encoding"]["y"]["sort"] == lanes
+
+
+def test_an_uploaded_workload_can_be_picked_and_estimated() -> None:
+    from perfmodel.app_fixes import parse_uploaded_workload
+
+    spec = parse_uploaded_workload("tiny-gpt.yaml", b"id: tiny-gpt\nname: Tiny GPT\nfamily: dense\nsource: my notes\n"
+                                   b"num_layers: 2\nhidden: 256\nffn_hidden: 1024\nnum_heads: 4\nvocab: 1000\nseq_len: 128\n")
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.session_state["custom_workloads"] = {"tiny-gpt": spec}
+    at.query_params.update(workload="tiny-gpt", gpus="8", tp="1", pp="1", gb="8")
+    at.run()
+    no_exception(at)
+    assert not errors(at), errors(at)
+    est = perfmodel.estimate(spec, "a100-sxm4-80gb", perfmodel.ParallelPlan(dp=8, global_batch=8, zero_stage=1,
+                                                                            recompute="selective"))
+    assert float(metric(at, "Step time (s)")) == pytest.approx(est.step_time_s, rel=1e-3)

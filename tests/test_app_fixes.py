@@ -31,3 +31,20 @@ def test_library_messages_map_to_widgets():
     assert field_of("global_batch 10 is not divisible by micro_batch 4 x dp 2") == "batch"
     assert field_of("ep 32 must divide dp x cp = 16") == "ep"
     assert field_of("something else entirely") == "top"
+
+
+def test_uploaded_workload_is_validated_and_errors_name_the_upload():
+    import pytest
+
+    from perfmodel.app_fixes import parse_uploaded_workload
+    from perfmodel.errors import SpecError
+
+    good = (b"id: tiny-gpt\nname: Tiny GPT\nfamily: dense\nsource: my notes\nnum_layers: 2\nhidden: 256\n"
+            b"ffn_hidden: 1024\nnum_heads: 4\nvocab: 1000\nseq_len: 128\n")
+    spec = parse_uploaded_workload("tiny-gpt.yaml", good)
+    assert spec.id == "tiny-gpt" and spec.num_layers == 2
+    with pytest.raises(SpecError) as e:
+        parse_uploaded_workload("mine.yaml", good.replace(b"num_heads: 4", b"num_heads: 4\nbogus_field: 3"))
+    assert "mine.yaml" in str(e.value) and "bogus_field" in str(e.value) and "/tmp" not in str(e.value)
+    with pytest.raises(SpecError, match="under 1,000,000 bytes"):
+        parse_uploaded_workload("big.yaml", b"#" * 2_000_000)
