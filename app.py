@@ -24,7 +24,7 @@ from perfmodel.errors import PerfmodelError
 
 ROOT = Path(__file__).resolve().parent
 RUNS_PUBLIC = ROOT / "validation" / "runs_public.csv"
-PAGES = ["Estimate", "Compare hardware", "Layout search", "Validation"]
+PAGES = ["Estimate", "Compare hardware", "Layout search", "Training run", "Validation"]
 SCALES = [0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 4.0]
 WHATIF = {  # key -> (label, System.scaled keyword)
     "s_flops": ("peak FLOP/s", "flops"),
@@ -37,7 +37,7 @@ USER_ERRORS = (PerfmodelError, ValueError, KeyError)
 ZERO_LABELS = {0: "0: no sharding", 1: "1: optimizer states sharded", 2: "2: + gradients", 3: "3: + weights (FSDP)"}
 SCHEDULE_LABELS = {"auto": "automatic", "1f1b": "1F1B", "interleaved": "interleaved 1F1B", "gpipe": "GPipe",
                    "zb-h1": "zero bubble (ZB-H1)"}
-LAYOUT_PAGES = ("Estimate",)  # pages that use the sidebar's layout (the others search or compare their own)
+LAYOUT_PAGES = ("Estimate", "Training run")  # pages that use the sidebar's layout (the others search or compare their own)
 REFERENCE = "(reference node)"
 
 
@@ -570,6 +570,10 @@ def main() -> None:
         page_compare(cfg)
     elif page == "Layout search":
         page_search(cfg)
+    elif page == "Training run":
+        from perfmodel.app_run import page_run
+
+        page_run(cfg, spec_of, plan)
     elif page == "Validation":
         page_validation(cfg)
 

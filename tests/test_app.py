@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 import perfmodel  # noqa: E402
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
-PAGES = ["Estimate", "Compare hardware", "Layout search", "Validation"]
+PAGES = ["Estimate", "Compare hardware", "Layout search", "Training run", "Validation"]
 
 
 def app(**query: str) -> AppTest:
@@ -264,3 +264,19 @@ def test_an_uploaded_workload_can_be_picked_and_estimated() -> None:
     est = perfmodel.estimate(spec, "a100-sxm4-80gb", perfmodel.ParallelPlan(dp=8, global_batch=8, zero_stage=1,
                                                                             recompute="selective"))
     assert float(metric(at, "Step time (s)")) == pytest.approx(est.step_time_s, rel=1e-3)
+
+
+def test_training_run_page_shows_the_converge_curve_and_goodput() -> None:
+    from perfmodel.app_run import default_target
+    from perfmodel.planning.converge import time_to_target
+
+    at = app(page="Training run", workload="gpt2-124m", acc="a100-sxm4-80gb", gpus="8", tp="1", pp="1", gb="64")
+    no_exception(at)
+    assert not errors(at), errors(at)
+    target = default_target(perfmodel.get_workload("gpt2-124m"))
+    assert target == pytest.approx(2.70)  # Chinchilla floor at 124M parameters is 2.409, plus 0.3, to 0.05
+    res = time_to_target("gpt2-124m", "a100-sxm4-80gb", 8, target)
+    assert int(metric(at, "Fastest global batch").replace(",", "")) == res.best.global_batch
+    assert float(metric(at, "Days to target")) == pytest.approx(res.best.time_s / 86400, abs=0.006)
+    tables = [d.value for d in at.dataframe]
+    assert any("goodput" in t for t in tables) and any("days" in t for t in tables)

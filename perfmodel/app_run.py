@@ -1,0 +1,136 @@
+"""The explorer's "Training run" page: time to a target loss per global batch, and goodput with
+checkpoints from the model (perfmodel.planning.converge / checkpoint). Thin: widgets, library
+calls, pure chart functions; app.py calls `page_run(cfg, spec_of)`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from perfmodel.errors import PerfmodelError
+
+USER_ERRORS = (PerfmodelError, ValueError, KeyError)
+
+
+def default_target(spec: Any, seq_len: int | None = None) -> float:
+    """A reachable default target: 0.3 nats above what the Chinchilla law lets the model reach with
+    unlimited data, rounded to 0.05."""
+    from perfmodel.planning.converge import CHINCHILLA
+    from perfmodel.workload.builder import build_graph
+
+    params = build_graph(spec, 1, seq_len or spec.seq_len, 1, 1, 1, False, "bf16", "flash").total_params_full()
+    return round((CHINCHILLA.floor(params) + 0.3) * 20) / 20
+
+
+def converge_frame(res: Any) -> pd.DataFrame:
+    """One row per global batch: days, tokens, steps, GPU-hours and the layout, best marked."""
+    best = res.best
+    rows = []
+    for p in res.curve:
+        lay = p.layout
+        rows.append({"global batch (sequences)": p.global_batch, "tokens (B)": p.tokens / 1e9, "steps": p.steps,
+                     "step time (s)": p.step_time_s, "days": p.time_s / 86400, "GPU-hours": p.gpu_hours,
+                     "layout": f"dp{lay['dp']} tp{lay['tp']} pp{lay['pp']} cp{lay['cp']} mb{lay['micro_batch']}",
+                     "fastest": p is best})
+    return pd.DataFrame(rows)
+
+
+def converge_chart(frame: pd.DataFrame) -> alt.LayerChart:
+    base = alt.Chart(frame).encode(x=alt.X("global batch (sequences):Q", scale=alt.Scale(type="log", base=2),
+                                           title="global batch (sequences, log scale)"))
+    line = base.mark_line(point=True).encode(
+        y=alt.Y("days:Q", title="days to the target"),
+        tooltip=["global batch (sequences)", alt.Tooltip("days:Q", format=".2f"), alt.Tooltip("tokens (B):Q", format=".1f"),
+                 alt.Tooltip("steps:Q", format=",.0f"), "layout"])
+    best = base.transform_filter("datum.fastest").mark_point(size=160, color="#d62728", filled=True).encode(y="days:Q")
+    return alt.layer(line, best).properties(height=300, title="time to the target loss by global batch")
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _converge(workload: Any, hardware: str, n_gpus: int, target: float, e_min: float | None, b_noise: float | None,
+              seq_len: int | None, precision: str) -> Any:
+    from perfmodel.planning.converge import time_to_target
+
+    return time_to_target(workload, hardware, n_gpus, target, e_min_tokens=e_min, noise_scale_tokens=b_noise,
+                          seq_len=seq_len, precision=precision)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _goodput(workload: Any, hardware: str, plan: Any, storage: str, asynchronous: bool) -> pd.DataFrame:
+    import perfmodel
+    from perfmodel.hardware.catalog import resolve_hardware
+    from perfmodel.planning.checkpoint import goodput_from_model, load_storage
+    from perfmodel.workload.builder import build_graph
+
+    system, _ = resolve_hardware(hardware, plan.world)
+    est = perfmodel.estimate(workload, system, plan)
+    params = build_graph(workload, 1, plan.seq_len or workload.seq_len, 1, 1, 1, False, plan.precision,
+                         "flash").total_params_full()
+    rows = goodput_from_model(est, system, load_storage(storage), params, asynchronous=asynchronous,
+                              intervals_s=[300.0, 900.0, 1800.0, 3600.0, 7200.0])
+    return pd.DataFrame([{"checkpoint every (min)": r.interval_s / 60, "goodput": r.result.fraction,
+                          "stall per checkpoint (s)": r.checkpoint.stall_s, "write (s)": r.checkpoint.write_s,
+                          "restart (s)": r.restart_s, "job MTBF (h)": r.result.mtbf_s / 3600,
+                          "checkpoint (TB)": r.checkpoint.total_bytes / 1e12, "Young/Daly": i == 0}
+                         for i, r in enumerate(rows)])
+
+
+def page_run(cfg: dict[str, Any], spec_of: Callable[[str], Any], plan: Any | None) -> None:
+    st.header("The whole training run")
+    spec = spec_of(cfg["workload"])
+    hardware = cfg["system"] or cfg["acc"]
+    st.subheader("Time to a target loss")
+    st.caption("Steps and tokens to the target trade against the global batch (McCandlish et al. 2018: "
+               "S = S_min(1 + B_noise/B), E = E_min(1 + B/B_noise)); the planner picks the fastest fitting layout at each "
+               "batch. Defaults: E_min from the Chinchilla law (Hoffmann et al. 2022), B_noise from Kaplan et al. 2020; "
+               "give your own for models without a published law.")
+    c1, c2, c3 = st.columns(3)
+    target = c1.number_input("target loss (nats/token)", min_value=0.1, max_value=20.0, value=default_target(spec, cfg["seq"] or None),
+                             step=0.05, key=f"run_target_{cfg['workload']}")
+    e_min_b = c2.number_input("E_min (B tokens, 0 = from the law)", min_value=0.0, value=0.0, key="run_emin")
+    b_noise_m = c3.number_input("B_noise (M tokens, 0 = Kaplan)", min_value=0.0, value=0.0, key="run_bnoise")
+    try:
+        with st.spinner("Searching the best layout at each global batch…"):
+            res = _converge(spec, hardware, cfg["gpus"], float(target), e_min_b * 1e9 or None, b_noise_m * 1e6 or None,
+                            cfg["seq"] or None, cfg["precision"])
+    except USER_ERRORS as e:
+        st.error(str(e))
+    else:
+        b = res.best
+        c = st.columns(4)
+        c[0].metric("Fastest global batch", f"{b.global_batch:,}")
+        c[1].metric("Days to target", f"{b.time_s / 86400:.2f}")
+        c[2].metric("Tokens (B)", f"{b.tokens / 1e9:.1f}")
+        c[3].metric("GPU-hours", f"{b.gpu_hours:,.0f}")
+        st.caption(f"E_min {res.e_min_tokens / 1e9:.3g} B tokens, B_noise {res.b_noise_tokens / 1e6:.3g} M tokens, "
+                   f"{res.params / 1e9:.3g} B parameters, sequence length {cfg['seq'] or spec.seq_len}.")
+        frame = converge_frame(res)
+        st.altair_chart(converge_chart(frame), width="stretch")
+        st.dataframe(frame, hide_index=True)
+        for n in res.notes:
+            st.caption(n)
+    st.subheader("Checkpoints and goodput")
+    if plan is None:
+        st.info("Fix the layout in the sidebar to see checkpoint cost and goodput for it.")
+        return
+    from perfmodel.planning.checkpoint import storage_ids
+
+    c1, c2 = st.columns(2)
+    storage = c1.selectbox("storage", storage_ids(), key="run_storage")
+    asynchronous = c2.checkbox("asynchronous checkpointing", value=True, key="run_async")
+    try:
+        g = _goodput(spec, hardware, plan, storage, asynchronous)
+    except USER_ERRORS as e:
+        st.error(str(e))
+        return
+    st.caption(f"Checkpoint of {g['checkpoint (TB)'].iloc[0]:.3g} TB (weights, master weights and optimizer states, "
+               f"written once per unique shard); failures at the Llama 3 report's rate: a job on {plan.world:,} GPUs fails "
+               f"every {g['job MTBF (h)'].iloc[0]:.2f} h. First row: the Young/Daly interval.")
+    st.dataframe(g, hide_index=True, column_config={"goodput": st.column_config.NumberColumn("goodput", format="percent")})
+
+
+__all__ = ["converge_chart", "converge_frame", "page_run"]
