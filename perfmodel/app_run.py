@@ -39,7 +39,7 @@ def converge_frame(res: Any) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def converge_chart(frame: pd.DataFrame) -> alt.LayerChart:
+def converge_chart(frame: pd.DataFrame) -> alt.LayerChart | alt.FacetChart:
     base = alt.Chart(frame).encode(x=alt.X("global batch (sequences):Q", scale=alt.Scale(type="log", base=2),
                                            title="global batch (sequences, log scale)"))
     line = base.mark_line(point=True).encode(
