@@ -231,8 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--gpus-per-node", type=int, default=None)
     e.add_argument("--engine", default="analytic", choices=["analytic", "des"])
     e.add_argument("--scale", type=_scale_arg, action="append", default=[], metavar="KEY=FACTOR",
-                   help="what-if hardware, repeatable: flops, hbm_bw, intra_bw, inter_bw, latency or hbm_capacity "
-                        "times FACTOR (0.001 to 1000); measured curves and rates scale too")
+                   help="what-if hardware, repeatable: flops, hbm_bw, intra_bw (scale-up), inter_bw (scale-out), "
+                        "latency (network) or hbm_capacity times FACTOR (0.001 to 1000); measured rates and curves scale too")
     e.add_argument("--json", action="store_true", help="machine-readable output")
     e.add_argument("--trace", default=None, help="write a Chrome trace (des engine)")
     e.add_argument("--torch", action="store_true", help="workload is package.module:factory (or file.py:factory) of an nn.Module")

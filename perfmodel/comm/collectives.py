@@ -126,15 +126,16 @@ def collective_time_s(system: System, kind: str, size: float, degree: int, strid
     neighbours are `stride` apart in Megatron rank order."""
     if degree <= 1 or size <= 0:
         return 0.0
-    place = placement(system, degree, stride)
-    if place.intra_only:
+    span0 = system.levels[0].span_gpus
+    if span0 is None or degree * stride <= span0:
         return intra_time_s(system, kind, size, degree)
+    place = placement(system, degree, stride)
     levels = system.levels[: place.top + 1]
     g, n = place.per_unit, degree
-    latency = levels[0].latency_s + sum(lv.latency_s for lv in levels[1:])
-    if kind == "send_recv":
-        return latency + size / min(lv.achieved_Bps for lv in levels[1:])
-    if kind == "all_to_all":
+    if kind in ("send_recv", "all_to_all"):
+        latency = levels[0].latency_s + sum(lv.latency_s for lv in levels[1:])
+        if kind == "send_recv":
+            return latency + size / min(lv.achieved_Bps for lv in levels[1:])
         # each rank sends (n - g_{k-1})/n of its buffer out of its level-(k-1) unit on its own link
         t_out = max(size * (n - g[k - 1]) / n / levels[k].achieved_Bps for k in range(1, len(levels)))
         t_in = intra_time_s(system, kind, size * g[0] / n, g[0]) if g[0] > 1 else 0.0
