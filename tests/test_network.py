@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from perfmodel.comm.collectives import collective_time_s, intra_time_s, placement
 from perfmodel.errors import LayoutError
@@ -176,3 +178,52 @@ def test_tp8_on_nvl72_stays_in_nvlink_while_dp_spans_racks() -> None:
 def test_no_nics_means_one_domain() -> None:
     with pytest.raises(LayoutError, match="no scale-out NICs"):
         resolve_system("host-cpu", None, 4)
+
+
+def test_validate_row_on_an_oversized_cluster_is_an_error_row(tmp_path) -> None:
+    """The validation contract: one row out per row in; the oversized one says why."""
+    import csv
+
+    from perfmodel.validation.predict import validate_file
+
+    runs = tmp_path / "runs.csv"
+    cols = ["run_id", "model", "tp", "pp", "dp", "global_batch", "accelerator", "n_gpus", "system", "step_time_s"]
+    rows = [["fits", "llama3-8b", 8, 1, 48, 48, "a100-sxm4-80gb", 384, "jean-zay-a100-80gb", 1.0],
+            ["too-big", "llama3-8b", 8, 1, 12500, 12500, "a100-sxm4-80gb", 100000, "jean-zay-a100-80gb", 1.0],
+            ["racks", "llama3-8b", 8, 1, 32, 32, "gb200", 256, "nvl72", 1.0]]
+    with runs.open("w", newline="") as f:
+        csv.writer(f).writerows([cols, *rows])
+    out = tmp_path / "pred.csv"
+    validate_file(str(runs), str(out), "analytic", "flash")
+    with out.open() as f:
+        pred = {r["run_id"]: r for r in csv.DictReader(f)}
+    assert pred["fits"]["status"] == "ok"
+    assert pred["too-big"]["status"] == "error"
+    assert "jean-zay-a100-80gb has 384 GPUs (48 nodes x 8 a100-sxm4-80gb); the run needs 100000" in pred["too-big"]["message"]
+    assert pred["racks"]["status"] == "ok"
+    assert "256 GPUs span 4 racks of 72" in pred["racks"]["message"]
+    assert "the last rack is partial (40 of 72 GPUs)" in pred["racks"]["message"]
+
+
+_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+
+
+@settings(max_examples=300, deadline=None)
+@given(kind=st.sampled_from(_KINDS), degree=st.integers(2, 256), stride=st.sampled_from([1, 2, 4, 8, 16, 64]),
+       size=st.floats(1e3, 1e10), level=st.integers(0, 2), factor=st.floats(1.01, 8.0))
+def test_hierarchical_collectives_are_monotone_in_every_level(kind, degree, stride, size, level, factor) -> None:
+    """On a three-level network (8-GPU node, 4-node leaf, 2:1 spine), more bandwidth or less
+    latency on any one level never makes any collective slower."""
+    base_sys, _ = resolve_system("a100-sxm4-80gb", None, 8)
+    levels = (NetworkLevel("scale-up", "nvswitch", 8, 300e9, 0.8, 8e-6, False),
+              NetworkLevel("leaf", "ib", 32, 25e9, 0.95, 1e-6, False),
+              NetworkLevel("spine", "ib", None, 25e9, 0.95, 3e-6, False, oversubscription=2.0))
+    s = _with_levels(base_sys, *levels)
+    base = collective_time_s(s, kind, size, degree, stride)
+    assert base > 0
+    faster = list(levels)
+    faster[level] = levels[level].scaled(bandwidth=factor)
+    assert collective_time_s(_with_levels(s, *faster), kind, size, degree, stride) <= base * (1 + 1e-12)
+    quicker = list(levels)
+    quicker[level] = levels[level].scaled(latency=1 / factor)
+    assert collective_time_s(_with_levels(s, *quicker), kind, size, degree, stride) <= base * (1 + 1e-12)
