@@ -17,6 +17,7 @@ one comes from a spec field that names its source.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from perfmodel.hardware.specs import Cluster, CollectiveCurve, Fabric, Node
@@ -110,9 +111,11 @@ def _scale_up_level(node: Node, per_node: int) -> NetworkLevel:
     )
 
 
+@lru_cache(maxsize=256)
 def network_levels(node: Node, fabric: Fabric | None, cluster: Cluster | None, per_node: int) -> tuple[NetworkLevel, ...]:
     """The dimensions of a system built from `node` (using `per_node` of its accelerators),
-    joined by `fabric` as `cluster` describes (None: the node's default fabric, non-blocking)."""
+    joined by `fabric` as `cluster` describes (None: the node's default fabric, non-blocking).
+    Cached: the specs are loaded once and hash by identity."""
     levels = [_scale_up_level(node, per_node)]
     nics = cluster.nics_per_node if cluster and cluster.nics_per_node else (node.nics.count if node.nics else 0)
     if cluster and cluster.nic_bandwidth:
