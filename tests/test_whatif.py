@@ -56,7 +56,7 @@ REFERENCE = sorted(a.id for a in load_catalog().accelerators.values() if a.refer
 @pytest.mark.parametrize("overlap", [True, False])
 @pytest.mark.parametrize("acc", REFERENCE)
 def test_each_key_moves_the_step_on_every_reference_node(acc: str, overlap: bool) -> None:
-    """llama3-8b (gpt2-124m on the host CPU), tp inside the scale-up domain, dp across two
+    """llama3-8b (gpt2-124m on the host CPU) in the part's widest-supported 16-bit format, tp inside the scale-up domain, dp across two
     domains (one where the node has no NICs), DP communication overlapped or not.
     The term a key feeds is the part of the step that goes when the resource is made 1000x better.
     Whenever it is over 1 % of the step, a better resource (x2; latency x0.5) makes the step
@@ -70,8 +70,9 @@ def test_each_key_moves_the_step_on_every_reference_node(acc: str, overlap: bool
     world = 2 * domain if len(probe.levels) > 1 else domain
     # four micro-batches of 2 x 4096 tokens: a loaded step, not one bound by the host issuing kernels
     # (a host-bound step rightly ignores FLOP/s)
+    precision = next(p for p in ("bf16", "fp16", "fp32") if p in probe.accelerator.supported_precisions)
     plan = perfmodel.ParallelPlan(tp=tp, dp=world // tp, micro_batch=2, global_batch=8 * (world // tp), seq_len=4096,
-                                  overlap_dp_comm=overlap, overlap_fsdp_prefetch=overlap)
+                                  overlap_dp_comm=overlap, overlap_fsdp_prefetch=overlap, precision=precision)
     system, _ = resolve_system(acc, None, world)
     workload = "gpt2-124m" if probe.accelerator.kind == "cpu" else "llama3-8b"
     base = perfmodel.estimate(workload, system, plan)
