@@ -264,7 +264,7 @@ def page_estimate(cfg: dict[str, Any], plan: Any) -> None:
     if est is None:
         return
     _, sys_msgs = system_for(cfg["acc"], cfg["system"], plan.world, (1.0,) * len(WHATIF))
-    for m in (*sys_msgs, *est.messages):
+    for m in dict.fromkeys((*sys_msgs, *est.messages)):  # a System's notes come back in est.messages
         st.info(m)
     frame = est.to_frame()
     if not est.fits:

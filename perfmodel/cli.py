@@ -49,6 +49,36 @@ def _plan(a: argparse.Namespace, n_gpus: int):
                         optimizer=a.optimizer)
 
 
+def _scale_arg(text: str) -> tuple[str, float]:
+    """--scale KEY=FACTOR: a what-if factor on one hardware resource."""
+    from perfmodel.hardware.catalog import SCALE_KEYS, check_scale_factor
+
+    key, _, value = text.partition("=")
+    try:
+        factor = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=FACTOR with FACTOR a number, "
+                                         f"KEY one of {', '.join(SCALE_KEYS)}") from None
+    try:
+        check_scale_factor(key.strip(), factor)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
+    return key.strip(), factor
+
+
+def _hardware(a: argparse.Namespace, world: int):
+    """--hardware, resolved and scaled when --scale gives what-if factors."""
+    if not a.scale:
+        return a.hardware
+    from perfmodel.hardware.catalog import resolve_hardware
+
+    keys = [k for k, _ in a.scale]
+    if len(set(keys)) < len(keys):
+        raise ValueError(f"--scale names {', '.join(sorted({k for k in keys if keys.count(k) > 1}))} more than once")
+    system, _ = resolve_hardware(a.hardware, world, a.gpus_per_node)
+    return system.scaled(**dict(a.scale))
+
+
 def cmd_estimate(a: argparse.Namespace) -> int:
     import perfmodel
 
@@ -60,11 +90,11 @@ def cmd_estimate(a: argparse.Namespace) -> int:
         n = a.n_gpus or (a.dp or 1) * a.pp
         a.micro_batch = graph.micro_batch if a.micro_batch == 1 else a.micro_batch
         plan = _plan(a, n)
-        est = perfmodel.estimate_graph(graph, a.hardware, plan, gpus_per_node=a.gpus_per_node)
+        est = perfmodel.estimate_graph(graph, _hardware(a, plan.world), plan, gpus_per_node=a.gpus_per_node)
     else:
         n = a.n_gpus or (a.dp or 1) * a.tp * a.pp * a.cp
         plan = _plan(a, n)
-        est = perfmodel.estimate(a.workload, a.hardware, plan, engine=a.engine, gpus_per_node=a.gpus_per_node)
+        est = perfmodel.estimate(a.workload, _hardware(a, plan.world), plan, engine=a.engine, gpus_per_node=a.gpus_per_node)
     if a.input_pipeline:
         from perfmodel.hardware.catalog import resolve_hardware
         from perfmodel.planning.input_pipeline import apply_input_pipeline, load_input_pipeline
@@ -200,6 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--n-gpus", type=int, default=None)
     e.add_argument("--gpus-per-node", type=int, default=None)
     e.add_argument("--engine", default="analytic", choices=["analytic", "des"])
+    e.add_argument("--scale", type=_scale_arg, action="append", default=[], metavar="KEY=FACTOR",
+                   help="what-if hardware, repeatable: flops, hbm_bw, intra_bw (scale-up), inter_bw (scale-out), "
+                        "latency (network) or hbm_capacity times FACTOR (0.001 to 1000); measured rates and curves scale too")
     e.add_argument("--json", action="store_true", help="machine-readable output")
     e.add_argument("--trace", default=None, help="write a Chrome trace (des engine)")
     e.add_argument("--torch", action="store_true", help="workload is package.module:factory (or file.py:factory) of an nn.Module")

@@ -10,9 +10,8 @@ from perfmodel.comm.collectives import bus_factor, collective_time_s, intra_time
 
 
 def _no_curves(system):
-    node = system.node
-    intra = node.intra_node.model_copy(update={"curves": []})
-    return dataclasses.replace(system, node=node.model_copy(update={"intra_node": intra}))
+    scale_up = dataclasses.replace(system.levels[0], curves=())
+    return dataclasses.replace(system, levels=(scale_up, *system.levels[1:]))
 
 
 def test_bus_factors_by_hand():

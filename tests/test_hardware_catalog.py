@@ -284,7 +284,7 @@ def test_nvl72_cluster_covers_gb200_and_gb300(cat: catalog.Catalog) -> None:
     assert msgs == []
     system, _ = resolve_system("gb300", "nvl72", 72)
     assert system.node.id == "gb300-nvl72" and system.domain_size == 72
-    assert system.nic_Bps == 100e9  # ConnectX-8, 800 Gb/s
+    assert system.levels[1].bandwidth_Bps == 100e9  # one ConnectX-8 (800 Gb/s) per GPU
 
 
 def test_jean_zay_is_four_omni_path_links_per_node(cat: catalog.Catalog) -> None:
@@ -294,9 +294,8 @@ def test_jean_zay_is_four_omni_path_links_per_node(cat: catalog.Catalog) -> None
     assert jz.fabric == "omni-path" and jz.nics_per_node == 4
     system, msgs = resolve_system("a100-sxm4-80gb", "jean-zay-a100-80gb", 384, 8)
     assert msgs == []
-    assert system.num_nodes == 48 and system.nics_per_node == 4
-    assert system.nic_Bps == 12.5e9  # 100 Gb/s
-    assert system.nics_per_node * system.nic_Bps / system.gpus_per_node == 6.25e9
+    assert system.num_nodes == 48 and system.capacity_gpus == 384
+    assert system.levels[1].bandwidth_Bps == 6.25e9  # 4 links x 100 Gb/s (12.5 GB/s) / 8 GPUs
 
 
 def test_tpu_slice_is_one_ici_domain(cat: catalog.Catalog) -> None:

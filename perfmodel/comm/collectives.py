@@ -1,4 +1,4 @@
-"""Collective(kind, bytes, group) -> seconds on a resolved `System`.
+"""Collective(kind, bytes, group) -> seconds on a resolved `System`, over its network levels.
 
 Bus-bandwidth convention of nccl-tests (S = the full buffer size, n ranks):
     all_reduce      t = 2(n-1)/n · S / busbw          (ring; Patarasuk & Yuan 2009)
@@ -6,17 +6,20 @@ Bus-bandwidth convention of nccl-tests (S = the full buffer size, n ranks):
     reduce_scatter  t = (n-1)/n · S / busbw
     all_to_all      t = (n-1)/n · S / busbw
     send_recv       t = S / bw
-busbw at a message size comes from the node's measured curve (log-log interpolation) when one
-exists, otherwise from line rate x the measured large-message efficiency plus a latency term.
+Inside the scale-up domain (level 0) busbw at a message size comes from the node's measured curve
+(log-log interpolation) when one exists, otherwise from line rate x the measured large-message
+efficiency plus one latency term (alpha-beta).
 
-A group whose ranks span scale-up domains runs a hierarchical ring: its bottleneck is the
-slower of the scale-up fabric and the NICs. The `g` ranks of one group inside a domain drive
-`g` NICs' worth of bandwidth when every group in the domain communicates at once (each GPU has
-nics_per_node·nic_bw/gpus_per_node of NIC bandwidth), so busbw_inter = g · nic_bw_per_gpu · eff.
+A group that spans levels runs hierarchically. Rank order follows Megatron-LM (tp fastest, then
+cp, then dp with ep inside it, then pp); a group's `stride` is the product of the degrees faster
+than it, so g_k = min(n, span_k / stride) of its n ranks share one unit of level k. The ring
+crosses each level-k boundary once per channel, and the g_{k-1} ranks of one level-(k-1) unit
+drive g_{k-1} GPUs' worth of level-k bandwidth when every group communicates at once:
+    t_k = F · S / (g_{k-1} · B_k · eff_k / oversub_k)     F = 2(n-1)/n (all-reduce; 1 with SHARP)
+    t   = max(t_0, t_1, ..., t_top) + alpha_0 + sum_k steps_k · alpha_k
+with t_0 the ring inside one domain over its g_0 ranks and steps_k = 2·ceil(log2 u_k) for an
+all-reduce (a tree over the u_k = g_k / g_{k-1} units) and u_k - 1 for the ring collectives.
 With one rank per node (tp fills the node) a DP ring gets one NIC; with eight it gets eight.
-
-Rank order follows Megatron-LM: tp fastest, then cp, then dp (ep inside dp), then pp; a group's
-`stride` is the product of the degrees faster than it.
 """
 
 from __future__ import annotations
@@ -24,44 +27,54 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 from perfmodel.hardware.catalog import System
-from perfmodel.hardware.specs import CollectiveCurve
+from perfmodel.hardware.network import MeasuredCurve, bus_factor
 
-FACTORS = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0, "send_recv": 1.0}
-
-
-def bus_factor(kind: str, n: int) -> float:
-    """Bytes each rank moves per byte of buffer: 2(n-1)/n for all-reduce, (n-1)/n for the rest."""
-    if kind == "send_recv":
-        return 1.0
-    return FACTORS[kind] * (n - 1) / n
+__all__ = ["Placement", "bus_factor", "collective_time_s", "intra_time_s", "nic_Bps_per_gpu", "placement"]
 
 
 @dataclass(frozen=True, slots=True)
 class Placement:
+    """Where a group lands: `per_unit[k]` of its `degree` ranks share one unit of level k; the
+    last entry is the level that holds the whole group (per_unit[-1] == degree)."""
+
     degree: int
-    per_domain: int  # ranks of this group inside one scale-up domain
-    domains: int  # scale-up domains the group spans
+    per_unit: tuple[int, ...]
+
+    @property
+    def top(self) -> int:
+        return len(self.per_unit) - 1
 
     @property
     def intra_only(self) -> bool:
-        return self.domains == 1
+        return self.top == 0
+
+    @property
+    def per_domain(self) -> int:
+        return self.per_unit[0]
+
+    @property
+    def domains(self) -> int:
+        return math.ceil(self.degree / self.per_unit[0])
 
 
 def placement(system: System, degree: int, stride: int) -> Placement:
-    """Where a group of `degree` ranks, `stride` apart in rank order, lands on the nodes."""
-    domain = system.domain_size
-    if degree * stride <= domain:
-        return Placement(degree, degree, 1)
-    per = max(1, domain // stride) if stride < domain else 1
-    per = min(per, degree)
-    return Placement(degree, per, math.ceil(degree / per))
+    """Where a group of `degree` ranks, `stride` apart in rank order, lands on the levels."""
+    per: list[int] = []
+    for level in system.levels:
+        span = level.span_gpus
+        if span is None or degree * stride <= span:
+            per.append(degree)
+            return Placement(degree, tuple(per))
+        per.append(min(degree, max(1, span // stride)) if stride < span else 1)
+    raise ValueError(f"{system.name}: a group of {degree} ranks (stride {stride}) spans "
+                     f"{math.ceil(degree / per[0])} scale-up domains of {system.levels[0].span_gpus} "
+                     "but the system has no scale-out network (no NICs)")
 
 
-def _curve_for(system: System, kind: str) -> CollectiveCurve | None:
-    curves = system.node.intra_node.curves
+def _curve_for(system: System, kind: str) -> MeasuredCurve | None:
+    curves = system.levels[0].curves
     for c in curves:
         if c.collective == kind:
             return c
@@ -72,11 +85,6 @@ def _curve_for(system: System, kind: str) -> CollectiveCurve | None:
             if c.collective == "all_reduce" and c.algorithm == "ring":
                 return c
     return None
-
-
-@lru_cache(maxsize=64)
-def _curve_points(curve: CollectiveCurve) -> tuple[tuple[float, float], ...]:
-    return tuple(sorted((p.size_bytes, p.busbw_Bps) for p in curve.points))
 
 
 def _interp_busbw(points: tuple[tuple[float, float], ...], size: float) -> float:
@@ -93,49 +101,53 @@ def _interp_busbw(points: tuple[tuple[float, float], ...], size: float) -> float
 
 
 def intra_time_s(system: System, kind: str, size: float, n: int) -> float:
-    """One collective inside a scale-up domain."""
+    """One collective inside a scale-up domain (level 0)."""
     if n <= 1 or size <= 0:
         return 0.0
+    level = system.levels[0]
     factor = bus_factor(kind, n)
     curve = _curve_for(system, kind) if kind != "send_recv" else None
     if curve is not None:
-        return factor * size / _interp_busbw(_curve_points(curve), size)
-    if kind == "all_reduce" and system.in_network_reduction:
+        return factor * size / _interp_busbw(curve.points, size)
+    if kind == "all_reduce" and level.in_network_reduction:
         factor = 1.0  # NVLS / SHARP: each rank sends and receives its buffer once
-    bw = system.intra_Bps * system.intra_efficiency
     # alpha-beta model: one base latency per collective (NCCL's tuning model charges a base
     # latency per algorithm plus small per-hop terms that NVSwitch keeps to one hop)
-    return system.intra_latency_s + factor * size / bw
+    return level.latency_s + factor * size / level.achieved_Bps
 
 
 def nic_Bps_per_gpu(system: System) -> float:
-    if system.nics_per_node == 0 or system.nic_Bps == 0:
-        return 0.0
-    return system.nics_per_node * system.nic_Bps * system.nic_efficiency / system.gpus_per_node / system.oversubscription
+    """Achieved one-way bandwidth per GPU into the first scale-out level (0 without one)."""
+    return system.levels[1].achieved_Bps if len(system.levels) > 1 else 0.0
 
 
 def collective_time_s(system: System, kind: str, size: float, degree: int, stride: int = 1) -> float:
-    """Seconds for one collective of `size` bytes (nccl-tests size) over `degree` ranks."""
+    """Seconds for one collective of `size` bytes (nccl-tests size) over `degree` ranks whose
+    neighbours are `stride` apart in Megatron rank order."""
     if degree <= 1 or size <= 0:
         return 0.0
-    place = placement(system, degree, stride)
-    if place.intra_only:
+    span0 = system.levels[0].span_gpus
+    if span0 is None or degree * stride <= span0:
         return intra_time_s(system, kind, size, degree)
-    nic = nic_Bps_per_gpu(system)
-    if nic <= 0:
-        raise ValueError(f"{system.name}: a group of {degree} ranks spans {place.domains} nodes but the node has no NICs")
-    inter_lat = system.inter_latency_s + system.intra_latency_s
-    if kind == "send_recv":
-        return inter_lat + size / nic
-    if kind == "all_to_all":
-        g, n = place.per_domain, degree
-        t_inter = size * (n - g) / n / nic
-        t_intra = intra_time_s(system, kind, size * g / n, g) if g > 1 else 0.0
-        return inter_lat + max(t_inter, t_intra)
-    busbw_inter = place.per_domain * nic
-    factor = bus_factor(kind, degree)
-    t_inter = factor * size / busbw_inter
-    t_intra = intra_time_s(system, kind, size, place.per_domain) * (degree - 1) / degree if place.per_domain > 1 else 0.0
-    # latency: a tree across domains for all-reduce, a ring for the others
-    hops = 2 * math.ceil(math.log2(place.domains)) if kind == "all_reduce" else place.domains - 1
-    return max(t_inter, t_intra) + hops * system.inter_latency_s + system.intra_latency_s
+    place = placement(system, degree, stride)
+    levels = system.levels[: place.top + 1]
+    g, n = place.per_unit, degree
+    if kind in ("send_recv", "all_to_all"):
+        latency = levels[0].latency_s + sum(lv.latency_s for lv in levels[1:])
+        if kind == "send_recv":
+            return latency + size / min(lv.achieved_Bps for lv in levels[1:])
+        # each rank sends (n - g_{k-1})/n of its buffer out of its level-(k-1) unit on its own link
+        t_out = max(size * (n - g[k - 1]) / n / levels[k].achieved_Bps for k in range(1, len(levels)))
+        t_in = intra_time_s(system, kind, size * g[0] / n, g[0]) if g[0] > 1 else 0.0
+        return latency + max(t_out, t_in)
+    factor = bus_factor(kind, n)
+    t = intra_time_s(system, kind, size, g[0]) * (n - 1) / n if g[0] > 1 else 0.0
+    latency = levels[0].latency_s
+    for k in range(1, len(levels)):
+        lv = levels[k]
+        f = 1.0 if kind == "all_reduce" and lv.in_network_reduction else factor
+        t = max(t, f * size / (g[k - 1] * lv.achieved_Bps))
+        units = math.ceil(g[k] / g[k - 1])
+        steps = 2 * math.ceil(math.log2(units)) if kind == "all_reduce" else units - 1
+        latency += steps * lv.latency_s
+    return t + latency

@@ -131,7 +131,9 @@ def attention_rate_flop_per_s(acc: Accelerator, head_dim: int, seq_len: int, cau
             rate *= min(head_dim, 128) / min(dims[0], 128) if head_dim < dims[0] else 1.0
         # FlashAttention runs in bf16 under fp8 GEMM training (Transformer Engine's default)
         return rate * acc.in_model_efficiency
-    return FLASH_FALLBACK_RATIO * gemm_rate_flop_per_s(acc, "bf16")
+    # attention runs in bf16, else the next format the chip has (fp16 on V100, fp32 on a CPU)
+    fmt = next((p for p in ("bf16", "fp16", "fp32") if p in acc.supported_precisions), "bf16")
+    return FLASH_FALLBACK_RATIO * gemm_rate_flop_per_s(acc, fmt)
 
 
 def _interp_log(curve: list[tuple[int, float]], x: float) -> float:

@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from perfmodel.errors import SpecError, UnknownIdError
+from perfmodel.errors import LayoutError, SpecError, UnknownIdError
+from perfmodel.hardware.network import NetworkLevel, network_levels
 from perfmodel.hardware.specs import Accelerator, Cluster, Fabric, Node, Sourced
 from perfmodel.units import Dimension, parse_quantity
 
@@ -190,12 +191,19 @@ def _check_links(cat: Catalog) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+SCALE_KEYS = ("flops", "hbm_bw", "intra_bw", "inter_bw", "latency", "hbm_capacity")
+SCALE_RANGE = (1e-3, 1e3)  # what-if factors: a thousandfold either way is already far outside any real part
+
+
 @dataclass(frozen=True)
 class System:
     """Resolved hardware for one job: what the cost models read, all in SI units.
 
-    `domain_size` accelerators share the scale-up fabric (NVLink/NVSwitch, xGMI, ICI); groups that
-    span domains go over the NICs, `nics_per_domain` of them at `nic_Bps` each (one-way).
+    `levels` is the network, innermost first (see perfmodel.hardware.network): level 0 is the
+    scale-up domain (NVSwitch node, NVL72 rack, xGMI mesh, TPU torus), the levels above it the
+    scale-out fabric. `capacity_gpus` is the fixed size of a cluster (None: a node or rack
+    repeated as the run needs); `notes` say how the run lays out on it (racks spanned, what-if
+    factors): information, not fallbacks, so they travel with the System into every estimate.
     """
 
     accelerator: Accelerator = field(repr=False)
@@ -203,49 +211,73 @@ class System:
     fabric: Fabric | None = field(repr=False)
     num_nodes: int
     gpus_per_node: int
-    domain_size: int
-    intra_Bps: float
-    intra_latency_s: float
-    intra_efficiency: float
-    in_network_reduction: bool
-    nic_Bps: float
-    nics_per_node: int
-    nic_efficiency: float
-    inter_latency_s: float
-    oversubscription: float
+    levels: tuple[NetworkLevel, ...] = field(repr=False)
     name: str
+    capacity_gpus: int | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def num_gpus(self) -> int:
         return self.num_nodes * self.gpus_per_node
 
+    @property
+    def domain_size(self) -> int:
+        """Accelerators in one scale-up domain (level 0)."""
+        return self.levels[0].span_gpus or self.num_gpus
+
+    @property
+    def intra_Bps(self) -> float:
+        """One-way line rate per accelerator into the scale-up fabric."""
+        return self.levels[0].bandwidth_Bps
+
     def scaled(self, flops: float = 1.0, hbm_bw: float = 1.0, intra_bw: float = 1.0, inter_bw: float = 1.0,
-               latency: float = 1.0) -> System:
-        """What-if copy with FLOP/s (peaks and measured rates), HBM bandwidth, scale-up and
-        scale-out bandwidth, or latencies multiplied by the given factors."""
+               latency: float = 1.0, hbm_capacity: float = 1.0) -> System:
+        """What-if copy. Every figure a key feeds moves with it, measured ones included:
+        flops: matrix and vector peaks, measured GEMM and attention rates;
+        hbm_bw: HBM bandwidth, measured streaming and element-wise rates, the measured optimizer
+          step (memory bound: its seconds divide by the factor);
+        intra_bw / inter_bw: line rate of the scale-up level / every scale-out level, and the
+          measured bus-bandwidth curves (their bandwidth part; see MeasuredCurve.scaled);
+        latency: every network level's latency (and the latency part of the curves);
+        hbm_capacity: HBM bytes per accelerator."""
         from dataclasses import replace
 
-        for name, f in (("flops", flops), ("hbm_bw", hbm_bw), ("intra_bw", intra_bw), ("inter_bw", inter_bw), ("latency", latency)):
-            if not f > 0:
-                raise ValueError(f"scaled({name}={f}): factors must be positive")
-        s = self
-        if flops != 1.0 or hbm_bw != 1.0:
-            s = replace(s, accelerator=_scaled_accelerator(s.accelerator, flops, hbm_bw))
-        return replace(
-            s, intra_Bps=s.intra_Bps * intra_bw, nic_Bps=s.nic_Bps * inter_bw,
-            intra_latency_s=s.intra_latency_s * latency, inter_latency_s=s.inter_latency_s * latency,
-            name=s.name if (flops, hbm_bw, intra_bw, inter_bw, latency) == (1.0,) * 5 else f"{s.name} (what-if)",
-        )
+        factors = {"flops": flops, "hbm_bw": hbm_bw, "intra_bw": intra_bw, "inter_bw": inter_bw,
+                   "latency": latency, "hbm_capacity": hbm_capacity}
+        for name, f in factors.items():
+            check_scale_factor(name, f)
+        if all(f == 1.0 for f in factors.values()):
+            return self
+        acc = self.accelerator
+        if (flops, hbm_bw, hbm_capacity) != (1.0, 1.0, 1.0):
+            acc = _scaled_accelerator(acc, flops, hbm_bw, hbm_capacity)
+        levels = tuple(lv.scaled(intra_bw if i == 0 else inter_bw, latency) for i, lv in enumerate(self.levels))
+        what = ", ".join(f"{k} x{f:g}" for k, f in factors.items() if f != 1.0)
+        return replace(self, accelerator=acc, levels=levels, name=f"{self.name} (what-if)",
+                       notes=(*self.notes, f"what-if hardware: {what}"))
 
 
-def _scaled_accelerator(acc: Accelerator, flops: float, hbm_bw: float) -> Accelerator:
-    """A rebuilt (re-validated) accelerator whose FLOP rates and HBM bandwidths are scaled.
-    Curves built from calibration drop out: the intra-node curves live on the Node."""
+def check_scale_factor(key: str, factor: float) -> None:
+    """A what-if factor must be a known key and a finite number in SCALE_RANGE."""
+    lo, hi = SCALE_RANGE
+    if key not in SCALE_KEYS:
+        raise ValueError(f"unknown scale key {key!r}; allowed: {', '.join(SCALE_KEYS)}")
+    if not (isinstance(factor, int | float) and lo <= factor <= hi):
+        raise ValueError(f"scale factor {key}={factor!r} is outside [{lo:g}, {hi:g}]; "
+                         f"allowed keys: {', '.join(SCALE_KEYS)}")
+
+
+def _scaled_accelerator(acc: Accelerator, flops: float, hbm_bw: float, hbm_capacity: float) -> Accelerator:
+    """A rebuilt (re-validated) accelerator whose FLOP rates, HBM bandwidths (datasheet and
+    measured) and HBM capacity are scaled."""
     d = acc.model_dump()
+    units = {"flop_per_s": "FLOP/s", "bytes_per_s": "B/s", "bytes": "B", "seconds": "s"}
 
-    def sc(entry: dict[str, Any], dim: Dimension, f: float, key: str = "value") -> None:
+    def sc(entry: dict[str, Any] | None, dim: Dimension, f: float, key: str = "value") -> None:
+        if entry is None or f == 1.0:
+            return
         v = parse_quantity(entry[key], dim, key)
-        entry[key] = f"{v * f:.6e} {'FLOP/s' if dim == 'flop_per_s' else 'B/s'}"
+        entry[key] = f"{v * f:.9e} {units[dim]}"
 
     for group in ("matrix_peak", "vector_peak"):
         for e in d[group].values():
@@ -258,14 +290,38 @@ def _scaled_accelerator(acc: Accelerator, flops: float, hbm_bw: float) -> Accele
     for e in cal["attention"]:
         sc(e, "flop_per_s", flops, "achieved")
     sc(d["hbm_bandwidth"], "bytes_per_s", hbm_bw)
-    if cal.get("hbm_achieved"):
-        sc(cal["hbm_achieved"], "bytes_per_s", hbm_bw)
+    sc(cal.get("hbm_achieved"), "bytes_per_s", hbm_bw)
+    sc(cal.get("elementwise_achieved"), "bytes_per_s", hbm_bw)
+    sc(cal.get("optimizer_step_per_param"), "seconds", 1.0 / hbm_bw)
+    sc(d["hbm_capacity"], "bytes", hbm_capacity)
     d["id"] = acc.id
     return Accelerator.model_validate(d)
 
 
+def _capacity_error(cluster: Cluster, node: Node, per_node: int, n_gpus: int) -> LayoutError:
+    cap = cluster.num_nodes * per_node
+    return LayoutError(
+        f"{cluster.id} has {cap} GPUs ({cluster.num_nodes} nodes x {per_node} {node.accelerator}); the run needs "
+        f"{n_gpus}. Use at most {cap} GPUs, or name the node {node.id!r} as the system to repeat it as needed")
+
+
+def _blocks_note(cluster: Cluster, levels: tuple[NetworkLevel, ...], block: int, n_gpus: int) -> str | None:
+    """How a run lays out over a repeated building block (NVL72: racks of 72)."""
+    unit = "rack" if levels[0].kind == "rack" and levels[0].span_gpus == block else "unit"
+    count = math.ceil(n_gpus / block)
+    last = n_gpus - (count - 1) * block
+    if count == 1 and last == block:
+        return None
+    joined = f" joined by {levels[1].name}" if count > 1 and len(levels) > 1 else ""
+    part = f"; the last {unit} is partial ({last} of {block} GPUs)" if last < block else ""
+    return f"{cluster.id}: {n_gpus} GPUs span {count} {unit}{'s' if count > 1 else ''} of {block}{joined}{part}"
+
+
 def resolve_system(accelerator: str | None, system: str | None, n_gpus: int, gpus_per_node: int | None = None) -> tuple[System, list[str]]:
-    """Build the System for a run: (system, messages about the defaults taken)."""
+    """Build the System for a run of `n_gpus`: (system, messages about the defaults taken).
+
+    A fixed cluster holds at most num_nodes x gpus_per_node GPUs (more is a LayoutError naming
+    its size); a node, or a cluster marked building_block, repeats as the run needs."""
     cat = load_catalog()
     msgs: list[str] = []
     cluster: Cluster | None = None
@@ -294,36 +350,37 @@ def resolve_system(accelerator: str | None, system: str | None, n_gpus: int, gpu
     if per_node > node.accelerators_per_node:
         msgs.append(f"gpus_per_node {per_node} > {node.accelerators_per_node} of {node.id}: capped")
         per_node = node.accelerators_per_node
-    num_nodes = max(1, math.ceil(n_gpus / per_node))
-    domain = node.domain_size if node.domain_size > node.accelerators_per_node else per_node
-    nics = (cluster.nics_per_node if cluster and cluster.nics_per_node else (node.nics.count if node.nics else 0))
-    nic_bw = 0.0
-    if cluster and cluster.nic_bandwidth:
-        nic_bw = cluster.nic_bandwidth.one_way_Bps("nic_bandwidth")
-    elif node.nics:
-        nic_bw = node.nics.bandwidth.one_way_Bps("nics.bandwidth")
-    nic_eff = node.nics.collective_efficiency.si("dimensionless") if node.nics and node.nics.collective_efficiency else 1.0
-    intra = node.intra_node
-    intra_eff = intra.collective_efficiency.si("dimensionless") if intra.collective_efficiency else 1.0
-    hop = fabric.per_hop_latency.si("seconds") if fabric else 1e-6
-    hops = cluster.hops if cluster else 3
+    levels = network_levels(node, fabric, cluster, per_node)
+    capacity: int | None = None
+    if cluster and not cluster.building_block:
+        capacity = cluster.num_nodes * per_node
+        if n_gpus > capacity:
+            raise _capacity_error(cluster, node, per_node, n_gpus)
+    notes: list[str] = []
+    if cluster and cluster.building_block:
+        note = _blocks_note(cluster, levels, cluster.num_nodes * per_node, n_gpus)
+        notes.extend([note] if note else [])
+    if len(levels) == 1 and n_gpus > domain_gpus(levels, per_node):
+        raise LayoutError(f"{cluster.id if cluster else node.id} has no scale-out NICs: one scale-up domain of "
+                          f"{domain_gpus(levels, per_node)} {acc.id} at most; the run needs {n_gpus}")
     sysobj = System(
-        accelerator=acc, node=node, fabric=fabric, num_nodes=num_nodes, gpus_per_node=per_node,
-        domain_size=domain, intra_Bps=intra.bandwidth.one_way_Bps("intra_node.bandwidth"),
-        intra_latency_s=intra.latency.si("seconds"), intra_efficiency=intra_eff,
-        in_network_reduction=intra.in_network_reduction, nic_Bps=nic_bw, nics_per_node=max(nics, 0),
-        nic_efficiency=nic_eff, inter_latency_s=hop * hops,
-        oversubscription=cluster.oversubscription if cluster else 1.0,
-        name=cluster.id if cluster else node.id,
+        accelerator=acc, node=node, fabric=fabric, num_nodes=max(1, math.ceil(n_gpus / per_node)),
+        gpus_per_node=per_node, levels=levels, name=cluster.id if cluster else node.id,
+        capacity_gpus=capacity, notes=tuple(notes),
     )
-    return sysobj, msgs
+    return sysobj, msgs + notes
+
+
+def domain_gpus(levels: tuple[NetworkLevel, ...], per_node: int) -> int:
+    return levels[0].span_gpus or per_node
 
 
 def resolve_hardware(hardware: str | System, n_gpus: int, gpus_per_node: int | None = None) -> tuple[System, list[str]]:
     """What a user names as hardware: an accelerator id (on its reference node), a node or
-    cluster id, or an already resolved System (returned as is). (System, messages)."""
+    cluster id, or an already resolved System (returned as is, with the notes it was built
+    with). (System, messages)."""
     if isinstance(hardware, System):
-        return hardware, []
+        return hardware, list(hardware.notes)
     cat = load_catalog()
     if hardware in cat.accelerators:
         return resolve_system(hardware, None, n_gpus, gpus_per_node)

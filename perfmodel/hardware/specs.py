@@ -395,14 +395,27 @@ class Fabric(_Strict):
 
 
 class Cluster(_Strict):
+    """Nodes joined by a scale-out fabric. Either a fixed machine (`num_nodes` is all it has: a run
+    needing more GPUs is an error) or, with `building_block`, one unit repeated as a run needs
+    (an NVL72 rack: `num_nodes` trays per rack, racks joined by `fabric`)."""
+
     id: str
     name: str
     node: str
-    num_nodes: int = Field(gt=0)
+    num_nodes: int = Field(gt=0, description="nodes in the cluster, or in one unit when building_block")
+    building_block: bool = Field(False, description="the cluster is one unit (e.g. a rack) repeated as needed")
     fabric: str
-    topology: Literal["fat-tree", "rail-optimized", "torus-3d", "dragonfly", "hypercube", "single-node"]
-    oversubscription: float = Field(1.0, ge=1.0, description="bisection taper, 1 = non-blocking")
+    topology: Literal["fat-tree", "rail-optimized", "torus-3d", "dragonfly", "hypercube", "single-node"] = Field(
+        description="scale-out shape: rail-optimized makes the first scale-out level a rail (GPU k of every node "
+                    "on leaf k); single-node allows no scale-out (capacity one node)")
+    oversubscription: float = Field(1.0, ge=1.0, description="bisection taper, 1 = non-blocking; applies above "
+                                    "the leaf when leaf_nodes is given, else to every inter-node path")
     hops: int = Field(3, gt=0, description="switch hops between two nodes on the worst path")
+    leaf_nodes: Sourced | None = Field(None, description="nodes under one leaf (one scalable unit of a rail-"
+                                       "optimised fabric): one switch hop and no oversubscription inside it")
+    in_network_reduction: bool = Field(False, description="the collective library reduces in the switches "
+                                       "(InfiniBand SHARP via the NCCL plugin); needs a source")
+    in_network_reduction_source: str | None = None
     nics_per_node: int | None = Field(None, gt=0, description="overrides the node's NIC count")
     nic_bandwidth: Sourced | None = Field(None, description="overrides the node's NIC speed")
     nodes_by_accelerator: dict[str, str] = Field(
@@ -411,6 +424,19 @@ class Cluster(_Strict):
     )
     references: dict[str, str] = Field(default_factory=dict)
     notes: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Cluster:
+        from perfmodel.errors import SpecError
+
+        if self.in_network_reduction and not self.in_network_reduction_source:
+            raise SpecError("in_network_reduction_source", "missing while in_network_reduction is true",
+                            "a citation that the collective library uses in-network reduction on this cluster")
+        if self.leaf_nodes is not None and self.leaf_nodes.si("dimensionless", "leaf_nodes") <= 0:
+            raise SpecError("leaf_nodes", f"{self.leaf_nodes.value!r} is not positive", "a positive node count")
+        if self.topology == "single-node" and self.num_nodes != 1:
+            raise SpecError("num_nodes", f"{self.num_nodes} with topology single-node", "1, or another topology")
+        return self
 
     def node_for(self, accelerator: str | None) -> str:
         """The node spec this cluster is built from when it holds `accelerator`."""

@@ -46,8 +46,9 @@ def resolve_hardware(cluster: str | System, n_gpus: int) -> System:
     """An accelerator id (its reference node), a node or cluster id, or a System as is; a
     fallback the resolver had to take is an error here (a search must run on what was named)."""
     system, msgs = catalog_resolve_hardware(cluster, n_gpus)
-    if msgs:
-        raise LayoutError(f"hardware {cluster!r}: {'; '.join(msgs)}")
+    fallbacks = [m for m in msgs if m not in system.notes]  # notes (racks spanned, what-if) are no fallback
+    if fallbacks:
+        raise LayoutError(f"hardware {cluster!r}: {'; '.join(fallbacks)}")
     return system
 
 
