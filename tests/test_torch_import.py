@@ -91,14 +91,19 @@ def test_gpt_matches_builder_graph_of_equivalent_spec() -> None:
     assert traced.tokens == native.tokens and traced.micro_batch == b and traced.seq_len == s
 
 
-def test_lstm_recurrence_is_one_repeated_gemm() -> None:
+def test_lstm_is_one_fused_recurrence() -> None:
     b, s, f, H = 4, 16, 8, 32
     graph = from_torch(lambda: M.LSTMForecaster(features=f, hidden=H, layers=1), torch.zeros(b, s, f))
     lstm = graph.layers[0]
-    gemms = sorted((o for o in lstm.ops if o.kind == "gemm"), key=lambda o: o.k)
-    # per step: x_t [b, f] x [f, 4H] and h_{t-1} [b, H] x [H, 4H], each s times, weights counted once
-    assert [(o.m, o.n, o.k, o.repeat) for o in gemms] == [(b, 4 * H, f, s), (b, 4 * H, H, s)]
-    assert gemms[1].flop == 2 * b * 4 * H * H * s and gemms[1].weight_params == 4 * H * H + 4 * H
+    # the input projections of all steps: one GEMM [b·s, f] x [f, 4H]
+    (proj,) = (o for o in lstm.ops if o.kind == "gemm")
+    assert (proj.m, proj.n, proj.k, proj.repeat, proj.kernels) == (b * s, 4 * H, f, 1, 1)
+    # h_{t-1} [b, H] x [H, 4H] s times, one fused call: one kernel of host time, weights counted once
+    (rec,) = (o for o in lstm.ops if o.kind == "recurrence")
+    assert (rec.m, rec.n, rec.k, rec.repeat, rec.kernels) == (b, 4 * H, H, s, 1)
+    assert rec.flop == 2 * b * 4 * H * H * s and rec.weight_params == 4 * H * H + 4 * H
+    # the per-step gate math is fused into the recurrence: no launches of its own
+    assert all(o.kernels == 0 for o in lstm.ops if o.kind == "elementwise" and o.repeat == s)
     assert graph.layers[-1].name == "head"
     assert (graph.micro_batch, graph.seq_len, graph.tokens) == (b, s, b * s)
 

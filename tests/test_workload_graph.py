@@ -9,7 +9,7 @@ from perfmodel.workload.catalog import load_workloads
 from perfmodel.workload.graph import Graph, Layer
 
 WL = load_workloads()
-MATMUL = ("gemm", "bmm", "attention")
+MATMUL = ("gemm", "bmm", "attention", "recurrence")
 
 
 def matmul_model_flop(layers: tuple[Layer, ...]) -> float:
@@ -153,7 +153,8 @@ def test_lstm_tcn_mlp_flop_by_hand() -> None:
     s, H = 360, 40
     assert matmul_model_flop(g.layers) == 2 * b * s * 4 * H * (44 + H) + 2 * b * s * 4 * H * (2 * H) + 2 * b * H * 24
     recurrent = next(o for o in g.layers[0].ops if o.name.endswith("recurrent"))
-    assert recurrent.repeat == s and recurrent.kernels == s  # s sequential small GEMMs
+    # s sequential small GEMMs, issued as one fused call (cuDNN / ATen lstm): one kernel of host time
+    assert recurrent.kind == "recurrence" and recurrent.repeat == s and recurrent.kernels == 1
     # MLP 784-512-512-10: 2·b·669,696 multiply-adds (weights only; biases are not FLOPs here)
     g = build_graph(WL["mlp-mnist"], micro_batch=b)
     assert matmul_model_flop(g.layers) == 2 * b * (784 * 512 + 512 * 512 + 512 * 10)

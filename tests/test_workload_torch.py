@@ -19,7 +19,7 @@ from perfmodel.workload.catalog import load_workloads  # noqa: E402
 from perfmodel.workload.graph import Layer  # noqa: E402
 
 WL = load_workloads()
-MATMUL = ("gemm", "bmm", "attention")
+MATMUL = ("gemm", "bmm", "attention", "recurrence")
 
 
 def mm(layers: tuple[Layer, ...], skip: tuple[str, ...] = ()) -> float:

@@ -18,6 +18,16 @@ Attn   FlashAttention fwd+bwd rate measured by (head_dim, seq_len, causal), inte
        log(seq_len); without points 0.60 x R (FA2 on A100 reaches 187/271 = 0.69 of MAMF at
        head_dim 128, 162/271 = 0.60 at head_dim 64).
 Memory-bound ops: t = max(B/W, F/vector peak) + launch.
+SSD    Mamba-2 chunked scan: blocked matmuls of Q x N x P tiles (64-256), the tile sizes
+       FlashAttention runs at, so the same fallback rate 0.60 x R; plus its bytes (inputs, fp32
+       chunk states) at streaming bandwidth and one launch per Triton kernel.
+RNN    fused recurrence (cuDNN cudnnRNNForward/Backward, ATen lstm / gru on the CPU): s dependent
+       steps, each max(latency floor, one [b,H]x[H,gH] GEMM). The GPU floor is DeepBench's V100
+       fp16 LSTM, hidden 512, batch 16, 25 steps: forward 0.441 ms / 25 = 17.6 us per step,
+       backward w.r.t. inputs 0.891 ms / 25 = 35.6 us (results/train/DeepBench_NV_V100.xlsx,
+       baidu-research/DeepBench); newer GPUs are assumed no slower per step. The weight gradient of
+       all steps is one GEMM. On a CPU each step is a small GEMM plus its fused gate math, no host
+       dispatch per step (one ATen op per layer).
 """
 
 from __future__ import annotations
@@ -35,6 +45,8 @@ from perfmodel.workload.graph import Op
 FLASH_FALLBACK_RATIO = 0.60  # FA2 fwd+bwd / MAMF on A100 at head_dim 64
 SOFT_ROOFLINE_P = 2.0
 DEFAULT_GEMM_FIXED_S = 10e-6  # A100 fit; used for accelerators without gemm_shapes
+RNN_STEP_FWD_S = 0.441e-3 / 25  # DeepBench V100 fp16 LSTM h512 b16 t25 forward, per step (module docstring)
+RNN_STEP_BWD_S = 0.891e-3 / 25  # the same, backward w.r.t. inputs, per step
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +188,45 @@ def _with_quantize(acc: Accelerator, c: OpCost, op: Op, bwd: bool, recipe: Fp8Re
     return OpCost(c.compute_s, c.memory_s + cast.memory_s, c.fixed_s + cast.fixed_s, c.time_s + cast.time_s, c.bound)
 
 
+def ssd_cost(acc: Accelerator, op: Op, flop_scale: float = 1.0, bytes_scale: float = 1.0, kernels: int = 1) -> OpCost:
+    """Mamba-2 SSD scan: its matmul FLOPs at FLASH_FALLBACK_RATIO x R, its bytes streamed."""
+    tc = op.flop * flop_scale / (FLASH_FALLBACK_RATIO * gemm_rate_flop_per_s(acc, "bf16"))
+    tm = op.bytes * bytes_scale / acc.hbm_achieved_Bps
+    t0 = launch_s(acc) * kernels
+    return OpCost(tc, tm, t0, max(tc, tm) + t0, _bound(tc, tm, t0))
+
+
+def recurrence_cost(acc: Accelerator, op: Op, bwd: bool = False) -> OpCost:
+    """A fused RNN layer of op.repeat = s steps of [m, k] x [k, n] (m batch, k hidden, n gates x
+    hidden), in seconds:
+        forward   s x max(floor_f, t_step)
+        backward  s x max(floor_b, 2 t_step) + one wgrad GEMM [k, s·m] x [s·m, n]
+    t_step: one step's GEMM (soft roofline, weights read once per step) plus its gate math
+    (memory-bound, no launch: fused). floor: RNN_STEP_* on a GPU; on a CPU the GEMM's fixed
+    per-call time t0 (no host dispatch per step: the step loop runs inside one ATen op)."""
+    s = max(1, op.repeat)
+    R = gemm_rate_flop_per_s(acc, op.precision)
+    el = 1.0 if gemm_precision(op.precision) in ("fp8", "fp4") else 2.0
+    tc = 2.0 * op.m * op.n * op.k / R
+    tm = _gemm_bytes(op.m, op.n, op.k, el) / acc.hbm_achieved_Bps
+    gates = (op.bytes - op.k * op.n * el) / s / acc.elementwise_achieved_Bps
+    t_step = _soft_roofline(tc, tm) + gates
+    cpu = acc.kind == "cpu"
+    floor = gemm_fixed_s(acc) if cpu else (RNN_STEP_BWD_S if bwd else RNN_STEP_FWD_S)
+    work = t_step * (2.0 if bwd else 1.0)
+    step = work + floor if cpu else max(floor, work)
+    total = s * step
+    compute = s * tc * (2.0 if bwd else 1.0)
+    memory = s * (tm + gates) * (2.0 if bwd else 1.0)
+    if bwd:
+        w = gemm_cost(acc, op.k, op.n, s * op.m, op.precision)
+        total += w.time_s
+        compute += w.compute_s
+        memory += w.memory_s
+    fixed = max(0.0, total - max(compute, memory))
+    return OpCost(compute, memory, fixed, total, _bound(compute, memory, fixed))
+
+
 def op_cost(acc: Accelerator, op: Op, direction: str = "fwd", fp8_recipe: str | None = None) -> OpCost:
     """Seconds of one op instance (all its `batch` and `repeat`) in `direction` fwd or bwd;
     `fp8_recipe` names the scaling recipe of fp8 / fp4 GEMMs (default: the precision's)."""
@@ -191,6 +242,11 @@ def op_cost(acc: Accelerator, op: Op, direction: str = "fwd", fp8_recipe: str | 
         return c
     if op.kind == "attention":
         return attention_cost(acc, op, op.bwd_flop_factor if bwd else 1.0)
+    if op.kind == "ssd":
+        return ssd_cost(acc, op, op.bwd_flop_factor if bwd else 1.0, op.bwd_bytes_factor if bwd else 1.0,
+                        op.bwd_kernels if bwd else op.kernels)
+    if op.kind == "recurrence":
+        return recurrence_cost(acc, op, bwd)
     flop = op.flop * (op.bwd_flop_factor if bwd else 1.0)
     bytes_ = op.bytes * (op.bwd_bytes_factor if bwd else 1.0)
     kernels = op.bwd_kernels if bwd else op.kernels

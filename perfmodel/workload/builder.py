@@ -19,6 +19,7 @@ from __future__ import annotations
 from perfmodel.errors import LayoutError
 from perfmodel.workload.graph import Comm, Graph, Layer, Op
 from perfmodel.workload.spec import ModelSpec
+from perfmodel.workload.ssm import mamba2_ops, mamba2_params
 
 ACT_BYTES = 2  # bf16/fp16 activations; fp8 GEMMs still keep bf16 activations between ops
 
@@ -63,8 +64,8 @@ def build_graph(spec: ModelSpec, micro_batch: int = 1, seq_len: int | None = Non
     if spec.family in ("dense", "moe", "encoder", "patch_transformer"):
         layers = _transformer(spec, b, s, tp, cp, ep, sp, precision, attention_impl)
         tokens = b * s if spec.family != "patch_transformer" else b * _num_patches(spec, s) * (spec.input_size or 1)
-    elif spec.family == "lstm":
-        layers, tokens = _lstm(spec, b, s, precision), b * s
+    elif spec.family in ("lstm", "gru"):
+        layers, tokens = _rnn(spec, b, s, precision), b * s
     elif spec.family == "tcn":
         layers, tokens = _tcn(spec, b, s, precision), b * s
     else:
@@ -92,12 +93,14 @@ def _transformer(spec: ModelSpec, b: int, s: int, tp: int, cp: int, ep: int, sp:
     emb = _embedding(spec, b, s, T, tp, sp, precision)
     layers.append(emb)
     ln_params = (2 * h if spec.norm == "layernorm" else h)
-    dense_count = spec.num_layers if spec.family != "moe" else sum(1 for i in range(spec.num_layers) if not spec.is_moe_layer(i))
-    moe_count = spec.num_layers - dense_count
-    if dense_count:
-        layers.append(_block(spec, b, s, T, tp, cp, ep, sp, precision, attn_impl, moe=False, count=dense_count))
-    if moe_count:
-        layers.append(_block(spec, b, s, T, tp, cp, ep, sp, precision, attn_impl, moe=True, count=moe_count))
+    # identical layers are one Layer with a count, in order of first appearance (the pattern and
+    # the local / global alternation are data in the spec, see ModelSpec.layer_kinds)
+    counts: dict[tuple[str | None, str | None, str], int] = {}
+    for kind in spec.layer_kinds():
+        counts[kind] = counts.get(kind, 0) + 1
+    for (mixer, ffn, scope), count in counts.items():
+        layers.append(_block(spec, b, s, T, tp, cp, ep, sp, precision, attn_impl, moe=ffn == "moe", count=count,
+                             mixer=mixer, ffn=ffn, scope=scope))
     layers.append(_head(spec, b, s, T, tp, sp, precision, ln_params))
     return layers
 
@@ -168,7 +171,7 @@ def _replace(op: Op, **kw: object) -> Op:
 
 
 def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, precision: str, attn_impl: str,
-                   saved_in: float | None = None) -> tuple[list[Op], float]:
+                   saved_in: float | None = None, scope: str = "global") -> tuple[list[Op], float]:
     """Q/K/V projections, attention core and output projection; returns (ops, params of the block).
 
     `saved_in` is what the input projections keep for their weight gradient: the whole input
@@ -217,11 +220,20 @@ def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, pr
     full_fwd = 2.0 * b * hl * sq * skv * (d_qk + d_v)  # QK^T and PV
     causal = spec.causal
     exec_fwd = full_fwd / 2 if causal else full_fwd
+    if scope == "local":
+        pairs, keys = local_attention_pairs(spec, s)
+        # model FLOPs count the dense blocks a blocked local kernel computes (2x the visible
+        # causal pairs, as full causal attention counts s² for s²/2 visible pairs); executed half
+        full_fwd = 2.0 * b * hl * (2.0 * pairs / cp) * (d_qk + d_v)
+        exec_fwd = full_fwd / 2
+        skv = keys  # keys one query sees: what the kernel's efficiency depends on
+    # one learned logit per local head, added to the softmax denominator (gpt-oss)
+    params_sinks = float(hl) if spec.attention_sink_logits else 0.0
     if attn_impl == "flash":
         # saves Q (q heads), K and V (kv heads) and the fp32 log-sum-exp per row; its output O is
         # the out-proj input, counted there
         saved = b * sq * (hl * d_qk + kvl * (d_qk + d_v)) * ACT_BYTES + b * hl * sq * 4
-        io = b * sq * hl * (d_qk + d_v) * ACT_BYTES + b * skv * kvl * (d_qk + d_v) * ACT_BYTES
+        io = b * sq * hl * (d_qk + d_v) * ACT_BYTES + b * min(skv, s) * kvl * (d_qk + d_v) * ACT_BYTES
         ops.append(Op("flash_attention", "attention", flop=exec_fwd, bytes=io, model_flop=full_fwd,
                       saved_bytes=saved, bwd_flop_factor=2.5, bwd_bytes_factor=2.5, kernels=1, bwd_kernels=3,
                       attn_core=True, causal=causal, heads=hl, head_dim=d_qk, seq_q=sq, seq_kv=skv, precision=precision))
@@ -237,8 +249,24 @@ def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, pr
                            saved=b * sq * hl * d_v * ACT_BYTES), attn_core=True, model_flop=2.0 * b * hl * sq * skv * d_v),
         ]
     ops.append(_gemm("out_proj", T, h, q_out, precision, bias=bias))
-    params += q_out * h + (h if bias else 0)
+    params += q_out * h + (h if bias else 0) + params_sinks
     return ops, params
+
+
+def local_attention_pairs(spec: ModelSpec, s: int) -> tuple[float, int]:
+    """(visible causal query-key pairs of one local-attention sequence, keys per query).
+
+    Sliding window w (each query sees itself and the w - 1 keys before it), s >= w:
+        pairs = s·w - w²/2  (the continuous count that gives s²/2 at w = s, as full causal does);
+    chunked attention, chunk c (queries see their own chunk only, causally):
+        pairs = s·c/2;
+    k sink tokens (StreamingLLM) add s·k pairs to a sliding window."""
+    if spec.attention_chunk is not None:
+        c = min(spec.attention_chunk, s)
+        return s * c / 2.0, c
+    w = min(spec.sliding_window or s, s)
+    k = min(spec.sink_tokens, s)
+    return s * w - w * w / 2.0 + s * k, w + k
 
 
 def _ffn_ops(spec: ModelSpec, T: int, width: int, tp: int, precision: str, name: str, bias: bool,
@@ -259,7 +287,11 @@ def _ffn_ops(spec: ModelSpec, T: int, width: int, tp: int, precision: str, name:
 
 
 def _block(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, ep: int, sp: bool, precision: str,
-           attn_impl: str, moe: bool, count: int) -> Layer:
+           attn_impl: str, moe: bool, count: int, mixer: str | None = "attention", ffn: str | None = None,
+           scope: str = "global") -> Layer:
+    """One layer: a mixer (attention or Mamba-2) and / or an FFN (dense or MoE), each pre-norm with
+    a residual. A standard transformer layer has both; a hybrid-pattern layer has one of them."""
+    ffn = ffn if ffn is not None or mixer != "attention" or spec.layer_pattern else ("moe" if moe else "dense")
     h = spec.hidden
     Tl = T // tp if sp else T  # tokens whose norm / dropout this rank computes
     ln_params = 2 * h if spec.norm == "layernorm" else h
@@ -268,17 +300,24 @@ def _block(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, ep: int, s
     saved_in = Tl * h * ACT_BYTES
     norm = lambda nm: _elementwise(nm, Tl * h, 1, 1, 5, saved=Tl * h * ACT_BYTES, kind="norm", params=ln_params)  # noqa: E731
     dropout_add = lambda nm: _elementwise(nm, Tl * h, 2, 1.5, 2, saved=Tl * h * 1, bwd_bytes_factor=1.5)  # noqa: E731
-    ops: list[Op] = [norm("norm1")]
-    attn_ops, attn_params = _attention_ops(spec, b, s, T, tp, cp, precision, attn_impl, saved_in)
-    ops += attn_ops
-    ops.append(dropout_add("attn_residual"))
-    ops.append(norm("norm2"))
+    ops: list[Op] = []
+    attn_params = ffn_params = 0.0
+    if mixer == "attention":
+        attn_ops, attn_params = _attention_ops(spec, b, s, T, tp, cp, precision, attn_impl, saved_in, scope)
+        ops += [norm("norm1"), *attn_ops, dropout_add("attn_residual")]
+    elif mixer == "mamba":
+        if cp > 1:
+            raise LayoutError(f"cp {cp} with Mamba layers in {spec.id}: context parallelism of the SSD scan is not modelled; use cp 1")
+        mamba_ops, attn_params = mamba2_ops(spec, b, s, T, tp, precision, saved_in)
+        ops += [norm("norm1"), *mamba_ops, dropout_add("mamba_residual")]
+    if ffn is not None:
+        ops.append(norm("norm2"))
     comms: list[Comm] = []
     expert_params = 0.0
-    if not moe:
+    if ffn == "dense":
         ffn_ops, ffn_params = _ffn_ops(spec, T, spec.ffn_hidden or 4 * h, tp, precision, "mlp", spec.bias, saved_in)
         ops += ffn_ops
-    else:
+    elif ffn == "moe":
         E, k = spec.num_experts or 1, spec.top_k or 1
         if E % ep:
             raise LayoutError(f"ep {ep} does not divide num_experts {E}")
@@ -309,32 +348,53 @@ def _block(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, ep: int, s
         if ep > 1:
             a2a = tokens_local * h * ACT_BYTES
             comms += [Comm("moe_dispatch", "all_to_all", "ep", a2a), Comm("moe_combine", "all_to_all", "ep", a2a)]
-    ops.append(dropout_add("mlp_residual"))
+    if ffn is not None:
+        ops.append(dropout_add("mlp_residual"))
     if tp > 1:
         act = T * h * ACT_BYTES
+        nsub = (mixer is not None) + (ffn is not None)  # one gather/scatter pair per tp-sharded sub-layer
         if sp:
-            comms += [Comm("tp_allgather", "all_gather", "tp", act, 2, 2), Comm("tp_reducescatter", "reduce_scatter", "tp", act, 2, 2)]
+            comms += [Comm("tp_allgather", "all_gather", "tp", act, nsub, nsub),
+                      Comm("tp_reducescatter", "reduce_scatter", "tp", act, nsub, nsub)]
         else:
-            comms += [Comm("tp_allreduce", "all_reduce", "tp", act, 2, 2)]
-    if cp > 1:
+            comms += [Comm("tp_allreduce", "all_reduce", "tp", act, nsub, nsub)]
+    if cp > 1 and mixer == "attention":
         kvl = max(1, spec.kv_heads // tp)
         dq = spec.dhead if spec.attention != "mla" else (spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim if spec.mla else spec.dhead)
         kv_bytes = 2 * b * s * kvl * dq * ACT_BYTES  # K and V of the whole sequence, gathered in a ring
         comms += [Comm("cp_kv_ring", "all_gather", "cp", kv_bytes, 1, 2, overlappable=True)]
-    params = 2 * ln_params + attn_params + ffn_params
-    params_full = _full_params(spec, moe, ln_params)
+    nsub = (mixer is not None) + (ffn is not None)
+    params = nsub * ln_params + attn_params + ffn_params
+    params_full = _full_params(spec, moe, ln_params, mixer, ffn)
     active = None
     if moe:
         E, k, width = spec.num_experts or 1, spec.top_k or 1, spec.moe_ffn_hidden or h
         one_expert = h * width * (3 if spec.activation in ("swiglu", "geglu") else 2)
         active = params_full - (E - k) * one_expert
-    return Layer("moe_layers" if moe else "layers", "moe" if moe else "transformer", count, tuple(ops), tuple(comms),
+    name, kind = _layer_name(spec, mixer, ffn, scope)
+    return Layer(name, kind, count, tuple(ops), tuple(comms),
                  params=params, params_full=params_full, expert_params=expert_params,
                  input_bytes=Tl * h * ACT_BYTES, active_params_full=active)
 
 
-def _full_params(spec: ModelSpec, moe: bool, ln_params: int) -> float:
+def _layer_name(spec: ModelSpec, mixer: str | None, ffn: str | None, scope: str) -> tuple[str, str]:
+    """(Layer name, Layer kind): 'layers' / 'moe_layers' for standard layers (suffix '_local' for
+    local attention), 'mamba_layers', 'attention_layers', 'mlp_layers', 'moe_layers' in a pattern."""
+    local = "_local" if scope == "local" and mixer == "attention" else ""
+    if spec.layer_pattern is None:
+        return ("moe_layers" if ffn == "moe" else "layers") + local, "moe" if ffn == "moe" else "transformer"
+    if mixer == "mamba":
+        return "mamba_layers", "mamba"
+    if mixer == "attention":
+        return "attention_layers" + local, "transformer"
+    return ("moe_layers", "moe") if ffn == "moe" else ("mlp_layers", "transformer")
+
+
+def _full_params(spec: ModelSpec, moe: bool, ln_params: int, mixer: str | None = "attention",
+                 ffn_kind: str | None = "dense") -> float:
     """Unsharded parameters of one layer, written out from the architecture."""
+    if ffn_kind is not None:
+        ffn_kind = "moe" if moe else "dense"
     h = spec.hidden
     bias = spec.bias
     heads, kvh = spec.num_heads or 1, spec.kv_heads
@@ -347,36 +407,53 @@ def _full_params(spec: ModelSpec, moe: bool, ln_params: int) -> float:
         d = spec.dhead
         qkv = (heads + 2 * kvh) * d
         attn = h * qkv + heads * d * h + ((qkv + h) if bias else 0)
+    attn += heads if spec.attention_sink_logits else 0
+    if mixer == "mamba":
+        attn = int(mamba2_params(spec))
+    elif mixer is None:
+        attn = 0
     gated = spec.activation in ("swiglu", "geglu")
     def ffn(width: int, with_bias: bool) -> float:
         up = width * (2 if gated else 1)
         return h * up + width * h + ((up + h) if with_bias else 0)
-    if moe:
+    if ffn_kind is None:
+        mlp = 0.0
+    elif moe:
         E, width = spec.num_experts or 1, spec.moe_ffn_hidden or h
         mlp = E * ffn(width, False) + h * E + (ffn(width * spec.num_shared_experts, False) if spec.num_shared_experts else 0)
     else:
         mlp = ffn(spec.ffn_hidden or 4 * h, bias)
-    return 2 * ln_params + attn + mlp
+    nsub = (mixer is not None) + (ffn_kind is not None)
+    return nsub * ln_params + attn + mlp
 
 
 # --------------------------------------------------------------------------------------------
-def _lstm(spec: ModelSpec, b: int, s: int, precision: str) -> list[Layer]:
-    """Stacked LSTM forecaster (torch.nn.LSTM semantics: gates i,f,g,o; two bias vectors).
+RNN_GATES = {"lstm": 4, "gru": 3}
 
-    The input projection of all time steps is one GEMM [b·s, in] x [in, 4H]; the recurrent
-    projection is s sequential GEMMs [b, H] x [H, 4H], each a separate kernel (latency-bound)."""
+
+def _rnn(spec: ModelSpec, b: int, s: int, precision: str) -> list[Layer]:
+    """Stacked LSTM / GRU forecaster (torch.nn.LSTM / nn.GRU semantics: gates i,f,g,o or r,z,n;
+    two bias vectors), each layer one fused recurrence as cuDNN and ATen run it.
+
+    Per layer: the input projection of all s time steps is one GEMM [b·s, in] x [in, g·H]; the
+    recurrent part is one `recurrence` op: s dependent GEMMs [b, H] x [H, g·H] with the gate
+    math fused, issued by the host as one call (cuDNN cudnnRNNForward; ATen's lstm / gru op on the
+    CPU), so it costs one kernel of host time, not one per step (see compute.ops.recurrence_cost)."""
     H = spec.hidden
+    g = RNN_GATES[spec.family]
+    el = 1 if precision in ("fp8", "mxfp8", "fp4", "nvfp4") else 4 if precision == "fp32" else 2
     layers: list[Layer] = []
     for i in range(spec.num_layers):
         inp = spec.input_size if i == 0 else H
         assert inp is not None
-        ops = (
-            _gemm(f"lstm{i}_input_proj", b * s, 4 * H, inp, precision),
-            _gemm(f"lstm{i}_recurrent", b, 4 * H, H, precision, repeat=s),
-            _elementwise(f"lstm{i}_gates", b * s * 4 * H, 2, 0.75, 4, saved=b * s * 6 * H * ACT_BYTES, kernels=s),
-        )
-        params = 4 * H * (inp + H) + 8 * H
-        layers.append(Layer(f"lstm{i}", "block", 1, ops, params=params, params_full=params))
+        step_bytes = b * (g * H + 2 * H + 2 * H) * ACT_BYTES  # gate pre-activations in, h (and c) in and out
+        rec = Op(f"{spec.family}{i}_recurrent", "recurrence", flop=2.0 * b * g * H * H * s,
+                 bytes=H * g * H * el + s * step_bytes, m=b, n=g * H, k=H, repeat=s, precision=precision,
+                 weight_params=float(g * H * H + 2 * g * H), saved_bytes=b * s * (g * H + 2 * H) * ACT_BYTES,
+                 kernels=1, bwd_kernels=2)
+        ops = (_gemm(f"{spec.family}{i}_input_proj", b * s, g * H, inp, precision), rec)
+        params = g * H * (inp + H) + 2 * g * H
+        layers.append(Layer(f"{spec.family}{i}", "block", 1, ops, params=params, params_full=params))
     out = spec.output_size or 1
     head = _gemm("forecast_head", b, out, H, precision, bias=True)
     layers.append(Layer("head", "head", 1, (head,), params=H * out + out, params_full=H * out + out, recomputable=False))

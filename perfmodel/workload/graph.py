@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-OpKind = Literal["gemm", "bmm", "attention", "elementwise", "norm", "embedding", "loss"]
+OpKind = Literal["gemm", "bmm", "attention", "ssd", "recurrence", "elementwise", "norm", "embedding", "loss"]
 CommKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
 CommGroup = Literal["tp", "cp", "ep", "dp", "pp"]
 
@@ -114,7 +114,7 @@ class Graph:
 
     @property
     def body(self) -> tuple[Layer, ...]:
-        return tuple(layer for layer in self.layers if layer.kind in ("transformer", "moe", "block"))
+        return tuple(layer for layer in self.layers if layer.kind in ("transformer", "moe", "mamba", "block"))
 
     def total_params_full(self) -> float:
         return sum(layer.params_full * layer.count for layer in self.layers)

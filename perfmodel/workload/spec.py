@@ -8,7 +8,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from perfmodel.errors import SpecError
 
-Family = Literal["dense", "moe", "encoder", "lstm", "tcn", "patch_transformer", "mlp"]
+Family = Literal["dense", "moe", "encoder", "lstm", "gru", "tcn", "patch_transformer", "mlp"]
+
+# Nemotron-H / Megatron-Core hybrid layer symbols: one character per layer
+PATTERN_SYMBOLS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
 
 
 class PublishedParams(BaseModel):
@@ -27,6 +30,28 @@ class MLA(BaseModel):
     qk_nope_head_dim: int = Field(gt=0)
     qk_rope_head_dim: int = Field(gt=0)
     v_head_dim: int = Field(gt=0)
+
+
+class Mamba2(BaseModel):
+    """Mamba-2 mixer sizes (Dao & Gu 2024; Megatron-Core MambaMixer / HF NemotronH config names:
+    mamba_num_heads, mamba_head_dim, ssm_state_size, n_groups, conv_kernel, chunk_size)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    num_heads: int = Field(gt=0, description="SSM heads H; d_inner = H x head_dim")
+    head_dim: int = Field(gt=0, description="P, channels per head")
+    state_dim: int = Field(gt=0, description="N, the SSM state size")
+    num_groups: int = Field(1, gt=0, description="G, groups sharing B and C")
+    conv_kernel: int = Field(4, gt=0, description="K of the depthwise causal conv1d")
+    chunk_size: int = Field(128, gt=0, description="Q, the SSD chunk length")
+
+    @property
+    def d_inner(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels through the conv1d: x, B and C."""
+        return self.d_inner + 2 * self.num_groups * self.state_dim
 
 
 class ModelSpec(BaseModel):
@@ -51,13 +76,24 @@ class ModelSpec(BaseModel):
     head_dim: int | None = Field(None, gt=0, description="defaults to hidden / num_heads")
     vocab: int | None = Field(None, gt=0)
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
-    activation: Literal["gelu", "swiglu", "relu", "geglu"] = "gelu"
+    activation: Literal["gelu", "swiglu", "relu", "geglu", "squared_relu"] = "gelu"
     position: Literal["learned", "rope", "alibi", "none"] = "learned"
     tied_embeddings: bool = False
     bias: bool = True
     causal: bool = True
     attention: Literal["mha", "gqa", "mla"] = "mha"
     mla: MLA | None = None
+    sliding_window: int | None = Field(None, gt=0, description="local layers: each query sees the last w keys (itself included)")
+    attention_chunk: int | None = Field(None, gt=0, description="local layers: queries see only keys of their own chunk (Llama 4)")
+    global_every: int | None = Field(
+        None, gt=0, description="with a window or chunk: attention layer i is global when (i + 1) % k == 0 "
+        "(gpt-oss 2, Llama 4 4, Gemma 3 6); None = every attention layer is local")
+    sink_tokens: int = Field(0, ge=0, description="local layers: the first k keys stay visible to every query (StreamingLLM)")
+    attention_sink_logits: bool = Field(False, description="one learned softmax sink logit per head (gpt-oss)")
+    layer_pattern: str | None = Field(
+        None, description="hybrid layer pattern, one symbol per layer: M Mamba-2, * attention, - dense MLP, "
+        "E MoE (Nemotron-H hybrid_override_pattern); num_layers must equal its length")
+    mamba: Mamba2 | None = None
 
     num_experts: int | None = Field(None, gt=0, description="routed experts")
     top_k: int | None = Field(None, gt=0)
@@ -81,6 +117,7 @@ class ModelSpec(BaseModel):
             "encoder": ("ffn_hidden", "num_heads", "vocab"),
             "patch_transformer": ("ffn_hidden", "num_heads", "input_size", "patch_len"),
             "lstm": ("input_size",),
+            "gru": ("input_size",),
             "tcn": ("input_size", "kernel_size"),
             "mlp": ("input_size",),
         }
@@ -103,9 +140,69 @@ class ModelSpec(BaseModel):
             raise SpecError("first_dense_layers",
                             f"{self.first_dense_layers} >= num_layers {self.num_layers} leaves no MoE layer",
                             f"at most {self.num_layers - 1}, or family 'dense'")
+        self._check_hybrid()
+        self._check_attention_variants()
         if self.family == "patch_transformer" and self.patch_len and self.patch_len > self.seq_len:
             raise SpecError("patch_len", f"{self.patch_len} > seq_len {self.seq_len}", f"at most {self.seq_len}")
         return self
+
+    def _check_hybrid(self) -> None:
+        p = self.layer_pattern
+        if p is None:
+            if self.mamba is not None:
+                raise SpecError("layer_pattern", "mamba sizes are given but no layer pattern places Mamba layers",
+                                "a pattern such as 'M-M*-' (M Mamba, * attention, - MLP, E MoE)")
+            return
+        bad = sorted({c for c in p if c not in PATTERN_SYMBOLS})
+        if bad:
+            raise SpecError("layer_pattern", f"unknown symbols {bad} in {p!r}", "M (Mamba-2), * (attention), - (MLP), E (MoE)")
+        if len(p) != self.num_layers:
+            raise SpecError("num_layers", f"{self.num_layers} but layer_pattern has {len(p)} layers", str(len(p)))
+        if self.family not in ("dense", "moe"):
+            raise SpecError("layer_pattern", f"given for family {self.family!r}", "family 'dense' or 'moe'")
+        if "M" in p and self.mamba is None:
+            raise SpecError("mamba", "layer_pattern has Mamba layers (M) but no mamba sizes", "num_heads, head_dim, state_dim, ...")
+        if "E" in p and self.family != "moe":
+            raise SpecError("family", f"{self.family!r} but layer_pattern has MoE layers (E)", "'moe'")
+        if self.family == "moe" and "E" not in p:
+            raise SpecError("layer_pattern", "family 'moe' but the pattern has no MoE layer (E)", "a pattern with E, or family 'dense'")
+        if "-" in p and self.ffn_hidden is None:
+            raise SpecError("ffn_hidden", "layer_pattern has MLP layers (-) but no ffn_hidden", "a positive integer")
+        if self.mamba is not None and self.mamba.num_groups and self.mamba.num_heads % self.mamba.num_groups:
+            raise SpecError("mamba.num_groups", f"{self.mamba.num_groups} does not divide num_heads {self.mamba.num_heads}",
+                            "a divisor of mamba.num_heads")
+
+    def _check_attention_variants(self) -> None:
+        if self.sliding_window is not None and self.attention_chunk is not None:
+            raise SpecError("attention_chunk", "both sliding_window and attention_chunk are given", "one of them")
+        local = self.sliding_window is not None or self.attention_chunk is not None
+        if (self.global_every is not None or self.sink_tokens) and not local:
+            raise SpecError("global_every" if self.global_every is not None else "sink_tokens",
+                            "given without sliding_window or attention_chunk", "a sliding_window or attention_chunk")
+        if local and not self.causal:
+            raise SpecError("sliding_window", "local attention is modelled for causal models only", "causal: true")
+
+    def layer_kinds(self) -> tuple[tuple[str | None, str | None, str], ...]:
+        """Per layer (mixer, ffn, attention scope): mixer 'attention' | 'mamba' | None, ffn 'dense' |
+        'moe' | None, scope 'global' | 'local'. A layer pattern gives one sub-layer per symbol;
+        otherwise every layer is attention + FFN (MoE where `is_moe_layer`)."""
+        local = self.sliding_window is not None or self.attention_chunk is not None
+        out: list[tuple[str | None, str | None, str]] = []
+        n_attn = 0
+        for i in range(self.num_layers):
+            if self.layer_pattern is not None:
+                kind = PATTERN_SYMBOLS[self.layer_pattern[i]]
+                mixer = kind if kind in ("mamba", "attention") else None
+                ffn = {"mlp": "dense", "moe": "moe"}.get(kind)
+            else:
+                mixer, ffn = "attention", ("moe" if self.is_moe_layer(i) else "dense")
+            scope = "global"
+            if mixer == "attention":
+                if local and not (self.global_every is not None and (n_attn + 1) % self.global_every == 0):
+                    scope = "local"
+                n_attn += 1
+            out.append((mixer, ffn, scope))
+        return tuple(out)
 
     @property
     def kv_heads(self) -> int:

@@ -36,7 +36,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -477,8 +477,14 @@ def _install_hooks(module: nn.Module, st: _State, keys: dict[str, tuple[str, boo
 
 
 # --------------------------------------------------------------------------------------------
-def _merge(recs: list[_Rec], key: str, precision: str) -> tuple[Op, ...]:
-    """Identical ops of one layer (same module, op, shapes, weight) become one Op with `repeat`."""
+def _merge(recs: list[_Rec], key: str, precision: str, rnn_paths: frozenset[str] = frozenset()) -> tuple[Op, ...]:
+    """Identical ops of one layer (same module, op, shapes, weight) become one Op with `repeat`.
+
+    Recurrences become what cuDNN and ATen run (one fused call per layer, see builder._rnn): the
+    per-step GEMMs on a `weight_hh*` parameter (nn.LSTM / GRU / RNN and their cells, unrolled or
+    not) become one `recurrence` op of `repeat` steps; the per-step GEMMs on `weight_ih*` become
+    one GEMM over all steps; the per-step gate math inside an RNN module launches nothing of its
+    own (fused into the recurrence kernels, its bytes kept)."""
     groups: dict[tuple[Any, ...], list[_Rec]] = {}
     for r in recs:
         groups.setdefault((r.path, r.aten, r.shapes, r.weight, r.causal), []).append(r)
@@ -490,7 +496,7 @@ def _merge(recs: list[_Rec], key: str, precision: str) -> tuple[Op, ...]:
         nm = f"{rel}.{label}" if rel else label
         matmul = r.kind in ("gemm", "bmm")
         model_flop = sum(x.model_flop for x in rs) if r.model_flop >= 0 else -1.0
-        ops.append(Op(
+        op = Op(
             name=nm, kind=r.kind, flop=sum(x.flop for x in rs), bytes=sum(x.bytes for x in rs),  # type: ignore[arg-type]
             m=r.m, n=r.n, k=r.k, batch=r.batch, repeat=n, model_flop=model_flop,
             precision=precision if (matmul or r.kind == "attention") else "bf16",
@@ -499,8 +505,21 @@ def _merge(recs: list[_Rec], key: str, precision: str) -> tuple[Op, ...]:
             bwd_flop_factor=2.0 if matmul else (2.5 if r.kind == "attention" else (0.0 if r.kind == "embedding" else 1.0)),
             bwd_bytes_factor=2.5 if r.kind == "attention" else 2.0, attn_core=r.kind == "attention", causal=r.causal,
             heads=r.heads, head_dim=r.head_dim, seq_q=r.seq_q, seq_kv=r.seq_kv,
-        ))
+        )
+        ops.append(_fuse_recurrent(op, r, n, rnn_paths))
     return tuple(ops)
+
+
+def _fuse_recurrent(op: Op, r: _Rec, steps: int, rnn_paths: frozenset[str]) -> Op:
+    """See `_merge`: one recorded per-step op of a recurrence -> its fused form."""
+    last = r.weight.rsplit(".", 1)[-1]
+    if op.kind == "gemm" and last.startswith("weight_hh") and op.batch == 1:
+        return replace(op, kind="recurrence", kernels=1, bwd_kernels=2)
+    if op.kind == "gemm" and last.startswith("weight_ih") and steps > 1 and op.batch == 1:
+        return replace(op, m=op.m * steps, repeat=1, kernels=1, bwd_kernels=2)
+    if op.kind == "elementwise" and steps > 1 and r.path in rnn_paths:
+        return replace(op, kernels=0, bwd_kernels=0)
+    return op
 
 
 def _build_graph(module: nn.Module, st: _State, keys: dict[str, tuple[str, bool]], model_id: str, b: int, s: int,
@@ -531,12 +550,13 @@ def _build_graph(module: nn.Module, st: _State, keys: dict[str, tuple[str, bool]
     if unused and segs:
         seg_params[0] += unused
         notes.append(f"{unused:.0f} parameters of modules the forward pass never called are counted in layer '{segs[0][0] or 'root'}'")
+    rnn_paths = frozenset(p for p, m in module.named_modules() if isinstance(m, (nn.RNNBase, nn.RNNCellBase)))
     items = [i for i, (_k, item, _r) in enumerate(segs) if item]
     lo, hi = (items[0], items[-1]) if items else (0, len(segs) - 1)
     layers: list[Layer] = []
     seen_names: Counter[str] = Counter()
     for i, (key, _item, recs) in enumerate(segs):
-        ops = _merge(recs, key, precision)
+        ops = _merge(recs, key, precision, rnn_paths)
         if i < lo or (not items and all(o.kind == "embedding" for o in ops) and i == 0):
             kind = "embedding"
         elif i > hi:
@@ -622,7 +642,8 @@ def flop_counter_flop(module: nn.Module | Callable[[], nn.Module], example_input
 
 def matmul_model_flop(graph: Graph) -> float:
     """Forward model FLOPs of the gemm, bmm and attention ops (what FlopCounterMode counts)."""
-    return sum(layer.count * o.mflop for layer in graph.layers for o in layer.ops if o.kind in ("gemm", "bmm", "attention"))
+    return sum(layer.count * o.mflop for layer in graph.layers for o in layer.ops
+               if o.kind in ("gemm", "bmm", "attention", "recurrence"))
 
 
 # --------------------------------------------------------------------------------------------

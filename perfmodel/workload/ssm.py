@@ -1,0 +1,80 @@
+"""The Mamba-2 mixer (Dao & Gu 2024, 'Transformers are SSMs', Sec. 6-7) as graph ops.
+
+With T tokens on this rank, hidden h, H heads of P channels (d_inner = H·P), G groups of B / C
+with state N, conv kernel K and chunk Q (all per tensor-parallel rank: H, G / tp):
+    in_proj   [T, h] x [h, 2·d_inner + 2·G·N + H]       (z, x, B, C, dt)
+    conv1d    depthwise causal over x, B, C: 2·T·(d_inner + 2·G·N)·K FLOP
+    SSD scan  chunked state-space dual (Listing 1 of the paper; the mamba_ssm Triton kernels):
+              CBᵀ per group and chunk          2·T·Q·N·G
+              (L ∘ CBᵀ)·X per head (diagonal)  2·T·Q·P·H
+              chunk states Bᵀ·X per head       2·T·N·P·H
+              state -> output C·h per head     2·T·N·P·H
+              the state passing between chunks is a scan of T/Q·H·N·P elements (no matmul)
+    gated RMSNorm of y·silu(z), then out_proj [T, d_inner] x [d_inner, h].
+Megatron-Core shards heads and groups over tensor parallelism (in_proj column-, out_proj
+row-parallel), so a Mamba layer needs the same tp collectives as an attention block.
+"""
+
+from __future__ import annotations
+
+from perfmodel.errors import LayoutError
+from perfmodel.workload.graph import Op
+from perfmodel.workload.spec import ModelSpec
+
+ACT_BYTES = 2
+SSD_FWD_KERNELS = 5  # mamba_ssm chunk_cumsum, bmm_chunk (CBᵀ), chunk_state, state_passing, chunk_scan
+SSD_BWD_KERNELS = 8  # their backward counterparts plus the dB / dC / ddt reductions
+
+
+def ssd_flop(b: int, s: int, heads: int, head_dim: int, state: int, groups: int, chunk: int) -> float:
+    """Forward matmul FLOPs of the chunked SSD scan on b sequences of length s (padded to whole
+    chunks): 2·b·s'·(Q·N·G + Q·P·H + 2·N·P·H), s' = ceil(s / Q)·Q."""
+    q = min(chunk, s)
+    s_pad = -(-s // q) * q
+    return 2.0 * b * s_pad * (q * state * groups + q * head_dim * heads + 2 * state * head_dim * heads)
+
+
+def mamba2_params(spec: ModelSpec) -> float:
+    """Unsharded parameters of one Mamba-2 mixer (without its pre-norm): in_proj, conv1d weight
+    and bias, dt_bias, A_log and D per head, the gated norm's weight, out_proj."""
+    m = spec.mamba
+    assert m is not None
+    h = spec.hidden
+    in_n = 2 * m.d_inner + 2 * m.num_groups * m.state_dim + m.num_heads
+    return h * in_n + m.conv_dim * m.conv_kernel + m.conv_dim + 3 * m.num_heads + m.d_inner + m.d_inner * h
+
+
+def mamba2_ops(spec: ModelSpec, b: int, s: int, T: int, tp: int, precision: str,
+               saved_in: float | None) -> tuple[list[Op], float]:
+    """Forward ops of one Mamba-2 mixer on this tp rank and the parameters this rank holds."""
+    from perfmodel.workload.builder import _elementwise, _gemm  # the shared op constructors
+
+    m = spec.mamba
+    assert m is not None
+    if m.num_heads % tp:
+        raise LayoutError(f"tp {tp} does not divide mamba.num_heads {m.num_heads} of {spec.id}")
+    h = spec.hidden
+    H = m.num_heads // tp
+    G = m.num_groups // tp if m.num_groups % tp == 0 else m.num_groups  # groups replicate when tp > G
+    P, N, K = m.head_dim, m.state_dim, m.conv_kernel
+    d_in = H * P
+    conv_dim = d_in + 2 * G * N
+    in_n = 2 * d_in + 2 * G * N + H
+    flop_ssd = ssd_flop(b, s, H, P, N, G, m.chunk_size)
+    chunks = -(-s // min(m.chunk_size, s))
+    state_bytes = 2.0 * b * chunks * H * N * P * 4  # fp32 chunk states written and read back
+    ssd_in = T * conv_dim * ACT_BYTES + T * H * 4  # x, B, C and fp32 dt
+    ops = [
+        _gemm("mamba_in_proj", T, in_n, h, precision, saved=saved_in),
+        # depthwise causal conv1d: K multiply-adds per output element (FlopCounterMode counts 2·K)
+        _elementwise("mamba_conv1d", T * conv_dim, 1, 1, 2 * K, saved=T * conv_dim * ACT_BYTES),
+        _elementwise("mamba_conv_silu", T * conv_dim, 1, 1, 4, saved=T * conv_dim * ACT_BYTES),
+        Op("mamba_ssd", "ssd", flop=flop_ssd, bytes=ssd_in + T * d_in * ACT_BYTES + state_bytes, saved_bytes=ssd_in,
+           bwd_flop_factor=2.0, bwd_bytes_factor=2.5, kernels=SSD_FWD_KERNELS, bwd_kernels=SSD_BWD_KERNELS,
+           heads=H, head_dim=P, seq_q=s, seq_kv=min(m.chunk_size, s), precision=precision),
+        # y·silu(z) then RMSNorm over each group's channels: y and z kept for the backward
+        _elementwise("mamba_gated_norm", T * d_in, 2, 1, 8, saved=2 * T * d_in * ACT_BYTES, kind="norm", params=d_in),
+        _gemm("mamba_out_proj", T, h, d_in, precision),
+    ]
+    params = h * in_n + conv_dim * K + conv_dim + 3 * H + d_in + d_in * h
+    return ops, float(params)
