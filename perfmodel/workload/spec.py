@@ -19,6 +19,12 @@ class PublishedParams(BaseModel):
     total: float = Field(gt=0, description="published total parameter count")
     active: float | None = Field(None, gt=0, description="MoE: parameters active per token")
     source: str
+    active_includes_embedding: bool = Field(
+        True, description="False where the publisher counts the unembedding but not the input embedding table "
+        "as active (OpenAI's gpt-oss model card)")
+    tolerance: float = Field(
+        0.01, gt=0, le=0.05, description="relative tolerance of the parameter-count check; wider than 1 % only "
+        "where the published figure is rounded coarser than that or includes parts not modelled (say which in source)")
 
 
 class MLA(BaseModel):
