@@ -17,6 +17,7 @@ import torch_reference as R  # noqa: E402  (pytest puts tests/ on sys.path: root
 from perfmodel.workload.builder import build_graph  # noqa: E402
 from perfmodel.workload.catalog import load_workloads  # noqa: E402
 from perfmodel.workload.graph import Layer  # noqa: E402
+from perfmodel.workload.spec import ModelSpec  # noqa: E402
 
 WL = load_workloads()
 MATMUL = ("gemm", "bmm", "attention", "recurrence")
@@ -133,3 +134,65 @@ def test_reference_params_match_graph() -> None:
         # + the graph's final norm (2·h), which the reference PatchTST does not have
         assert n(patchtst) + 2 * 128 == build_graph(WL["patchtst-electricity"]).total_params_full()
     assert n(R.LSTMForecaster(44, 40, 2, 24)) == build_graph(WL["lstm-deepar"]).total_params_full()
+
+
+def _small_hybrid(**changes: object) -> ModelSpec:
+    base = dict(id="t-hybrid", name="tiny hybrid", family="dense", source="test fixture", num_layers=4,
+                layer_pattern="M*M-", hidden=256, ffn_hidden=512, num_heads=4, num_kv_heads=2, vocab=128,
+                norm="rmsnorm", activation="squared_relu", position="none", bias=False, attention="gqa",
+                mamba={"num_heads": 8, "head_dim": 64, "state_dim": 32, "num_groups": 2, "conv_kernel": 4, "chunk_size": 64})
+    return ModelSpec.model_validate({**base, **changes})
+
+
+def test_mamba2_mixer_flop_matches_flop_counter() -> None:
+    # in_proj, depthwise conv1d (FlopCounterMode: 2·K per output), the four SSD matmul terms, out_proj
+    spec = _small_hybrid()
+    m = spec.mamba
+    assert m is not None
+    b, s = 2, 256
+    with torch.device("meta"):
+        mixer = R.Mamba2Mixer(spec.hidden, m.num_heads, m.head_dim, m.state_dim, m.num_groups, m.conv_kernel, m.chunk_size)
+        x = torch.zeros(b, s, spec.hidden)
+    layer = one(build_graph(spec, micro_batch=b, seq_len=s), "mamba")
+    ours = sum(o.flop for o in layer.ops if o.name in ("mamba_in_proj", "mamba_conv1d", "mamba_ssd", "mamba_out_proj"))
+    assert R.count_flop(mixer, x) == ours
+    # by hand: SSD 2·b·s·(Q·N·G + Q·P·H + 2·N·P·H)
+    ssd = next(o for o in layer.ops if o.kind == "ssd")
+    assert ssd.flop == 2 * b * s * (64 * 32 * 2 + 64 * 64 * 8 + 2 * 32 * 64 * 8)
+
+
+def test_nemotron_h_mamba_layer_at_full_size() -> None:
+    spec = WL["nemotron-h-8b"]
+    m = spec.mamba
+    assert m is not None
+    b, s = 1, 1024
+    with torch.device("meta"):
+        mixer = R.Mamba2Mixer(spec.hidden, m.num_heads, m.head_dim, m.state_dim, m.num_groups, m.conv_kernel, m.chunk_size)
+        x = torch.zeros(b, s, spec.hidden)
+    layer = one(build_graph(spec, micro_batch=b, seq_len=s), "mamba")
+    ours = sum(o.flop for o in layer.ops if o.name in ("mamba_in_proj", "mamba_conv1d", "mamba_ssd", "mamba_out_proj"))
+    assert R.count_flop(mixer, x) == ours
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_local_attention_flop_matches_blocked_reference(chunked: bool) -> None:
+    # model FLOPs of a local layer = FlopCounterMode on the blocked reference: window w -> query
+    # block i against key blocks i-1, i: 2·s·w - w² score entries (chunk c: s·c); executed FLOPs
+    # are half (the causal triangle inside the dense blocks is masked, as full causal counts s²/2)
+    h, heads, kvh, s, b, w = 256, 4, 2, 512, 2, 128
+    local = {"attention_chunk": w} if chunked else {"sliding_window": w}
+    spec = ModelSpec(id="t-local", name="t", family="dense", source="test fixture", num_layers=2, hidden=h,
+                     ffn_hidden=512, num_heads=heads, num_kv_heads=kvh, vocab=128, norm="rmsnorm", activation="swiglu",
+                     position="none", bias=False, attention="gqa", global_every=2, **local)  # type: ignore[arg-type]
+    g = build_graph(spec, micro_batch=b, seq_len=s)
+    assert [(layer.name, layer.count) for layer in g.body] == [("layers_local", 1), ("layers", 1)]
+    with torch.device("meta"):
+        attn, x = R.LocalGQAAttention(h, heads, kvh, w, chunked), torch.zeros(b, s, h)
+    layer = one(g, "transformer")  # the first body layer: the local one
+    ops = {o.name: o for o in layer.ops}
+    assert R.count_flop(attn, x) == sum(ops[n].mflop for n in ("qkv_proj", "flash_attention", "out_proj"))
+    d = h // heads
+    entries = s * w if chunked else 2 * s * w - w * w
+    assert ops["flash_attention"].mflop == 2 * b * heads * entries * 2 * d
+    assert ops["flash_attention"].flop == ops["flash_attention"].mflop / 2
+    assert ops["flash_attention"].seq_kv == w  # keys per query: what the kernel's rate depends on

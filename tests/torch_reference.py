@@ -295,3 +295,89 @@ class PatchTST(nn.Module):
         for blk in self.blocks:
             z = blk(z)
         return self.head(z.reshape(b * c, -1)).view(b, c, -1)
+
+
+class Mamba2Mixer(nn.Module):
+    """Mamba-2 mixer (Dao & Gu 2024): in_proj -> z, xBC, dt; depthwise causal conv1d on xBC; SiLU;
+    the chunked SSD scan of the paper's Listing 1 written as explicit matmuls (CBᵀ per group and
+    chunk, the masked diagonal block times X, chunk states Bᵀ·X, states to outputs C·h), the
+    inter-chunk recurrence as an element-wise scan (FlopCounterMode counts 0 for it); D skip,
+    y·silu(z), RMSNorm, out_proj. Runs on the meta device (shapes only)."""
+
+    def __init__(self, h: int, heads: int, head_dim: int, state: int, groups: int, conv: int, chunk: int):
+        super().__init__()
+        self.H, self.P, self.N, self.G, self.K, self.Q = heads, head_dim, state, groups, conv, chunk
+        self.d_in = heads * head_dim
+        self.conv_dim = self.d_in + 2 * groups * state
+        self.in_proj = nn.Linear(h, 2 * self.d_in + 2 * groups * state + heads, bias=False)
+        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, conv, groups=self.conv_dim)
+        self.A_log, self.D, self.dt_bias = (nn.Parameter(torch.zeros(heads)) for _ in range(3))
+        self.norm = RMSNorm(self.d_in)
+        self.out_proj = nn.Linear(self.d_in, h, bias=False)
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        b, s, _ = u.shape
+        H, P, N, G, Q = self.H, self.P, self.N, self.G, self.Q
+        z, xbc, dt = self.in_proj(u).split([self.d_in, self.conv_dim, H], dim=-1)
+        xbc = F.silu(self.conv1d(F.pad(xbc.transpose(1, 2), (self.K - 1, 0))).transpose(1, 2))  # causal: s outputs
+        x, B, C = xbc.split([self.d_in, G * N, G * N], dim=-1)
+        c = s // Q
+        x = x.reshape(b, c, Q, H, P).permute(0, 1, 3, 2, 4)  # [b, c, H, Q, P]
+        B = B.reshape(b, c, Q, G, N).permute(0, 1, 3, 2, 4)  # [b, c, G, Q, N]
+        C = C.reshape(b, c, Q, G, N).permute(0, 1, 3, 2, 4)
+        a = (F.softplus(dt + self.dt_bias) * -torch.exp(self.A_log)).reshape(b, c, Q, H).permute(0, 1, 3, 2)
+        a_cum = a.cumsum(-1)  # [b, c, H, Q]
+        decay = torch.exp(a_cum[..., :, None] - a_cum[..., None, :]).tril()  # L: [b, c, H, Q, Q]
+        rep = H // G
+        cb = (C @ B.transpose(-1, -2)).repeat_interleave(rep, dim=2)  # CBᵀ per group: 2·Q²·N each
+        y_diag = (cb * decay) @ x  # 2·Q²·P per head and chunk
+        Bh, Ch = B.repeat_interleave(rep, dim=2), C.repeat_interleave(rep, dim=2)
+        to_end = torch.exp(a_cum[..., -1:] - a_cum)  # [b, c, H, Q]
+        states = (Bh * to_end[..., None]).transpose(-1, -2) @ x  # [b, c, H, N, P]: 2·Q·N·P
+        h_prev, carried = torch.zeros_like(states[:, 0]), []
+        for i in range(c):  # the inter-chunk scan: element-wise
+            carried.append(h_prev)
+            h_prev = h_prev * torch.exp(a_cum[:, i, :, -1])[..., None, None] + states[:, i]
+        h_in = torch.stack(carried, dim=1)
+        y_off = (Ch * torch.exp(a_cum)[..., None]) @ h_in  # 2·Q·N·P per head and chunk
+        y = (y_diag + y_off + x * self.D[None, None, :, None, None]).permute(0, 1, 3, 2, 4).reshape(b, s, self.d_in)
+        return self.out_proj(self.norm(y * F.silu(z)))
+
+
+def local_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, chunked: bool) -> torch.Tensor:
+    """Blocked local attention, q/k/v [b, a, s, d], s a multiple of `window`: query block i
+    scores against key blocks i - 1 and i (sliding window w: 2·s·w - w² score entries, the dense
+    blocks a tiled kernel computes), or only block i (chunked attention: s·c entries); the causal
+    and window masks are applied to those blocks."""
+    b, a, s, d = q.shape
+    w = window
+    nb = s // w
+    qb = q.reshape(b, a, nb, w, d)
+    kb, vb = k.reshape(b, a, nb, w, d), v.reshape(b, a, nb, w, d)
+    out = []
+    for i in range(nb):
+        lo = i if chunked or i == 0 else i - 1
+        keys, vals = kb[:, :, lo:i + 1].flatten(2, 3), vb[:, :, lo:i + 1].flatten(2, 3)
+        scores = qb[:, :, i] @ keys.transpose(-1, -2) / math.sqrt(d)
+        qpos = torch.arange(i * w, (i + 1) * w, device=q.device)[:, None]
+        kpos = torch.arange(lo * w, (i + 1) * w, device=q.device)[None, :]
+        mask = (kpos > qpos) | (kpos <= qpos - w)
+        out.append(scores.masked_fill(mask, float("-inf")).softmax(-1) @ vals)
+    return torch.stack(out, dim=2).reshape(b, a, s, d)
+
+
+class LocalGQAAttention(GQAAttention):
+    """GQAAttention with blocked sliding-window (or chunked) attention."""
+
+    def __init__(self, h: int, heads: int, kv_heads: int, window: int, chunked: bool = False):
+        super().__init__(h, heads, kv_heads)
+        self.window, self.chunked = window, chunked
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.heads, self.d).transpose(1, 2)
+        k = self.k(x).view(b, s, self.kv_heads, self.d).transpose(1, 2)
+        v = self.v(x).view(b, s, self.kv_heads, self.d).transpose(1, 2)
+        rep = self.heads // self.kv_heads
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        return self.o(local_attention(q, k, v, self.window, self.chunked).transpose(1, 2).reshape(b, s, -1))

@@ -1,0 +1,90 @@
+"""Fused recurrences (LSTM / GRU as cuDNN and ATen run them): bounds on a GPU, the CPU path, and the
+published single-layer DeepBench timings they are judged on (validation/runs_rnn_gpu.csv)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from perfmodel.api import estimate, estimate_graph
+from perfmodel.compute.ops import RNN_STEP_BWD_S, RNN_STEP_FWD_S, op_cost
+from perfmodel.hardware.catalog import load_catalog
+from perfmodel.parallel.plan import ParallelPlan
+from perfmodel.validation.rnn_kernels import judge, predict_layer_s
+from perfmodel.workload.builder import build_graph
+from perfmodel.workload.catalog import load_workloads
+from perfmodel.workload.graph import Graph, Op
+
+WL = load_workloads()
+
+
+def _unfused(graph: Graph) -> Graph:
+    """The per-step path: every step's recurrent GEMM and gate kernel issued by the host."""
+    layers = []
+    for layer in graph.layers:
+        ops: list[Op] = []
+        for o in layer.ops:
+            if o.kind != "recurrence":
+                ops.append(o)
+                continue
+            s = o.repeat
+            gemm = dataclasses.replace(o, kind="gemm", bytes=o.k * o.n * 2 * s, kernels=s, bwd_kernels=2 * s)
+            gates = Op(f"{o.name}_gates", "elementwise", flop=0.0, bytes=o.bytes - o.k * o.n * 2, kernels=s,
+                       bwd_kernels=s, bwd_flop_factor=1.0)
+            ops += [gemm, gates]
+        layers.append(dataclasses.replace(layer, ops=tuple(ops)))
+    return dataclasses.replace(graph, layers=tuple(layers))
+
+
+@pytest.mark.parametrize("wid, b, s", [("cpu-lstm", 32, 128), ("lstm-deepar", 64, 360), ("cpu-lstm", 256, 64)])
+def test_gpu_rnn_between_latency_floor_and_unfused_path(wid: str, b: int, s: int) -> None:
+    spec = WL[wid]
+    plan = ParallelPlan(micro_batch=b, global_batch=b, seq_len=s)
+    fused = estimate(spec, "h100-sxm5-80gb", plan).step_time_s
+    floor = spec.num_layers * s * (RNN_STEP_FWD_S + RNN_STEP_BWD_S)
+    unfused = estimate_graph(_unfused(build_graph(spec, micro_batch=b, seq_len=s)), "h100-sxm5-80gb", plan).step_time_s
+    assert floor < fused < unfused
+
+
+def test_recurrence_is_one_host_call_and_s_dependent_steps() -> None:
+    acc = load_catalog().accelerator("h100-sxm5-80gb")
+    g = build_graph(WL["cpu-lstm"], micro_batch=32, seq_len=128)
+    rec = next(o for o in g.layers[0].ops if o.kind == "recurrence")
+    assert (rec.kernels, rec.bwd_kernels, rec.repeat) == (1, 2, 128)
+    # a tiny [32, 256] x [256, 1024] step is far below the floor: forward = s x floor exactly
+    assert op_cost(acc, rec, "fwd").time_s == pytest.approx(128 * RNN_STEP_FWD_S)
+    assert op_cost(acc, rec, "bwd").time_s > 128 * RNN_STEP_BWD_S  # plus the weight-gradient GEMM
+    # linear in the number of steps
+    g2 = build_graph(WL["cpu-lstm"], micro_batch=32, seq_len=256)
+    rec2 = next(o for o in g2.layers[0].ops if o.kind == "recurrence")
+    assert op_cost(acc, rec2, "fwd").time_s == pytest.approx(2 * op_cost(acc, rec, "fwd").time_s)
+
+
+def test_gru_has_three_gates() -> None:
+    spec = WL["cpu-lstm"].with_(family="gru")
+    g = build_graph(spec, micro_batch=4, seq_len=16)
+    H, x = 256, 32
+    assert g.layers[0].params_full == 3 * H * (x + H) + 6 * H  # torch.nn.GRU: W_ih, W_hh, b_ih, b_hh
+    rec = next(o for o in g.layers[0].ops if o.kind == "recurrence")
+    assert rec.flop == 2 * 4 * 3 * H * H * 16
+
+
+def test_deepbench_rows_judged_not_fitted() -> None:
+    rows = judge()
+    assert len(rows) == 41
+    errs = sorted(abs(r.error) for r in rows)
+    # what the model reaches today (median 20 %, mean 24 %, worst +111 % on LSTM h4096 b128);
+    # a change that makes these worse fails here
+    assert errs[len(errs) // 2] < 0.21 and sum(errs) / len(errs) < 0.25 and errs[-1] < 1.15
+    # the floor's own row (LSTM h512 b16 t25) is reproduced by construction
+    anchor = next(r for r in rows if r.run_id == "deepbench-v100-fp16-lstm-h512-b16-t25")
+    assert abs(anchor.error) < 0.02
+
+
+def test_longer_sequences_cost_proportionally_more() -> None:
+    f1, b1 = predict_layer_s("v100-sxm2-32gb", "gru", 1024, 1024, 32, 750, "fp16")
+    f2, b2 = predict_layer_s("v100-sxm2-32gb", "gru", 1024, 1024, 32, 1500, "fp16")
+    assert (f2 + b2) / (f1 + b1) == pytest.approx(2.0, rel=0.02)
+
+
