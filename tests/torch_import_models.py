@@ -147,3 +147,21 @@ class Llama(nn.Module):
         for layer in self.layers:
             x = layer(x)
         return self.lm_head(self.norm(x))
+
+
+class GRUTransformerForecaster(nn.Module):
+    """Time-series forecaster: linear input embedding, a transformer encoder, a 2-layer GRU over
+    its outputs, a linear head on the last step (the issue-14 example)."""
+
+    def __init__(self, features: int = 32, d_model: int = 256, heads: int = 8, enc_layers: int = 2,
+                 gru_hidden: int = 256, gru_layers: int = 2, horizon: int = 24):
+        super().__init__()
+        self.embed = nn.Linear(features, d_model)
+        layer = nn.TransformerEncoderLayer(d_model, heads, 4 * d_model, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, enc_layers, enable_nested_tensor=False)
+        self.gru = nn.GRU(d_model, gru_hidden, num_layers=gru_layers, batch_first=True)
+        self.head = nn.Linear(gru_hidden, horizon)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.gru(self.encoder(self.embed(x)))
+        return self.head(out[:, -1])

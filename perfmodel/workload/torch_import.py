@@ -85,7 +85,7 @@ _MOVE = {"cat", "stack", "clone", "copy_", "_to_copy", "copy", "index", "index_s
          "_local_scalar_dense"}
 # no kernel, no traffic: views, aliases and allocations
 _FREE = {"detach", "alias", "lift_fresh", "lift_fresh_copy", "empty", "empty_like", "empty_strided",
-         "_reshape_alias", "_unsafe_view", "view", "reshape", "t", "transpose", "permute", "expand",
+         "_reshape_alias", "_unsafe_view", "view", "reshape", "t", "t_", "transpose", "transpose_", "permute", "expand",
          "squeeze", "unsqueeze", "slice", "select", "split", "split_with_sizes", "unsafe_split",
          "unsafe_split_with_sizes", "unbind", "chunk", "narrow", "as_strided", "diagonal", "unfold",
          "contiguous", "resize_", "set_", "sym_size", "sym_stride", "sym_numel", "is_same_size",
