@@ -69,7 +69,7 @@ def test_active_params_within_2pct_of_published(wid: str) -> None:
 # ---- issue 14: workloads from published configs, each within its published tolerance (1 %) -----
 ISSUE14_IDS = [
     "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-20b", "gpt-oss-120b", "llama4-scout", "llama4-maverick", "kimi-k2",
-    "nemotron-h-8b", "nemotron-h-56b", "nemotron3-nano", "nemotron4-15b", "nemotron4-340b",
+    "nemotron-h-8b", "nemotron-h-56b", "nemotron3-nano", "nemotron3.5-lightning", "nemotron4-15b", "nemotron4-340b",
     "llama3.1-8b", "llama3.1-70b", "llama3.1-405b",
 ]
 
@@ -240,3 +240,20 @@ def test_specs_are_frozen() -> None:
     with pytest.raises(ValueError):
         WL["gpt2-124m"].hidden = 1  # type: ignore[misc]
     assert WL["gpt2-124m"].with_(num_layers=2).num_layers == 2
+
+
+def test_mtp_block_params_once_compute_per_depth() -> None:
+    # Nemotron 3.5 Lightning = Nemotron 3 Nano + one MTP block ('*E': attention + MoE layer) run at
+    # 2 depths with shared weights: eh_proj 2h·h and 3 norms once, the block's layers once
+    nano, light = WL["nemotron3-nano"], WL["nemotron3.5-lightning"]
+    g_nano, g_light = build_graph(nano, seq_len=2048), build_graph(light, seq_len=2048)
+    attn = next(layer for layer in g_nano.body if layer.name == "attention_layers").params_full
+    moe = next(layer for layer in g_nano.body if layer.name == "moe_layers").params_full
+    h = nano.hidden
+    assert g_light.total_params_full() - g_nano.total_params_full() == 2 * h * h + 3 * h + attn + moe
+    # the checkpoint has 32,913,266,240 parameters (Megatron-Bridge verification card): within 1e-6
+    assert g_light.total_params_full() == pytest.approx(32_913_266_240, rel=1e-6)
+    head = g_light.layers[-1]
+    assert sum(1 for o in head.ops if o.name.endswith("cross_entropy")) == 3  # main loss + 2 MTP depths
+    assert light.with_(mtp_shared_weights=False) and build_graph(light.with_(mtp_shared_weights=False), seq_len=2048
+                                                                 ).total_params_full() > g_light.total_params_full()

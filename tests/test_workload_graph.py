@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from perfmodel.errors import LayoutError
 from perfmodel.workload.builder import build_graph
 from perfmodel.workload.catalog import load_workloads
 from perfmodel.workload.graph import Graph, Layer
@@ -179,3 +180,25 @@ def test_graph_sums() -> None:
     assert g.fwd_flop() < g.train_flop() < 3.5 * g.fwd_flop()
     assert [layer.kind for layer in g.body] == ["transformer"]
     assert g.tokens == 4 * 1024
+
+
+def test_mamba_layers_under_tp_and_cp() -> None:
+    # Nemotron-H 8B Mamba layer: tp shards heads; cp splits tokens for the projections and heads for
+    # the scan (an all-to-all each way), so the mixer's per-rank FLOPs are 1 / (tp·cp) of the whole
+    # (the pre-norm and residual stay replicated over tp without sequence parallelism)
+    spec = WL["nemotron-h-8b"]
+
+    def mixer_flop(layer: Layer) -> float:
+        return sum(o.flop for o in layer.ops if o.name.startswith("mamba_") and o.name != "mamba_residual")
+
+    base = mixer_flop(next(layer for layer in build_graph(spec, seq_len=4096).body if layer.kind == "mamba"))
+    for tp, cp in ((2, 1), (1, 2), (2, 2)):
+        g = build_graph(spec, seq_len=4096, tp=tp, cp=cp)
+        m = next(layer for layer in g.body if layer.kind == "mamba")
+        assert mixer_flop(m) == pytest.approx(base / (tp * cp), rel=1e-9)
+        a2a = [c for c in m.comms if c.group == "cp"]
+        assert len(a2a) == (2 if cp > 1 else 0) and all(c.kind == "all_to_all" for c in a2a)
+        tp_comms = [c for c in m.comms if c.group == "tp"]
+        assert all(c.fwd == 1 for c in tp_comms) and len(tp_comms) == (1 if tp > 1 else 0)  # one sub-layer
+    with pytest.raises(LayoutError, match=r"mamba\.num_heads"):
+        build_graph(spec, tp=3)

@@ -101,8 +101,59 @@ def _transformer(spec: ModelSpec, b: int, s: int, tp: int, cp: int, ep: int, sp:
     for (mixer, ffn, scope), count in counts.items():
         layers.append(_block(spec, b, s, T, tp, cp, ep, sp, precision, attn_impl, moe=ffn == "moe", count=count,
                              mixer=mixer, ffn=ffn, scope=scope))
-    layers.append(_head(spec, b, s, T, tp, sp, precision, ln_params))
+    head = _head(spec, b, s, T, tp, sp, precision, ln_params)
+    if spec.mtp_pattern is not None:
+        head = _with_mtp(spec, head, b, s, T, tp, cp, ep, sp, precision, attn_impl, ln_params)
+    layers.append(head)
     return layers
+
+
+def _with_mtp(spec: ModelSpec, head: Layer, b: int, s: int, T: int, tp: int, cp: int, ep: int, sp: bool,
+              precision: str, attn_impl: str, ln_params: int) -> Layer:
+    """The head plus `mtp_depth` multi-token-prediction passes (DeepSeek-V3 Sec. 2.2, Megatron-Core
+    MultiTokenPredictionBlock), on the last pipeline stage: per depth two norms, the projection
+    [T, 2h] x [2h, h] of the concatenated hidden state and next-token embedding, the pattern's
+    layers, a final norm, the shared output layer and its own cross-entropy. Parameters once when
+    the depths share one block (mtp_use_repeated_layer), else once per depth."""
+    h = spec.hidden
+    Tl = T // tp if sp else T
+    pattern = spec.mtp_pattern or ""
+    ops: list[Op] = list(head.ops)
+    comms: list[Comm] = list(head.comms)
+    params = params_full = active_full = expert = 0.0
+    out_ops = tuple(o for o in head.ops if o.name in ("final_norm", "lm_head", "cross_entropy"))
+    for depth in range(spec.mtp_depth):
+        sub = [_elementwise(f"mtp{depth}_norms", 2 * Tl * h, 1, 1, 5, saved=2 * Tl * h * ACT_BYTES, kind="norm"),
+               _gemm(f"mtp{depth}_eh_proj", T, h // tp if h % tp == 0 else h, 2 * h, precision)]
+        for sym in pattern:
+            kind = {"M": ("mamba", None), "*": ("attention", None), "-": (None, "dense"), "E": (None, "moe")}[sym]
+            layer = _block(spec, b, s, T, tp, cp, ep, sp, precision, attn_impl, moe=kind[1] == "moe", count=1,
+                           mixer=kind[0], ffn=kind[1])
+            sub += [_replace(o, name=f"mtp{depth}_{o.name}") for o in layer.ops]
+            comms += [_replace_comm(c, f"mtp{depth}_{c.name}") for c in layer.comms]
+            if depth == 0 or not spec.mtp_shared_weights:
+                params += layer.params
+                params_full += layer.params_full
+                active_full += layer.params_full if layer.active_params_full is None else layer.active_params_full
+                expert += layer.expert_params
+        # the output layer is the main head's: its weights counted there, its gradient computed again
+        sub += [_replace(o, name=f"mtp{depth}_{o.name}") for o in out_ops]
+        ops += sub
+        if depth == 0 or not spec.mtp_shared_weights:
+            extra = 2 * h * h + 3 * ln_params  # eh_proj and the enorm / hnorm / final norms
+            params += 2 * h * h / tp + 3 * ln_params
+            params_full += extra
+            active_full += extra
+    head_active = head.params_full if head.active_params_full is None else head.active_params_full
+    return Layer(head.name, head.kind, 1, tuple(ops), tuple(comms), params=head.params + params,
+                 params_full=head.params_full + params_full, expert_params=head.expert_params + expert,
+                 recomputable=False, active_params_full=head_active + active_full)
+
+
+def _replace_comm(c: Comm, name: str) -> Comm:
+    from dataclasses import replace
+
+    return replace(c, name=name)
 
 
 def _embedding(spec: ModelSpec, b: int, s: int, T: int, tp: int, sp: bool, precision: str) -> Layer:
@@ -306,13 +357,11 @@ def _block(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, ep: int, s
         attn_ops, attn_params = _attention_ops(spec, b, s, T, tp, cp, precision, attn_impl, saved_in, scope)
         ops += [norm("norm1"), *attn_ops, dropout_add("attn_residual")]
     elif mixer == "mamba":
-        if cp > 1:
-            raise LayoutError(f"cp {cp} with Mamba layers in {spec.id}: context parallelism of the SSD scan is not modelled; use cp 1")
-        mamba_ops, attn_params = mamba2_ops(spec, b, s, T, tp, precision, saved_in)
+        mamba_ops, attn_params, mamba_comms = mamba2_ops(spec, b, s, T, tp, precision, saved_in, cp)
         ops += [norm("norm1"), *mamba_ops, dropout_add("mamba_residual")]
     if ffn is not None:
         ops.append(norm("norm2"))
-    comms: list[Comm] = []
+    comms: list[Comm] = list(mamba_comms) if mixer == "mamba" else []
     expert_params = 0.0
     if ffn == "dense":
         ffn_ops, ffn_params = _ffn_ops(spec, T, spec.ffn_hidden or 4 * h, tp, precision, "mlp", spec.bias, saved_in)

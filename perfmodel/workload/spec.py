@@ -100,6 +100,11 @@ class ModelSpec(BaseModel):
         None, description="hybrid layer pattern, one symbol per layer: M Mamba-2, * attention, - dense MLP, "
         "E MoE (Nemotron-H hybrid_override_pattern); num_layers must equal its length")
     mamba: Mamba2 | None = None
+    mtp_pattern: str | None = Field(
+        None, description="multi-token-prediction block, layer-pattern symbols (Nemotron 3: '*E', one attention "
+        "and one MoE layer), run after the last layer once per depth with its own loss")
+    mtp_depth: int = Field(0, ge=0, description="MTP depths (Megatron mtp_num_layers): forward passes of the block")
+    mtp_shared_weights: bool = Field(False, description="one MTP block's weights serve every depth (mtp_use_repeated_layer)")
 
     num_experts: int | None = Field(None, gt=0, description="routed experts")
     top_k: int | None = Field(None, gt=0)
@@ -147,6 +152,14 @@ class ModelSpec(BaseModel):
                             f"{self.first_dense_layers} >= num_layers {self.num_layers} leaves no MoE layer",
                             f"at most {self.num_layers - 1}, or family 'dense'")
         self._check_hybrid()
+        if (self.mtp_pattern is None) != (self.mtp_depth == 0):
+            raise SpecError("mtp_depth", f"{self.mtp_depth} with mtp_pattern {self.mtp_pattern!r}",
+                            "both (a pattern such as '*E' and a depth >= 1) or neither")
+        if self.mtp_pattern is not None:
+            bad = sorted({c for c in self.mtp_pattern if c not in PATTERN_SYMBOLS})
+            if bad or ("M" in self.mtp_pattern and self.mamba is None) or ("E" in self.mtp_pattern and self.family != "moe"):
+                raise SpecError("mtp_pattern", f"{self.mtp_pattern!r} does not fit this model",
+                                "symbols * - E (M needs mamba sizes, E family 'moe')")
         self._check_attention_variants()
         if self.family == "patch_transformer" and self.patch_len and self.patch_len > self.seq_len:
             raise SpecError("patch_len", f"{self.patch_len} > seq_len {self.seq_len}", f"at most {self.seq_len}")

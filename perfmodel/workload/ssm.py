@@ -12,13 +12,16 @@ with state N, conv kernel K and chunk Q (all per tensor-parallel rank: H, G / tp
               the state passing between chunks is a scan of T/Q·H·N·P elements (no matmul)
     gated RMSNorm of y·silu(z), then out_proj [T, d_inner] x [d_inner, h].
 Megatron-Core shards heads and groups over tensor parallelism (in_proj column-, out_proj
-row-parallel), so a Mamba layer needs the same tp collectives as an attention block.
+row-parallel), so a Mamba layer needs the same tp collectives as an attention block. Under context
+parallelism (Megatron-Core's Mamba CP) the projections run on the local T = b·s/cp tokens and an
+all-to-all over cp turns the sequence split into a head split around the conv and the scan (each
+cp rank scans the whole sequence for H/(tp·cp) heads), and back before out_proj.
 """
 
 from __future__ import annotations
 
 from perfmodel.errors import LayoutError
-from perfmodel.workload.graph import Op
+from perfmodel.workload.graph import Comm, Op
 from perfmodel.workload.spec import ModelSpec
 
 ACT_BYTES = 2
@@ -45,14 +48,15 @@ def mamba2_params(spec: ModelSpec) -> float:
 
 
 def mamba2_ops(spec: ModelSpec, b: int, s: int, T: int, tp: int, precision: str,
-               saved_in: float | None) -> tuple[list[Op], float]:
-    """Forward ops of one Mamba-2 mixer on this tp rank and the parameters this rank holds."""
+               saved_in: float | None, cp: int = 1) -> tuple[list[Op], float, list[Comm]]:
+    """Forward ops of one Mamba-2 mixer on this (tp, cp) rank, the parameters this rank holds
+    and the cp all-to-alls (none at cp 1)."""
     from perfmodel.workload.builder import _elementwise, _gemm  # the shared op constructors
 
     m = spec.mamba
     assert m is not None
-    if m.num_heads % tp:
-        raise LayoutError(f"tp {tp} does not divide mamba.num_heads {m.num_heads} of {spec.id}")
+    if m.num_heads % (tp * cp):
+        raise LayoutError(f"tp {tp} x cp {cp} does not divide mamba.num_heads {m.num_heads} of {spec.id}")
     h = spec.hidden
     H = m.num_heads // tp
     G = m.num_groups // tp if m.num_groups % tp == 0 else m.num_groups  # groups replicate when tp > G
@@ -60,21 +64,29 @@ def mamba2_ops(spec: ModelSpec, b: int, s: int, T: int, tp: int, precision: str,
     d_in = H * P
     conv_dim = d_in + 2 * G * N
     in_n = 2 * d_in + 2 * G * N + H
-    flop_ssd = ssd_flop(b, s, H, P, N, G, m.chunk_size)
+    # conv and scan after the cp all-to-all: the whole sequence (b·s tokens), H / cp heads
+    Hs, Gs = H // cp, (G // cp if G % cp == 0 else G)
+    Ts, d_s = b * s, Hs * P
+    conv_s = d_s + 2 * Gs * N
+    flop_ssd = ssd_flop(b, s, Hs, P, N, Gs, m.chunk_size)
     chunks = -(-s // min(m.chunk_size, s))
-    state_bytes = 2.0 * b * chunks * H * N * P * 4  # fp32 chunk states written and read back
-    ssd_in = T * conv_dim * ACT_BYTES + T * H * 4  # x, B, C and fp32 dt
+    state_bytes = 2.0 * b * chunks * Hs * N * P * 4  # fp32 chunk states written and read back
+    ssd_in = Ts * conv_s * ACT_BYTES + Ts * Hs * 4  # x, B, C and fp32 dt
     ops = [
         _gemm("mamba_in_proj", T, in_n, h, precision, saved=saved_in),
         # depthwise causal conv1d: K multiply-adds per output element (FlopCounterMode counts 2·K)
-        _elementwise("mamba_conv1d", T * conv_dim, 1, 1, 2 * K, saved=T * conv_dim * ACT_BYTES),
-        _elementwise("mamba_conv_silu", T * conv_dim, 1, 1, 4, saved=T * conv_dim * ACT_BYTES),
-        Op("mamba_ssd", "ssd", flop=flop_ssd, bytes=ssd_in + T * d_in * ACT_BYTES + state_bytes, saved_bytes=ssd_in,
+        _elementwise("mamba_conv1d", Ts * conv_s, 1, 1, 2 * K, saved=Ts * conv_s * ACT_BYTES),
+        _elementwise("mamba_conv_silu", Ts * conv_s, 1, 1, 4, saved=Ts * conv_s * ACT_BYTES),
+        Op("mamba_ssd", "ssd", flop=flop_ssd, bytes=ssd_in + Ts * d_s * ACT_BYTES + state_bytes, saved_bytes=ssd_in,
            bwd_flop_factor=2.0, bwd_bytes_factor=2.5, kernels=SSD_FWD_KERNELS, bwd_kernels=SSD_BWD_KERNELS,
-           heads=H, head_dim=P, seq_q=s, seq_kv=min(m.chunk_size, s), precision=precision),
+           heads=Hs, head_dim=P, seq_q=s, seq_kv=min(m.chunk_size, s), precision=precision),
         # y·silu(z) then RMSNorm over each group's channels: y and z kept for the backward
         _elementwise("mamba_gated_norm", T * d_in, 2, 1, 8, saved=2 * T * d_in * ACT_BYTES, kind="norm", params=d_in),
         _gemm("mamba_out_proj", T, h, d_in, precision),
     ]
+    comms: list[Comm] = []
+    if cp > 1:
+        comms = [Comm("mamba_cp_a2a_in", "all_to_all", "cp", T * (conv_dim + H) * ACT_BYTES),
+                 Comm("mamba_cp_a2a_out", "all_to_all", "cp", T * d_in * ACT_BYTES)]
     params = h * in_n + conv_dim * K + conv_dim + 3 * H + d_in + d_in * h
-    return ops, float(params)
+    return ops, float(params), comms
