@@ -219,6 +219,15 @@ BASE = dict(id="t", name="t", family="dense", source="test spec", num_layers=2, 
     ({"family": "patch_transformer", "input_size": 3, "patch_len": 4096}, "patch_len"),
     ({"activation": "tanh"}, "activation"),
     ({"flops": 1}, "flops"),  # extra="forbid"
+    ({"layer_pattern": "MX"}, "layer_pattern"),  # unknown symbol
+    ({"layer_pattern": "*-*"}, "num_layers"),  # 3 symbols for 2 layers
+    ({"layer_pattern": "M-"}, "mamba"),  # Mamba layers without mamba sizes
+    ({"layer_pattern": "E-"}, "family"),  # MoE layers in a dense model
+    ({"mamba": {"num_heads": 8, "head_dim": 8, "state_dim": 8}}, "layer_pattern"),
+    ({"sliding_window": 64, "attention_chunk": 64}, "attention_chunk"),
+    ({"global_every": 2}, "global_every"),  # no window or chunk to alternate with
+    ({"sliding_window": 64, "causal": False}, "sliding_window"),
+    ({"mtp_depth": 2}, "mtp_depth"),  # a depth without a pattern
 ])
 def test_bad_spec_names_the_field(changes: dict[str, object], field: str) -> None:
     data = {**BASE, **changes}

@@ -202,3 +202,23 @@ def test_mamba_layers_under_tp_and_cp() -> None:
         assert all(c.fwd == 1 for c in tp_comms) and len(tp_comms) == (1 if tp > 1 else 0)  # one sub-layer
     with pytest.raises(LayoutError, match=r"mamba\.num_heads"):
         build_graph(spec, tp=3)
+
+
+def test_local_global_alternation_and_sink_tokens() -> None:
+    # gpt-oss: sliding (window 128) and full attention alternate, starting with sliding
+    g = build_graph(WL["gpt-oss-20b"], seq_len=4096)
+    assert [(layer.name, layer.count) for layer in g.body] == [("moe_layers_local", 12), ("moe_layers", 12)]
+    local = next(o for o in g.body[0].ops if o.kind == "attention")
+    full = next(o for o in g.body[1].ops if o.kind == "attention")
+    s, w = 4096, 128
+    assert local.flop / full.flop == pytest.approx((s * w - w * w / 2) / (s * s / 2))
+    # StreamingLLM: k sink tokens stay visible to every query of a window: + s·k pairs
+    spec = WL["gpt-oss-20b"].with_(sink_tokens=4)
+    sunk = next(o for o in build_graph(spec, seq_len=4096).body[0].ops if o.kind == "attention")
+    assert sunk.flop / local.flop == pytest.approx((s * w - w * w / 2 + s * 4) / (s * w - w * w / 2))
+    # Llama 4: chunked attention (8192) on three of every four layers, the fourth global
+    g = build_graph(WL["llama4-scout"], seq_len=16384)
+    assert [(layer.name, layer.count) for layer in g.body] == [("moe_layers_local", 36), ("moe_layers", 12)]
+    chunk = next(o for o in g.body[0].ops if o.kind == "attention")
+    glob = next(o for o in g.body[1].ops if o.kind == "attention")
+    assert chunk.flop / glob.flop == pytest.approx(8192 / 16384)
