@@ -222,3 +222,17 @@ def test_local_global_alternation_and_sink_tokens() -> None:
     chunk = next(o for o in g.body[0].ops if o.kind == "attention")
     glob = next(o for o in g.body[1].ops if o.kind == "attention")
     assert chunk.flop / glob.flop == pytest.approx(8192 / 16384)
+
+
+def test_local_attention_under_cp_exchanges_only_the_window() -> None:
+    # gpt-oss window 128 at s 8192 over cp 4: a rank needs the previous rank's last 128 K/V rows,
+    # not the whole sequence; Llama 4 chunks of 8192 aligned to cp 2 at s 16384 need nothing
+    g = build_graph(WL["gpt-oss-20b"], seq_len=8192, cp=4)
+    local, full = g.body[0], g.body[1]
+    (halo,) = [c for c in local.comms if c.group == "cp"]
+    (ring,) = [c for c in full.comms if c.group == "cp"]
+    assert (halo.kind, ring.kind) == ("send_recv", "all_gather")
+    assert halo.bytes == 2 * 128 * 8 * 64 * 2 and ring.bytes == 2 * 8192 * 8 * 64 * 2
+    g = build_graph(WL["llama4-scout"], seq_len=16384, cp=2)
+    assert not [c for c in g.body[0].comms if c.group == "cp"]
+    assert [c.kind for c in g.body[1].comms if c.group == "cp"] == ["all_gather"]

@@ -411,7 +411,15 @@ def _block(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, ep: int, s
         kvl = max(1, spec.kv_heads // tp)
         dq = spec.dhead if spec.attention != "mla" else (spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim if spec.mla else spec.dhead)
         kv_bytes = 2 * b * s * kvl * dq * ACT_BYTES  # K and V of the whole sequence, gathered in a ring
-        comms += [Comm("cp_kv_ring", "all_gather", "cp", kv_bytes, 1, 2, overlappable=True)]
+        keys = local_attention_pairs(spec, s)[1] if scope == "local" else s
+        if scope == "local" and spec.attention_chunk is not None and (s // cp) % keys == 0:
+            pass  # chunks aligned to the cp split: every key a rank needs is its own
+        elif scope == "local" and keys < s // cp:
+            # a window reaches back `keys` tokens: only the previous rank's last `keys` K/V rows
+            halo = 2 * b * keys * kvl * dq * ACT_BYTES
+            comms += [Comm("cp_kv_halo", "send_recv", "cp", halo, 1, 2, overlappable=True)]
+        else:
+            comms += [Comm("cp_kv_ring", "all_gather", "cp", kv_bytes, 1, 2, overlappable=True)]
     nsub = (mixer is not None) + (ffn is not None)
     params = nsub * ln_params + attn_params + ffn_params
     params_full = _full_params(spec, moe, ln_params, mixer, ffn)
