@@ -132,3 +132,22 @@ def test_public_rows_predicted(tmp_path):
     overall = met[met["source"] == "overall"].iloc[0]
     assert overall["rows"] == len(ok) and 0 < overall["mape"] < 1
     assert set(met["source"]) >= {"overall", "vTrain (MICRO'24) measured dataset"}
+
+
+NEW_IDS = [  # issue 14: a runs file naming the new workloads predicts every row (Megatron-Bridge-like layouts)
+    ("qwen3-30b-a3b", 8, {"dp": "8", "ep": "8"}), ("gpt-oss-120b", 64, {"dp": "64", "ep": "8"}),
+    ("llama4-maverick", 256, {"tp": "4", "pp": "8", "dp": "8", "ep": "8", "sequence_parallel": "true"}),
+    ("kimi-k2", 256, {"pp": "16", "dp": "16", "ep": "16"}), ("nemotron-h-56b", 64, {"tp": "8", "pp": "4", "dp": "2"}),
+    ("nemotron3.5-lightning", 16, {"dp": "8", "cp": "2", "ep": "8"}), ("nemotron4-340b", 128, {"tp": "8", "pp": "8", "dp": "2"}),
+]
+
+
+def test_new_workload_ids_are_predicted(tmp_path):
+    runs, out = tmp_path / "runs.csv", tmp_path / "pred.csv"
+    _write(runs, [{"run_id": m, "model": m, "seq_len": "4096", "global_batch": "256", "micro_batch": "1",
+                   "accelerator": "h100-sxm5-80gb", "n_gpus": str(n), "gpus_per_node": "8", "step_time_s": "1", **lay}
+                  for m, n, lay in NEW_IDS])
+    assert main(["validate", "--runs", str(runs), "--out", str(out)]) == 0
+    _, rows = _read(out)
+    assert [r["status"] for r in rows] == ["ok"] * len(NEW_IDS)
+    assert all(float(r["predicted_step_time_s"]) > 0 for r in rows)
