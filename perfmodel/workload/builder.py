@@ -338,11 +338,13 @@ def _ffn_ops(spec: ModelSpec, T: int, width: int, tp: int, precision: str, name:
 
 
 def _block(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, ep: int, sp: bool, precision: str,
-           attn_impl: str, moe: bool, count: int, mixer: str | None = "attention", ffn: str | None = None,
+           attn_impl: str, moe: bool, count: int, mixer: str | None = "attention", ffn: str | None = "dense",
            scope: str = "global") -> Layer:
     """One layer: a mixer (attention or Mamba-2) and / or an FFN (dense or MoE), each pre-norm with
-    a residual. A standard transformer layer has both; a hybrid-pattern layer has one of them."""
-    ffn = ffn if ffn is not None or mixer != "attention" or spec.layer_pattern else ("moe" if moe else "dense")
+    a residual. A standard transformer layer has both; a hybrid-pattern layer has one of them.
+    `moe` and `ffn == "moe"` say the same (callers pass both)."""
+    if moe:
+        ffn = "moe"
     h = spec.hidden
     Tl = T // tp if sp else T  # tokens whose norm / dropout this rank computes
     ln_params = 2 * h if spec.norm == "layernorm" else h
