@@ -236,3 +236,17 @@ def test_local_attention_under_cp_exchanges_only_the_window() -> None:
     g = build_graph(WL["llama4-scout"], seq_len=16384, cp=2)
     assert not [c for c in g.body[0].comms if c.group == "cp"]
     assert [c.kind for c in g.body[1].comms if c.group == "cp"] == ["all_gather"]
+
+
+@pytest.mark.parametrize("acc", ["v100-sxm2-32gb", "h100-sxm5-80gb", "host-cpu"])
+def test_ssd_and_recurrence_cost_on_every_kind_of_chip(acc: str) -> None:
+    # the SSD scan and the fused recurrence run in a format the chip has (V100: no bf16)
+    from perfmodel.compute.ops import op_cost
+    from perfmodel.hardware.catalog import load_catalog
+
+    chip = load_catalog().accelerator(acc)
+    prec = "fp16" if acc == "v100-sxm2-32gb" else "bf16"
+    ssd = next(o for o in build_graph(WL["nemotron-h-8b"], seq_len=1024, precision=prec).body[0].ops if o.kind == "ssd")
+    rec = next(o for o in build_graph(WL["cpu-lstm"], seq_len=64, precision=prec).layers[0].ops if o.kind == "recurrence")
+    for op in (ssd, rec):
+        assert 0 < op_cost(chip, op, "fwd").time_s < op_cost(chip, op, "bwd").time_s

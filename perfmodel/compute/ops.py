@@ -190,7 +190,9 @@ def _with_quantize(acc: Accelerator, c: OpCost, op: Op, bwd: bool, recipe: Fp8Re
 
 def ssd_cost(acc: Accelerator, op: Op, flop_scale: float = 1.0, bytes_scale: float = 1.0, kernels: int = 1) -> OpCost:
     """Mamba-2 SSD scan: its matmul FLOPs at FLASH_FALLBACK_RATIO x R, its bytes streamed."""
-    tc = op.flop * flop_scale / (FLASH_FALLBACK_RATIO * gemm_rate_flop_per_s(acc, "bf16"))
+    # the scan runs in bf16, else the next format the chip has (fp16 on V100, fp32 on a CPU)
+    fmt = next((p for p in ("bf16", "fp16", "fp32") if p in acc.supported_precisions), "bf16")
+    tc = op.flop * flop_scale / (FLASH_FALLBACK_RATIO * gemm_rate_flop_per_s(acc, fmt))
     tm = op.bytes * bytes_scale / acc.hbm_achieved_Bps
     t0 = launch_s(acc) * kernels
     return OpCost(tc, tm, t0, max(tc, tm) + t0, _bound(tc, tm, t0))
