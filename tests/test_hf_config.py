@@ -117,3 +117,18 @@ def test_cli_error_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["estimate", str(HF / "nemotron-h-8b.json"), "--hardware", "h100-sxm5-80gb"]) == 2
     err = capsys.readouterr().err
     assert "nemotron_h" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("name", "seq", "total", "active", "tol"), PUBLISHED)
+def test_cross_check_with_transformers_where_installed(name: str, seq: int | None, total: float, active: float | None,
+                                                       tol: float) -> None:
+    """Where `transformers` is installed, the model it builds (on the meta device) has our count
+    to 0.1 % (the unmodelled q/k/v biases and q/k norms are below 0.01 %)."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    cfg = json.loads((HF / name).read_text())
+    config = transformers.AutoConfig.for_model(**cfg)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    theirs = sum(p.numel() for p in model.parameters())
+    assert param_counts(load_hf_config(HF / name, seq_len=seq))[0] == pytest.approx(theirs, rel=1e-3)

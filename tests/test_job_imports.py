@@ -94,6 +94,9 @@ def test_torchtitan_float8_and_errors(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="data_parallel_shard_degree"):
         load_torchtitan(TT / "llama3_8b.toml")
     bad = tmp_path / "x.toml"
+    bad.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\ndata_parallel_replicate_degree = 2\n')
+    with pytest.raises(SpecError, match="HSDP"):
+        load_torchtitan(bad, n_gpus=8)
     bad.write_text('[model]\nname = "llama3"\nflavor = "17B"\n')
     with pytest.raises(SpecError, match=r"llama3 17B.*llama3 8B"):
         load_torchtitan(bad, n_gpus=8)

@@ -67,6 +67,11 @@ NEUTRAL = frozenset({
     "router_jitter_noise", "experts_per_token", "use_sliding_window", "sliding_window", "layer_types",
     "num_nextn_predict_layers", "model_type", "rope_interleave", "partial_rotary_factor", "use_qk_norm",
     "hidden_activation", "attention_bias", "mlp_bias", "tie_word_embeddings", "head_dim",
+    # PretrainedConfig's generic fields (generation, labels, output switches)
+    "use_bfloat16", "output_attentions", "output_hidden_states", "return_dict", "is_decoder", "torchscript",
+    "keys_to_ignore_at_inference", "tokenizer_class", "finetuning_task", "id2label", "label2id", "problem_type",
+    "chunk_size_feed_forward", "pruned_heads", "attn_implementation", "_attn_implementation", "bad_words_ids",
+    "begin_suppress_tokens", "decoder_start_token_id", "sep_token_id", "prefix", "task_specific_params",
 })
 COMMON = frozenset({"num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
                     "num_key_value_heads", "vocab_size", "hidden_act"})

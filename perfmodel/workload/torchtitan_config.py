@@ -12,8 +12,9 @@ Read (torchtitan's JobConfig sections and field names):
   step, global_batch_size (default local x dp), seq_len.
 - [parallelism] data_parallel_replicate_degree x data_parallel_shard_degree (-1 = fill the GPUs),
   tensor_parallel_degree, pipeline_parallel_degree (+ pipeline_parallel_microbatch_size,
-  pipeline_parallel_schedule), context_parallel_degree, expert_parallel_degree; FSDP (shard > 1)
-  is ZeRO-3; sequence parallelism comes with torchtitan's tensor parallelism (tp > 1).
+  pipeline_parallel_schedule), context_parallel_degree, expert_parallel_degree,
+  expert_tensor_parallel_degree; FSDP (shard > 1) is ZeRO-3, DDP (replicate > 1) ZeRO-0, and both
+  at once (HSDP) is refused; sequence parallelism comes with torchtitan's tensor parallelism.
 - [activation_checkpoint] mode none / selective / full.
 """
 
@@ -81,6 +82,8 @@ def torchtitan_job(cfg: dict[str, Any], n_gpus: int | None = None) -> Torchtitan
     cp = _pos_int(_get(cfg, "parallelism", "context_parallel_degree", 1), "parallelism.context_parallel_degree")
     ep = _pos_int(_get(cfg, "parallelism", "expert_parallel_degree", 1), "parallelism.expert_parallel_degree")
     rep = _pos_int(_get(cfg, "parallelism", "data_parallel_replicate_degree", 1), "parallelism.data_parallel_replicate_degree")
+    etp = _pos_int(_get(cfg, "parallelism", "expert_tensor_parallel_degree", 1),
+                   "parallelism.expert_tensor_parallel_degree")
     shard = _get(cfg, "parallelism", "data_parallel_shard_degree", -1)
     if shard == -1:
         if n_gpus is None:
@@ -92,6 +95,10 @@ def torchtitan_job(cfg: dict[str, Any], n_gpus: int | None = None) -> Torchtitan
                             f"--n-gpus a multiple of {rep * tp * pp * cp}")
         shard = n_gpus // (rep * tp * pp * cp)
     shard = _pos_int(shard, "parallelism.data_parallel_shard_degree")
+    if rep > 1 and shard > 1:
+        raise SpecError("parallelism.data_parallel_replicate_degree",
+                        f"{rep} with data_parallel_shard_degree {shard} is HSDP, which perfmodel does not model",
+                        "replicate 1 (FSDP) or shard 1 (DDP)")
     dp = rep * shard
     local = _get(cfg, "training", "local_batch_size", _get(cfg, "training", "batch_size", 8))
     local = _pos_int(local, "training.local_batch_size")
@@ -110,7 +117,7 @@ def torchtitan_job(cfg: dict[str, Any], n_gpus: int | None = None) -> Torchtitan
     sched = _get(cfg, "parallelism", "pipeline_parallel_schedule", "1F1B")
     if sched not in SCHEDULES:
         raise SpecError("parallelism.pipeline_parallel_schedule", f"{sched!r}", f"one of: {', '.join(SCHEDULES)}")
-    layout = {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "vp": 1, "etp": 1, "sp": tp > 1,
+    layout = {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "vp": 1, "etp": etp, "sp": tp > 1,
               "zero": 3 if shard > 1 else 0, "micro_batch": mb, "global_batch": gb, "seq_len": seq,
               "recompute": mode, "precision": "fp8" if fp8 else "bf16",
               "schedule": SCHEDULES[sched] if pp > 1 else None}
