@@ -92,6 +92,7 @@ def _apply_layout(a: argparse.Namespace, lay: dict[str, Any]) -> argparse.Namesp
     b.tp, b.pp, b.cp, b.ep, b.vp, b.sp = lay["tp"], lay["pp"], lay["cp"], lay["ep"], lay["vp"], lay["sp"]
     b.zero, b.micro_batch, b.seq_len = lay["zero"], lay["micro_batch"], lay["seq_len"]
     b.recompute, b.precision = lay["recompute"], lay["precision"]
+    b.fp8_recipe, b.optimizer = lay.get("fp8_recipe"), lay.get("optimizer", a.optimizer)
     b.schedule = lay.get("schedule") or a.schedule
     b.dp = lay.get("dp") or a.dp
     if lay.get("global_batch"):

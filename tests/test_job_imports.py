@@ -60,6 +60,13 @@ def test_megatron_bridge_overrides_vp_recompute_fp8_and_moe_pattern() -> None:
     lay = job.layout
     assert (lay["tp"], lay["pp"], lay["vp"], lay["ep"], lay["sp"], lay["recompute"], lay["precision"]) == (
         2, 8, 2, 64, True, "full", "fp8")
+    assert (lay["fp8_recipe"], lay["optimizer"]) == ("delayed", "adamw")  # Megatron's defaults
+    base = "--num-layers 2 --hidden-size 64 --num-attention-heads 2 --seq-length 8 --vocab-size 8 "
+    for extra, want in (("--fp8-format e4m3 --fp8-recipe tensorwise", ("fp8", "current")),
+                        ("--fp8-format e4m3 --fp8-recipe mxfp8", ("mxfp8", "mxfp8")),
+                        ("--fp4-format e2m1 --fp4-recipe nvfp4", ("nvfp4", "nvfp4")), ("--bf16", ("bf16", None))):
+        got = parse_megatron_args(base + extra).layout
+        assert (got["precision"], got["fp8_recipe"]) == want
 
 
 def test_megatron_virtual_stages_and_errors() -> None:
@@ -91,6 +98,7 @@ def test_torchtitan_llama3_70b_preset_on_64_gpus() -> None:
 def test_torchtitan_float8_and_errors(tmp_path: Path) -> None:
     lay = load_torchtitan(TT / "llama3_8b.toml", n_gpus=64).layout
     assert (lay["dp"], lay["tp"], lay["precision"], lay["recompute"], lay["global_batch"]) == (64, 1, "fp8", "selective", 64)
+    assert (lay["fp8_recipe"], lay["optimizer"]) == ("current", "adamw")  # torchtitan's tensorwise float8, AdamW
     with pytest.raises(SpecError, match="data_parallel_shard_degree"):
         load_torchtitan(TT / "llama3_8b.toml")
     bad = tmp_path / "x.toml"

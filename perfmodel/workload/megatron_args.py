@@ -26,8 +26,10 @@ What is read (Megatron's defaults where the list is silent):
   --context-parallel-size, --expert-model-parallel-size, --expert-tensor-parallel-size,
   --sequence-parallel (ignored by Megatron when tp = 1, and here), --recompute-granularity
   (full / selective) or --recompute-activations (selective), --micro-batch-size,
-  --global-batch-size, --fp8-format (fp8 GEMMs), --fp16 / --bf16, --use-distributed-optimizer
-  (ZeRO-1), --use-torch-fsdp2 / --use-custom-fsdp (ZeRO-3).
+  --global-batch-size, --fp8-format (fp8 GEMMs) with --fp8-recipe (delayed, tensorwise = current
+  scaling, blockwise, mxfp8), --fp4-format / --fp4-recipe (nvfp4), --fp16 / --bf16, --optimizer
+  (adam = AdamW, sgd), --use-distributed-optimizer (ZeRO-1), --use-torch-fsdp2 / --use-custom-fsdp
+  (ZeRO-3).
 Every other argument (learning rate, data, logging...) does not change a step's shapes and is
 listed in `ignored` so that the caller can show it.
 """
@@ -56,9 +58,13 @@ VALUED = frozenset({"num-layers", "hidden-size", "ffn-hidden-size", "num-attenti
                     "qk-pos-emb-head-dim", "v-head-dim", "tensor-model-parallel-size", "pipeline-model-parallel-size",
                     "num-layers-per-virtual-pipeline-stage", "virtual-pipeline-model-parallel-size",
                     "context-parallel-size", "expert-model-parallel-size", "expert-tensor-parallel-size",
-                    "recompute-granularity", "micro-batch-size", "global-batch-size", "fp8-format", "fp8"})
+                    "recompute-granularity", "micro-batch-size", "global-batch-size", "fp8-format", "fp8", "fp8-recipe",
+                    "fp4-format", "fp4-recipe", "optimizer"})
+# Megatron's --fp8-recipe / --fp4-recipe -> (precision, perfmodel fp8_recipe)
+RECIPES = {"delayed": ("fp8", "delayed"), "tensorwise": ("fp8", "current"), "blockwise": ("fp8", "blockwise"),
+           "mxfp8": ("mxfp8", "mxfp8"), "nvfp4": ("nvfp4", "nvfp4")}
 ALIASES = {"tensor-parallel-size": "tensor-model-parallel-size", "pipeline-parallel-size": "pipeline-model-parallel-size",
-           "moe-router-top-k": "moe-router-topk", "num-moe-experts": "num-experts", "fp8-recipe": "fp8-format",
+           "moe-router-top-k": "moe-router-topk", "num-moe-experts": "num-experts",
            "gated-linear-unit": "swiglu"}
 BRIDGE_BOOL = {"true": True, "false": False, "1": True, "0": False}
 
@@ -261,10 +267,23 @@ def _layout(got: dict[str, Any], L: int, tp: int, pp: int) -> dict[str, Any]:
     if rec not in ("none", "full", "selective"):
         raise SpecError("--recompute-granularity", f"{rec!r}", "full or selective")
     precision = "fp8" if got.get("fp8-format") or got.get("fp8") else "fp16" if got.get("fp16") else "bf16"
+    recipe = None
+    if got.get("fp4-format") or got.get("fp4-recipe"):
+        precision, recipe = RECIPES["nvfp4"]
+    elif precision == "fp8":
+        name = str(got.get("fp8-recipe", "delayed"))
+        if name not in RECIPES or name == "nvfp4":
+            raise SpecError("--fp8-recipe", f"{name!r}", "delayed, tensorwise, blockwise or mxfp8")
+        precision, recipe = RECIPES[name]
+    optimizer = str(got.get("optimizer", "adam"))
+    if optimizer not in ("adam", "sgd"):
+        raise SpecError("--optimizer", f"{optimizer!r}", "adam or sgd (Megatron's choices)")
     zero = 3 if got.get("use-torch-fsdp2") or got.get("use-custom-fsdp") else 1 if got.get("use-distributed-optimizer") else 0
     mb = _int(got, "micro-batch-size", 1)
     return {"tp": tp, "pp": pp, "vp": vp, "cp": _int(got, "context-parallel-size", 1),
             "ep": _int(got, "expert-model-parallel-size", 1), "etp": _int(got, "expert-tensor-parallel-size", 1),
             "sp": bool(got.get("sequence-parallel")) and tp > 1, "zero": zero, "micro_batch": mb,
             "global_batch": _int(got, "global-batch-size") if "global-batch-size" in got else None,
-            "seq_len": _int(got, "seq-length"), "recompute": rec, "precision": precision}
+            "seq_len": _int(got, "seq-length"), "recompute": rec, "precision": precision, "fp8_recipe": recipe,
+            # Megatron's "adam" is AdamW (decoupled weight decay); both cost the same here
+            "optimizer": "adamw" if optimizer == "adam" else "sgd"}

@@ -7,7 +7,9 @@
 
 Read (torchtitan's JobConfig sections and field names):
 - [model] name + flavor -> a workload of workloads/ (`FLAVORS`); converters containing "float8"
-  (or [float8] enable_float8_linear / a [quantize] float8 section) -> fp8 GEMMs.
+  (or [float8] enable_float8_linear / a [quantize] float8 section) -> fp8 GEMMs with tensorwise
+  (current) scaling ([float8] recipe_name rowwise is refused); "mx" -> mxfp8.
+- [optimizer] name: AdamW, Adam, SGD, Muon.
 - [training] local_batch_size (older files: batch_size) = sequences per data-parallel rank per
   step, global_batch_size (default local x dp), seq_len.
 - [parallelism] data_parallel_replicate_degree x data_parallel_shard_degree (-1 = fill the GPUs),
@@ -114,11 +116,25 @@ def torchtitan_job(cfg: dict[str, Any], n_gpus: int | None = None) -> Torchtitan
     converters = _get(cfg, "model", "converters", []) or []
     fp8 = "float8" in converters or bool(_get(cfg, "float8", "enable_float8_linear", False)) or "float8" in cfg.get(
         "quantize", {})
+    precision, recipe = "bf16", None
+    if "mx" in converters:
+        precision, recipe = "mxfp8", "mxfp8"
+    elif fp8:
+        # torchtitan's float8 recipes: tensorwise (the default) scales each tensor by its current amax
+        name = _get(cfg, "float8", "recipe_name", None) or "tensorwise"
+        if name != "tensorwise":
+            raise SpecError("float8.recipe_name", f"{name!r}: row-wise scaling is not modelled",
+                            "tensorwise (perfmodel's 'current' recipe)")
+        precision, recipe = "fp8", "current"
+    opt = str(_get(cfg, "optimizer", "name", "AdamW"))
+    optimizer = {"AdamW": "adamw", "Adam": "adam", "SGD": "sgd", "Muon": "muon"}.get(opt)
+    if optimizer is None:
+        raise SpecError("optimizer.name", f"{opt!r}", "AdamW, Adam, SGD or Muon")
     sched = _get(cfg, "parallelism", "pipeline_parallel_schedule", "1F1B")
     if sched not in SCHEDULES:
         raise SpecError("parallelism.pipeline_parallel_schedule", f"{sched!r}", f"one of: {', '.join(SCHEDULES)}")
     layout = {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "vp": 1, "etp": etp, "sp": tp > 1,
               "zero": 3 if shard > 1 else 0, "micro_batch": mb, "global_batch": gb, "seq_len": seq,
-              "recompute": mode, "precision": "fp8" if fp8 else "bf16",
+              "recompute": mode, "precision": precision, "fp8_recipe": recipe, "optimizer": optimizer,
               "schedule": SCHEDULES[sched] if pp > 1 else None}
     return TorchtitanJob(spec, layout)
