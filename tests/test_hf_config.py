@@ -93,6 +93,10 @@ def test_detected_by_content(tmp_path: Path) -> None:
     other = tmp_path / "x.json"
     other.write_text('{"hidden_size": 1}')
     assert not is_hf_config(other) and not is_hf_config(tmp_path / "missing.json")
+    snapshot = tmp_path / "Qwen3-8B"  # a Hub snapshot directory: its config.json, its name as the id
+    snapshot.mkdir()
+    (snapshot / "config.json").write_text((HF / "qwen3-8b.json").read_text())
+    assert is_hf_config(snapshot) and load_hf_config(snapshot).id == "Qwen3-8B"
 
 
 def test_cli_estimate_reads_config_and_reports_params(capsys: pytest.CaptureFixture[str]) -> None:

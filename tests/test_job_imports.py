@@ -131,3 +131,20 @@ def test_cli_etp_refused_when_not_modelled(capsys: pytest.CaptureFixture[str]) -
     rc = main(["estimate", "--megatron-args", args, "--n-gpus", "64", "--hardware", "h100-sxm5-80gb"])
     if "etp" not in ParallelPlan.model_fields:
         assert rc == 2 and "etp 2" in capsys.readouterr().err
+
+
+def test_megatron_bash_arrays_continuations_and_unresolved_paths() -> None:
+    text = """
+MODEL_ARGS=(
+    --num-layers 24 --hidden-size 2048   # comment
+    --num-attention-heads 16 \\
+    --seq-length 2048 --vocab-size 50304
+)
+TRAINING_ARGS=( --rampup-batch-size 16 16 5859375 --micro-batch-size 4 --global-batch-size 512 --bf16 )
+DATA_ARGS=( --data-path $DATA_PATH --save "${CHECKPOINT}/x" )
+torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py ${MODEL_ARGS[@]} ${TRAINING_ARGS[@]}
+"""
+    job = parse_megatron_args(text)
+    assert (job.spec.num_layers, job.spec.hidden, job.spec.vocab) == (24, 2048, 50304)
+    assert (job.layout["micro_batch"], job.layout["global_batch"], job.layout["precision"]) == (4, 512, "bf16")
+    assert {"--rampup-batch-size", "--data-path", "--save"} <= set(job.ignored)

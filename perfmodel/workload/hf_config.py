@@ -90,8 +90,11 @@ GATED_ACTS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu", "gelu_pytorc
 
 
 def is_hf_config(path: str | Path) -> bool:
-    """True when `path` is a JSON file holding an object with a `model_type` (detected by content)."""
+    """True when `path` is a JSON file holding an object with a `model_type` (detected by content),
+    or a directory (a Hub snapshot) whose config.json is one."""
     p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
     if not p.is_file():
         return False
     try:
@@ -119,6 +122,8 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
 def load_hf_config(path: str | Path, *, seq_len: int | None = None, model_id: str | None = None) -> ModelSpec:
     """The ModelSpec of the Hugging Face config.json at `path` (see the module docstring)."""
     p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
     stem = p.parent.name if p.stem == "config" and p.parent.name else p.stem
     return spec_from_hf(read_hf_config(p), model_id=model_id or stem, seq_len=seq_len, file=str(p))
 
