@@ -7,10 +7,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfmodel.errors import LayoutError
-from perfmodel.workload.spec import ModelSpec
+
+if TYPE_CHECKING:  # the parser is built without loading pydantic models
+    from perfmodel.workload.spec import ModelSpec
 
 
 def add_estimate_import_args(e: argparse.ArgumentParser) -> None:
