@@ -93,6 +93,13 @@ def test_des_seeds_and_points_without_a_fit(tmp_path: Path) -> None:
     lo, mean, hi = ok.loc[0, ["des_step_time_min_s", "des_step_time_mean_s", "des_step_time_max_s"]]
     assert lo < hi and lo <= mean <= hi  # three seeds of 10 % jitter differ
     assert pd.isna(ok.loc[1, "des_step_time_mean_s"])  # only the best layout re-scored (des.top 1)
+    slow = tmp_path / "slow.parquet"  # the same seeds with the last stage's compute 1.5x slower: every run slower
+    assert sweep.des is not None
+    run_sweep(sweep.model_copy(update={"des": sweep.des.model_copy(update={"straggler_factor": 1.5})}), slow,
+              workers=1, progress=False)
+    slow_ok = pd.read_parquet(slow).query("n_gpus == 64").reset_index(drop=True)
+    assert slow_ok.loc[0, "des_step_time_min_s"] > hi
+    assert slow_ok.loc[0, "step_time_s"] == ok.loc[0, "step_time_s"]  # the analytic ranking is untouched
 
 
 def test_bad_sweep_files_are_named(tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ lengths x precisions), run on every local core or on a Ray cluster, written to P
     objective: step_time     # step_time | cost | tokens_per_joule
     top: 10                  # best layouts kept per point
     space: {max_cp: 4}       # optional SearchSpace fields
-    des: {seeds: [0, 1, 2, 3], jitter_sigma: 0.05, top: 3}   # optional DES Monte Carlo of the top layouts
+    des: {seeds: [0, 1, 2, 3], jitter_sigma: 0.05, top: 3,   # optional DES Monte Carlo of the top layouts,
+          straggler_factor: 1.2, straggler_stage: last}       # optionally with one slow pipeline stage
 
 A point is one (workload, hardware, n_gpus, global_batch, seq_len, precision); it is scored by
 `perfmodel.planning.search` (every valid layout of the point in one vectorised pass, 10^4-10^5
@@ -62,6 +63,8 @@ class DesStudy(BaseModel):
     seeds: tuple[int, ...] = Field(min_length=1)
     jitter_sigma: float = Field(0.05, ge=0)
     top: int = Field(1, gt=0, description="layouts per point re-scored")
+    straggler_factor: float | None = Field(None, gt=0, description="one pipeline stage's compute slowed by this factor")
+    straggler_stage: Literal["first", "last"] = Field("last", description="which stage straggles (any pp has both)")
 
 
 class Sweep(BaseModel):
@@ -182,8 +185,11 @@ def _des_columns(df: pd.DataFrame, res: Any, des: DesStudy) -> None:
             maxs.append(float("nan"))
             continue
         plan = row_plan(res.table.iloc[i], res.global_batch, res.seq_len, res.precision)
-        times = [des_estimate(res.spec, res.system, plan, jitter_sigma=des.jitter_sigma, seed=s, trace=False).step_time_s
-                 for s in des.seeds]
+        straggler = None
+        if des.straggler_factor is not None:
+            straggler = (0 if des.straggler_stage == "first" else plan.pp - 1, des.straggler_factor)
+        times = [des_estimate(res.spec, res.system, plan, jitter_sigma=des.jitter_sigma, seed=s, straggler=straggler,
+                              trace=False).step_time_s for s in des.seeds]
         means.append(sum(times) / len(times))
         mins.append(min(times))
         maxs.append(max(times))
