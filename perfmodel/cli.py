@@ -92,9 +92,12 @@ def cmd_estimate(a: argparse.Namespace) -> int:
         plan = _plan(a, n)
         est = perfmodel.estimate_graph(graph, _hardware(a, plan.world), plan, gpus_per_node=a.gpus_per_node)
     else:
+        from perfmodel.cli_imports import estimate_inputs, param_fields
+
+        spec, a = estimate_inputs(a)  # a workload id, a HF config.json, --megatron-args or --torchtitan
         n = a.n_gpus or (a.dp or 1) * a.tp * a.pp * a.cp
         plan = _plan(a, n)
-        est = perfmodel.estimate(a.workload, _hardware(a, plan.world), plan, engine=a.engine, gpus_per_node=a.gpus_per_node)
+        est = perfmodel.estimate(spec, _hardware(a, plan.world), plan, engine=a.engine, gpus_per_node=a.gpus_per_node)
     if a.input_pipeline:
         from perfmodel.hardware.catalog import resolve_hardware
         from perfmodel.planning.input_pipeline import apply_input_pipeline, load_input_pipeline
@@ -102,7 +105,7 @@ def cmd_estimate(a: argparse.Namespace) -> int:
         system, _ = resolve_hardware(a.hardware, plan.world, a.gpus_per_node)
         est = apply_input_pipeline(est, load_input_pipeline(a.input_pipeline), system.node.accelerators_per_node)
     if a.json:
-        print(json.dumps(est.to_dict(), indent=2))
+        print(json.dumps(est.to_dict() | (param_fields(spec) if not a.torch else {}), indent=2))
     else:
         print(est.summary())
     if a.trace and est.timeline is not None:
@@ -126,6 +129,14 @@ def cmd_validate(a: argparse.Namespace) -> int:
 
 def cmd_report(a: argparse.Namespace) -> int:
     from perfmodel.validation.report import write_report
+
+    if a.results:
+        from perfmodel.planning.sweep_report import write_sweep_report
+
+        print(write_sweep_report(Path(a.results), Path(a.out)))
+        return 0
+    if not (a.runs and a.pred):
+        raise ValueError("report needs a sweep's RESULTS.parquet, or --runs and --pred (validation report)")
 
     print(write_report([Path(r) for r in a.runs], [Path(p) for p in a.pred], Path(a.out)))
     return 0
@@ -225,7 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
 
     e = sub.add_parser("estimate", help="one step-time estimate")
-    e.add_argument("workload", help="workload id from workloads/ (see `perfmodel list workloads`)")
+    e.add_argument("workload", nargs="?", default=None, help="workload id from workloads/ (see `perfmodel list "
+                   "workloads`), a workload YAML, or a Hugging Face config.json")
     e.add_argument("--hardware", "--cluster", dest="hardware", default="a100-sxm4-80gb", help="accelerator, node or cluster id")
     e.add_argument("--n-gpus", type=int, default=None)
     e.add_argument("--gpus-per-node", type=int, default=None)
@@ -239,6 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--example-shape", default=None, help="with --torch: input shape, e.g. 8,2048 (batch first)")
     e.add_argument("--input-pipeline", default=None, help="data-loading pipeline YAML: bound the step by it")
     _plan_args(e)
+    from perfmodel.cli_imports import add_estimate_import_args, add_import_sweep_commands
+
+    add_estimate_import_args(e)
     e.set_defaults(func=cmd_estimate)
 
     v = sub.add_parser("validate", help="predict every row of a runs file (the contract: docs/VALIDATION.md)",
@@ -252,9 +267,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="attention kernel of the runs' software stack (default flash)")
     v.set_defaults(func=cmd_validate)
 
-    r = sub.add_parser("report", help="error report from runs files and their predictions")
-    r.add_argument("--runs", nargs="+", required=True)
-    r.add_argument("--pred", nargs="+", required=True)
+    r = sub.add_parser("report", help="error report from runs files and their predictions, or the HTML comparison "
+                       "of a sweep's RESULTS.parquet")
+    r.add_argument("results", nargs="?", default=None, help="a `perfmodel sweep` Parquet file")
+    r.add_argument("--runs", nargs="+", default=None)
+    r.add_argument("--pred", nargs="+", default=None)
     r.add_argument("--out", required=True)
     r.set_defaults(func=cmd_report)
 
@@ -307,6 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     from perfmodel.planning.lifecycle_cli import add_parsers as add_lifecycle_parsers
 
     add_lifecycle_parsers(sub, _plan_args, _plan)
+    add_import_sweep_commands(sub)
     return p
 
 

@@ -1,0 +1,150 @@
+"""Megatron argument lists and torchtitan TOML files (tests/data/megatron, tests/data/torchtitan,
+written from the published Megatron-LM examples and torchtitan train_configs) give the model and
+the layout they state."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfmodel.cli import main
+from perfmodel.errors import SpecError
+from perfmodel.workload.catalog import get_workload
+from perfmodel.workload.hf_config import param_counts
+from perfmodel.workload.megatron_args import load_megatron_args_file, moe_layer_pattern, parse_megatron_args
+from perfmodel.workload.torchtitan_config import load_torchtitan
+
+DATA = Path(__file__).parent / "data"
+MEG, TT = DATA / "megatron", DATA / "torchtitan"
+
+
+def test_megatron_gpt3_175b_example() -> None:
+    job = load_megatron_args_file(MEG / "gpt3-175b.args")
+    s = job.spec
+    # GPT2BPETokenizer 50257 padded to a multiple of 128 x tp 8 = 1024 -> 51200 (Megatron's padding)
+    assert (s.num_layers, s.hidden, s.num_heads, s.ffn_hidden, s.vocab, s.seq_len) == (96, 12288, 96, 4 * 12288, 51200, 2048)
+    assert (s.activation, s.norm, s.position, s.tied_embeddings, s.bias) == ("gelu", "layernorm", "learned", True, True)
+    lay = job.layout
+    assert (lay["tp"], lay["pp"], lay["micro_batch"], lay["global_batch"], lay["precision"]) == (8, 16, 1, 1536, "fp16")
+    total, _ = param_counts(s)
+    assert total == pytest.approx(175e9, rel=0.01)
+    assert "--lr" in job.ignored and "--train-iters" in job.ignored
+
+
+def test_megatron_mixtral_example_is_the_catalogue_mixtral() -> None:
+    job = load_megatron_args_file(MEG / "mixtral-8x7b.args")
+    assert param_counts(job.spec) == param_counts(get_workload("mixtral-8x7b"))
+    lay = job.layout
+    # --sequence-parallel with tp 1 is dropped, as Megatron does; the distributed optimizer is ZeRO-1
+    assert (lay["tp"], lay["pp"], lay["ep"], lay["sp"], lay["zero"], lay["global_batch"]) == (1, 4, 8, False, 1, 256)
+
+
+def test_megatron_bridge_overrides_vp_recompute_fp8_and_moe_pattern() -> None:
+    job = parse_megatron_args(
+        "model.num_layers=61 model.hidden_size=7168 model.num_attention_heads=128 model.seq_length=4096 "
+        "model.vocab_size=129280 model.gated_linear_unit=true model.normalization=RMSNorm "
+        "model.position_embedding_type=rope model.share_embeddings_and_output_weights=false model.add_bias_linear=false "
+        "model.ffn_hidden_size=18432 model.num_moe_experts=256 model.moe_router_topk=8 model.moe_ffn_hidden_size=2048 "
+        "model.moe_shared_expert_intermediate_size=2048 model.moe_layer_freq=[0]*3+[1]*58 "
+        "model.multi_latent_attention=true model.q_lora_rank=1536 model.kv_lora_rank=512 model.qk_head_dim=128 "
+        "model.qk_pos_emb_head_dim=64 model.v_head_dim=128 model.tensor_model_parallel_size=2 "
+        "model.pipeline_model_parallel_size=8 --virtual-pipeline-model-parallel-size 2 model.expert_model_parallel_size=64 "
+        "model.sequence_parallel=true --recompute-granularity full --fp8-format hybrid --micro-batch-size 1 "
+        "--global-batch-size 4096")
+    s = job.spec
+    assert (s.first_dense_layers, s.moe_layer_freq, s.num_shared_experts, s.attention) == (3, 1, 1, "mla")
+    # the same parameters as the catalogue's DeepSeek-V3 (129280 is already a multiple of 128 x 2)
+    assert param_counts(s) == param_counts(get_workload("deepseek-v3"))
+    lay = job.layout
+    assert (lay["tp"], lay["pp"], lay["vp"], lay["ep"], lay["sp"], lay["recompute"], lay["precision"]) == (
+        2, 8, 2, 64, True, "full", "fp8")
+    assert (lay["fp8_recipe"], lay["optimizer"]) == ("delayed", "adamw")  # Megatron's defaults
+    base = "--num-layers 2 --hidden-size 64 --num-attention-heads 2 --seq-length 8 --vocab-size 8 "
+    for extra, want in (("--fp8-format e4m3 --fp8-recipe tensorwise", ("fp8", "current")),
+                        ("--fp8-format e4m3 --fp8-recipe mxfp8", ("mxfp8", "mxfp8")),
+                        ("--fp4-format e2m1 --fp4-recipe nvfp4", ("nvfp4", "nvfp4")), ("--bf16", ("bf16", None))):
+        got = parse_megatron_args(base + extra).layout
+        assert (got["precision"], got["fp8_recipe"]) == want
+
+
+def test_megatron_virtual_stages_and_errors() -> None:
+    base = "--num-layers 32 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 --vocab-size 1000 "
+    assert parse_megatron_args(base + "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2"
+                               ).layout["vp"] == 4  # 32 layers / (4 stages x 2 layers per chunk)
+    with pytest.raises(SpecError, match="--num-layers-per-virtual-pipeline-stage"):
+        parse_megatron_args(base + "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 3")
+    with pytest.raises(SpecError, match=r"--hidden-size.*\$HIDDEN"):
+        parse_megatron_args("--num-layers 2 --hidden-size $HIDDEN --num-attention-heads 2 --seq-length 8 --vocab-size 8")
+    with pytest.raises(SpecError, match="--vocab-size"):
+        parse_megatron_args("--num-layers 2 --hidden-size 8 --num-attention-heads 2 --seq-length 8")
+    assert moe_layer_pattern("([0]*1+[1, 0]*2)", 5) == (1, 2)
+    with pytest.raises(SpecError, match="--moe-layer-freq"):
+        moe_layer_pattern("[1, 1, 0, 1]", 4)
+    with pytest.raises(SpecError, match="--moe-layer-freq"):
+        moe_layer_pattern("__import__('os')", 4)
+
+
+def test_torchtitan_llama3_70b_preset_on_64_gpus() -> None:
+    job = load_torchtitan(TT / "llama3_70b.toml", n_gpus=64)
+    assert job.spec.id == "llama3-70b"
+    lay = job.layout
+    # data_parallel_shard_degree -1 fills 64 GPUs / tp 8 = 8 FSDP ranks; 8 sequences each
+    assert (lay["dp"], lay["tp"], lay["zero"], lay["sp"], lay["micro_batch"], lay["global_batch"]) == (8, 8, 3, True, 8, 64)
+    assert (lay["recompute"], lay["precision"], lay["seq_len"]) == ("full", "bf16", 8192)
+
+
+def test_torchtitan_float8_and_errors(tmp_path: Path) -> None:
+    lay = load_torchtitan(TT / "llama3_8b.toml", n_gpus=64).layout
+    assert (lay["dp"], lay["tp"], lay["precision"], lay["recompute"], lay["global_batch"]) == (64, 1, "fp8", "selective", 64)
+    assert (lay["fp8_recipe"], lay["optimizer"]) == ("current", "adamw")  # torchtitan's tensorwise float8, AdamW
+    with pytest.raises(SpecError, match="data_parallel_shard_degree"):
+        load_torchtitan(TT / "llama3_8b.toml")
+    bad = tmp_path / "x.toml"
+    bad.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\ndata_parallel_replicate_degree = 2\n')
+    with pytest.raises(SpecError, match="HSDP"):
+        load_torchtitan(bad, n_gpus=8)
+    bad.write_text('[model]\nname = "llama3"\nflavor = "17B"\n')
+    with pytest.raises(SpecError, match=r"llama3 17B.*llama3 8B"):
+        load_torchtitan(bad, n_gpus=8)
+
+
+def test_cli_estimate_from_megatron_and_torchtitan(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["estimate", "--megatron-args-file", str(MEG / "mixtral-8x7b.args"), "--n-gpus", "64",
+                 "--hardware", "h100-sxm5-80gb", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    plan = out["plan"]
+    assert (plan["dp"], plan["pp"], plan["ep"], plan["zero_stage"], plan["global_batch"]) == (16, 4, 8, 1, 256)
+    assert out["params"] == pytest.approx(46.7e9, rel=0.01)
+    assert main(["estimate", "--torchtitan", str(TT / "llama3_70b.toml"), "--n-gpus", "64", "--hardware",
+                 "a100-sxm4-80gb", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert (plan["dp"], plan["tp"], plan["zero_stage"], plan["recompute"], plan["seq_len"]) == (8, 8, 3, "full", 8192)
+
+
+def test_cli_etp_refused_when_not_modelled(capsys: pytest.CaptureFixture[str]) -> None:
+    from perfmodel.parallel.plan import ParallelPlan
+
+    args = (MEG / "mixtral-8x7b.args").read_text() + "\n--expert-tensor-parallel-size 2\n"
+    assert load_megatron_args_file(MEG / "mixtral-8x7b.args").layout["etp"] == 1
+    rc = main(["estimate", "--megatron-args", args, "--n-gpus", "64", "--hardware", "h100-sxm5-80gb"])
+    if "etp" not in ParallelPlan.model_fields:
+        assert rc == 2 and "etp 2" in capsys.readouterr().err
+
+
+def test_megatron_bash_arrays_continuations_and_unresolved_paths() -> None:
+    text = """
+MODEL_ARGS=(
+    --num-layers 24 --hidden-size 2048   # comment
+    --num-attention-heads 16 \\
+    --seq-length 2048 --vocab-size 50304
+)
+TRAINING_ARGS=( --rampup-batch-size 16 16 5859375 --micro-batch-size 4 --global-batch-size 512 --bf16 )
+DATA_ARGS=( --data-path $DATA_PATH --save "${CHECKPOINT}/x" )
+torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py ${MODEL_ARGS[@]} ${TRAINING_ARGS[@]}
+"""
+    job = parse_megatron_args(text)
+    assert (job.spec.num_layers, job.spec.hidden, job.spec.vocab) == (24, 2048, 50304)
+    assert (job.layout["micro_batch"], job.layout["global_batch"], job.layout["precision"]) == (4, 512, "bf16")
+    assert {"--rampup-batch-size", "--data-path", "--save"} <= set(job.ignored)
