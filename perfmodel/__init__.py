@@ -3,11 +3,11 @@
 from perfmodel.api import estimate, estimate_graph, resolve
 from perfmodel.errors import LayoutError, PerfmodelError, SpecError, UnknownIdError
 from perfmodel.estimate import Estimate
-from perfmodel.hardware.catalog import load_catalog, resolve_system
+from perfmodel.hardware.catalog import add_specs_dir, load_catalog, resolve_system
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.planning import compare, search, time_to_train
 from perfmodel.workload.builder import build_graph
-from perfmodel.workload.catalog import get_workload, load_workloads
+from perfmodel.workload.catalog import add_workloads_dir, get_workload, load_workloads
 
 __all__ = [
     "Estimate",
@@ -16,6 +16,8 @@ __all__ = [
     "PerfmodelError",
     "SpecError",
     "UnknownIdError",
+    "add_specs_dir",
+    "add_workloads_dir",
     "build_graph",
     "compare",
     "estimate",

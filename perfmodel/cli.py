@@ -1,26 +1,89 @@
-"""perfmodel command line: estimate, validate, calibrate, search, compare, list."""
+"""perfmodel command line: estimate, validate, calibrate, search, compare, list.
+
+Every argument is checked where it is parsed (counts are positive integers, token counts positive
+finite numbers); nothing out of range is quietly replaced by a default. Errors exit 2 with one
+line on stderr, or, with --json, as {"error": {...}} on stdout so scripts can read them.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
+import warnings
 from pathlib import Path
+from typing import Any, NoReturn
 
-from perfmodel.errors import PerfmodelError
+from perfmodel.errors import PerfmodelError, SpecError, UsageError
+
+PRECISIONS = ["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError (carrying the usage line) instead of exiting, so that
+    `main` reports argument errors the same way as every other error (JSON with --json)."""
+
+    def error(self, message: str) -> NoReturn:
+        err = UsageError(message)
+        err.usage = self.format_usage()  # type: ignore[attr-defined]
+        raise err
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a GPU, batch, sequence or parallel-degree count)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; allowed: 1 or more") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v}; allowed: an integer >= 1")
+    return v
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (accepts 1e12, 2.5e+12)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; allowed: a finite number > 0") from None
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"{text}; allowed: a finite number > 0")
+    return v
+
+
+def shape(text: str) -> list[int]:
+    """argparse type: a comma-separated list of positive integers (an input shape, batch first)."""
+    try:
+        dims = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}; allowed: positive integers separated by commas, e.g. 8,2048") from None
+    if not dims or min(dims) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}; allowed: positive integers separated by commas, e.g. 8,2048")
+    return dims
+
+
+def _catalog_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("catalogue")
+    g.add_argument("--specs", action="append", default=[], metavar="DIR",
+                   help="add the hardware specs under DIR (sub-folders accelerators/, nodes/, fabrics/, clusters/) "
+                        "to the built-in ones; repeatable")
+    g.add_argument("--workloads", action="append", default=[], metavar="DIR",
+                   help="add the workload *.yaml files in DIR to the built-in ones; repeatable")
 
 
 def _plan_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("layout")
     for name in ("dp", "tp", "pp", "cp", "ep", "vp"):
-        g.add_argument(f"--{name}", type=int, default=None if name == "dp" else 1)
+        g.add_argument(f"--{name}", type=positive_int, default=None if name == "dp" else 1)
     g.add_argument("--sp", "--sequence-parallel", dest="sp", action="store_true", help="sequence parallelism (needs tp > 1)")
     g.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO stage (3 = FSDP full shard)")
-    g.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch")
-    g.add_argument("--global-batch", type=int, default=None, help="sequences per step (default: micro_batch x dp)")
-    g.add_argument("--seq-len", type=int, default=None)
+    g.add_argument("--micro-batch", type=positive_int, default=1, help="sequences per micro-batch")
+    g.add_argument("--global-batch", type=positive_int, default=None, help="sequences per step (default: micro_batch x dp)")
+    g.add_argument("--seq-len", type=positive_int, default=None)
     g.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
-    g.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"])
+    g.add_argument("--precision", default="bf16", choices=PRECISIONS)
     g.add_argument("--schedule", default=None, choices=["gpipe", "1f1b", "interleaved", "zb-h1"])
     g.add_argument("--optimizer", default="adam", choices=["adam", "adamw", "adam8bit", "sgd", "adafactor", "muon"],
                    help="optimizer state and step cost (sgd: with momentum; muon: Newton-Schulz on 2-D weights)")
@@ -40,6 +103,9 @@ def _plan(a: argparse.Namespace, n_gpus: int):
         if n_gpus % model_par:
             raise LayoutError(f"--n-gpus {n_gpus} is not divisible by tp {a.tp} x pp {a.pp} x cp {a.cp} = {model_par}")
         dp = n_gpus // model_par
+    elif dp * model_par != n_gpus:
+        raise UsageError(f"--n-gpus {n_gpus} but dp {dp} x tp {a.tp} x pp {a.pp} x cp {a.cp} = {dp * model_par} GPUs; "
+                         f"make them agree, or give only one of --n-gpus and --dp")
     gb = a.global_batch or a.micro_batch * dp
     return ParallelPlan(dp=dp, tp=a.tp, pp=a.pp, cp=a.cp, ep=a.ep, vp=a.vp, sequence_parallel=a.sp,
                         zero_stage=a.zero, micro_batch=a.micro_batch, global_batch=gb, seq_len=a.seq_len,
@@ -82,11 +148,16 @@ def _hardware(a: argparse.Namespace, world: int):
 def cmd_estimate(a: argparse.Namespace) -> int:
     import perfmodel
 
+    if a.trace and a.engine != "des":
+        raise UsageError(f"--trace writes the discrete-event engine's timeline; the {a.engine} engine has none: "
+                         "add --engine des")
     if a.torch:
         from perfmodel.workload.torch_import import estimate_module_cli
 
-        shape = [int(x) for x in a.example_shape.split(",")] if a.example_shape else None
-        graph = estimate_module_cli(a.workload, shape, precision=a.precision)
+        if (a.tp, a.cp, a.ep, a.vp) != (1, 1, 1, 1):
+            raise UsageError(f"--torch graphs are not sharded: only dp and pp layouts (got tp {a.tp}, cp {a.cp}, "
+                             f"ep {a.ep}, vp {a.vp}); leave those at 1")
+        graph = estimate_module_cli(a.workload, a.example_shape, precision=a.precision)
         n = a.n_gpus or (a.dp or 1) * a.pp
         a.micro_batch = graph.micro_batch if a.micro_batch == 1 else a.micro_batch
         plan = _plan(a, n)
@@ -104,12 +175,12 @@ def cmd_estimate(a: argparse.Namespace) -> int:
 
         system, _ = resolve_hardware(a.hardware, plan.world, a.gpus_per_node)
         est = apply_input_pipeline(est, load_input_pipeline(a.input_pipeline), system.node.accelerators_per_node)
+    if a.trace:
+        Path(a.trace).write_text(json.dumps(est.timeline or []))
     if a.json:
         print(json.dumps(est.to_dict() | (param_fields(spec) if not a.torch else {}), indent=2))
     else:
         print(est.summary())
-    if a.trace and est.timeline is not None:
-        Path(a.trace).write_text(json.dumps(est.timeline))
     return 0
 
 
@@ -203,9 +274,13 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
 
 def cmd_list(a: argparse.Namespace) -> int:
     from perfmodel.hardware.catalog import load_catalog
-    from perfmodel.workload.catalog import load_workloads
+    from perfmodel.workload.catalog import load_workloads, workload_problems
 
     cat = load_catalog()
+    problems = (cat.problems if a.what in ("hardware", "all") else []) + (
+        workload_problems() if a.what in ("workloads", "all") else [])
+    for p in problems:
+        print(f"perfmodel: warning: left out {p}", file=sys.stderr)
     if a.what in ("hardware", "all"):
         for acc in cat.accelerators.values():
             print(f"accelerator  {acc.id:<24} {acc.name}")
@@ -232,25 +307,29 @@ def cmd_compare(a: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="perfmodel", description="Predict deep-learning training step time, memory and cost.")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    from perfmodel import __version__
+
+    p = _Parser(prog="perfmodel", description="Predict deep-learning training step time, memory and cost.")
+    p.add_argument("--version", action="version", version=f"perfmodel {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
 
     e = sub.add_parser("estimate", help="one step-time estimate")
     e.add_argument("workload", nargs="?", default=None, help="workload id from workloads/ (see `perfmodel list "
                    "workloads`), a workload YAML, or a Hugging Face config.json")
     e.add_argument("--hardware", "--cluster", dest="hardware", default="a100-sxm4-80gb", help="accelerator, node or cluster id")
-    e.add_argument("--n-gpus", type=int, default=None)
-    e.add_argument("--gpus-per-node", type=int, default=None)
+    e.add_argument("--n-gpus", type=positive_int, default=None, help="GPUs (default: dp x tp x pp x cp)")
+    e.add_argument("--gpus-per-node", type=positive_int, default=None)
     e.add_argument("--engine", default="analytic", choices=["analytic", "des"])
     e.add_argument("--scale", type=_scale_arg, action="append", default=[], metavar="KEY=FACTOR",
                    help="what-if hardware, repeatable: flops, hbm_bw, intra_bw (scale-up), inter_bw (scale-out), "
                         "latency (network) or hbm_capacity times FACTOR (0.001 to 1000); measured rates and curves scale too")
     e.add_argument("--json", action="store_true", help="machine-readable output")
-    e.add_argument("--trace", default=None, help="write a Chrome trace (des engine)")
+    e.add_argument("--trace", default=None, help="write a Chrome trace here (needs --engine des)")
     e.add_argument("--torch", action="store_true", help="workload is package.module:factory (or file.py:factory) of an nn.Module")
-    e.add_argument("--example-shape", default=None, help="with --torch: input shape, e.g. 8,2048 (batch first)")
+    e.add_argument("--example-shape", type=shape, default=None, help="with --torch: input shape, e.g. 8,2048 (batch first)")
     e.add_argument("--input-pipeline", default=None, help="data-loading pipeline YAML: bound the step by it")
     _plan_args(e)
+    _catalog_args(e)
     from perfmodel.cli_imports import add_estimate_import_args, add_import_sweep_commands
 
     add_estimate_import_args(e)
@@ -265,6 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--report", default=None, help="also write an error report (markdown, HTML, PNG) here")
     v.add_argument("--attention", default="flash", choices=["flash", "unfused"],
                    help="attention kernel of the runs' software stack (default flash)")
+    _catalog_args(v)
     v.set_defaults(func=cmd_validate)
 
     r = sub.add_parser("report", help="error report from runs files and their predictions, or the HTML comparison "
@@ -287,38 +367,42 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--collective", default=None,
                    choices=["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"],
                    help="with --nccl-log: the collective, when the log does not name its *_perf binary")
-    c.add_argument("--group-size", type=int, default=None, help="with --nccl-log: ranks, when the log lists no devices")
+    c.add_argument("--group-size", type=positive_int, default=None, help="with --nccl-log: ranks, when the log lists no devices")
     c.add_argument("--algorithm", default="ring", help="with --nccl-log: NCCL algorithm the curve was measured with")
     c.add_argument("--dataset", default=None, help="package.module:factory (or file.py:factory) returning a torch Dataset: "
                    "measure its per-sample CPU time and bytes for an input-pipeline spec")
-    c.add_argument("--dataset-samples", type=int, default=64, help="with --dataset: samples to time")
+    c.add_argument("--dataset-samples", type=positive_int, default=64, help="with --dataset: samples to time")
     c.set_defaults(func=cmd_calibrate)
 
     ls = sub.add_parser("list", help="list hardware and workloads")
     ls.add_argument("what", nargs="?", default="all", choices=["all", "hardware", "workloads"])
+    _catalog_args(ls)
     ls.set_defaults(func=cmd_list)
 
     s = sub.add_parser("search", help="search parallel layouts for a workload on hardware")
-    s.add_argument("workload")
+    s.add_argument("workload", help="workload id or the path of a workload YAML file")
     s.add_argument("--hardware", default="h100-sxm5-80gb")
-    s.add_argument("--n-gpus", type=int, required=True)
-    s.add_argument("--global-batch", type=int, required=True)
-    s.add_argument("--seq-len", type=int, default=None)
-    s.add_argument("--precision", default="bf16")
-    s.add_argument("--top", type=int, default=10)
+    s.add_argument("--n-gpus", type=positive_int, required=True)
+    s.add_argument("--global-batch", type=positive_int, required=True)
+    s.add_argument("--seq-len", type=positive_int, default=None)
+    s.add_argument("--precision", default="bf16", choices=PRECISIONS)
+    s.add_argument("--top", type=positive_int, default=10, help="layouts to show (at least 1)")
     s.add_argument("--json", action="store_true")
+    _catalog_args(s)
     s.set_defaults(func=cmd_search)
 
     cmp = sub.add_parser("compare", help="compare accelerators on time, cost and energy")
-    cmp.add_argument("workload")
+    cmp.add_argument("workload", help="workload id or the path of a workload YAML file")
     cmp.add_argument("--hardware", nargs="+", required=True)
-    cmp.add_argument("--n-gpus", type=int, required=True)
-    cmp.add_argument("--global-batch", type=int, required=True)
-    cmp.add_argument("--tokens", type=float, default=None, help="training tokens for time-to-train")
-    cmp.add_argument("--pue", type=float, default=1.0, help="datacentre PUE multiplying the energy (default 1.0: IT power)")
-    cmp.add_argument("--electricity-usd-per-kwh", type=float, default=None, help="electricity price for the energy cost")
+    cmp.add_argument("--n-gpus", type=positive_int, required=True)
+    cmp.add_argument("--global-batch", type=positive_int, required=True)
+    cmp.add_argument("--tokens", type=positive_float, default=None, help="training tokens for time-to-train (> 0)")
+    cmp.add_argument("--pue", type=positive_float, default=1.0, help="datacentre PUE multiplying the energy (default 1.0: IT power)")
+    cmp.add_argument("--electricity-usd-per-kwh", type=positive_float, default=None,
+                     help="electricity price for the energy cost")
     cmp.add_argument("--out", default=None, help="write a report (markdown + HTML) here")
     cmp.add_argument("--json", action="store_true")
+    _catalog_args(cmp)
     cmp.set_defaults(func=cmd_compare)
 
     from perfmodel.planning.lifecycle_cli import add_parsers as add_lifecycle_parsers
@@ -328,16 +412,68 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except PerfmodelError as e:
+def _add_catalogues(a: argparse.Namespace) -> None:
+    """Apply --specs / --workloads; a bad file in them is reported and left out, never fatal."""
+    from perfmodel.hardware.catalog import add_specs_dir
+    from perfmodel.workload.catalog import add_workloads_dir
+
+    for d in getattr(a, "specs", []):
+        for p in add_specs_dir(d):
+            print(f"perfmodel: warning: left out {p}", file=sys.stderr)
+    for d in getattr(a, "workloads", []):
+        for p in add_workloads_dir(d):
+            print(f"perfmodel: warning: left out {p}", file=sys.stderr)
+
+
+def error_payload(e: BaseException) -> dict[str, Any]:
+    """What --json prints for an error: its kind and message, and for a spec error the file and field."""
+    err: dict[str, Any] = {"type": type(e).__name__, "message": str(e)}
+    if isinstance(e, SpecError):
+        err.update(file=e.file, field=e.field)
+    if isinstance(e, OSError) and e.filename:
+        err["file"] = str(e.filename)
+    return {"error": err}
+
+
+def _report(e: BaseException, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(error_payload(e), indent=2))
+        return 2
+    if isinstance(e, UsageError) and getattr(e, "usage", None):
+        sys.stderr.write(e.usage)  # type: ignore[attr-defined]
+    if isinstance(e, (PerfmodelError, UsageError)):
         print(f"perfmodel: error: {e}", file=sys.stderr)
-        return 2
-    except (ValueError, KeyError, FileNotFoundError) as e:
+    elif isinstance(e, OSError):
+        print(f"perfmodel: error: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""), file=sys.stderr)
+    else:
         print(f"perfmodel: error: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
+    return 2
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:
+    print(f"perfmodel: warning: {message}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
+    with warnings.catch_warnings():
+        warnings.simplefilter("default", UserWarning)
+        warnings.showwarning = _show_warning
+        try:
+            args = build_parser().parse_args(argv)
+            _add_catalogues(args)
+            rc = int(args.func(args) or 0)
+            sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+            return rc
+        except BrokenPipeError:
+            # the reader (`| head`) closed the pipe: stop quietly, as `yes | head` does
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return 141
+        except (PerfmodelError, ValueError, KeyError, OSError) as e:
+            return _report(e, as_json)
 
 
 if __name__ == "__main__":

@@ -6,14 +6,20 @@ FLOP/s, bytes/s, watts). Conversions happen here and only here.
 Prefixes: decimal k M G T P E (10^3n) and binary Ki Mi Gi Ti Pi (2^10n) are never confused:
 ``80 GB`` is 8.0e10 bytes, ``80 GiB`` is 8.59e10 bytes. ``b`` is a bit and ``B`` a byte:
 ``400 Gb/s`` is 5.0e10 bytes/s.
+
+Where a unit is legal but probably not what was meant, `ambiguity` says so and the spec loader
+warns (`UnitWarning`, naming file and field) rather than guessing silently: a size in bits
+(``80 Gb`` is 10 GB; memory is quoted in bytes) and the JEDEC ``KB`` (read as 1000 B, as the
+decimal prefix says). Values must be finite; ``1e400`` is refused.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Literal
 
-from perfmodel.errors import SpecError
+from perfmodel.errors import SpecError, quote
 
 Dimension = Literal[
     "flop_per_s", "bytes_per_s", "bytes", "seconds", "flop", "watts", "hertz", "dimensionless",
@@ -33,7 +39,7 @@ def _prefix(prefix: str, text: str, field: str) -> float:
         return _BINARY[prefix]
     if prefix in _DECIMAL:
         return _DECIMAL[prefix]
-    raise SpecError(field, f"unknown prefix {prefix!r} in {text!r}", "k, M, G, T, P or Ki, Mi, Gi, Ti")
+    raise SpecError(field, f"unknown prefix {prefix!r} in {quote(text)}", "k, M, G, T, P or Ki, Mi, Gi, Ti")
 
 
 def _split_unit(unit: str, text: str, field: str) -> tuple[float, Dimension]:
@@ -54,7 +60,7 @@ def _split_unit(unit: str, text: str, field: str) -> tuple[float, Dimension]:
     m = re.fullmatch(r"(?P<p>Ki|Mi|Gi|Ti|Pi|[kKMGTPE]?)(?P<base>FLOPS|FLOP/s|FLOP|B/s|b/s|Bps|bps|B|b)", u)
     if not m:
         raise SpecError(
-            field, f"cannot read the unit {unit!r} in {text!r}",
+            field, f"cannot read the unit {quote(unit)} in {quote(text)}",
             "e.g. '989 TFLOP/s', '4.8 TB/s', '80 GiB', '400 Gb/s', '2 us', '700 W', '1.98 GHz'",
         )
     mult = _prefix(m["p"], text, field)
@@ -80,15 +86,15 @@ def parse_quantity(value: object, expected: Dimension, field: str = "value") -> 
     if isinstance(value, bool):
         raise SpecError(field, f"got a boolean {value!r}", f"a quantity in {expected}")
     if isinstance(value, (int, float)):
-        if expected == "dimensionless":
-            return float(value)
-        raise SpecError(field, f"got the bare number {value!r} with no unit", _example(expected))
+        if expected != "dimensionless":
+            raise SpecError(field, f"got the bare number {quote(value)} with no unit", _example(expected))
+        return _finite(float(value), value, field, expected)
     if not isinstance(value, str):
-        raise SpecError(field, f"got {type(value).__name__} {value!r}", _example(expected))
-    m = _PATTERN.match(value)
+        raise SpecError(field, f"got {type(value).__name__} {quote(value)}", _example(expected))
+    m = _PATTERN.match(value) if len(value) < 100 else None
     if not m:
-        raise SpecError(field, f"cannot read {value!r} as a number with a unit", _example(expected))
-    number = float(m["num"])
+        raise SpecError(field, f"cannot read {quote(value)} as a number with a unit", _example(expected))
+    number = _finite(float(m["num"]), value, field, expected)
     unit = m["unit"]
     if not unit:
         if expected == "dimensionless":
@@ -96,8 +102,38 @@ def parse_quantity(value: object, expected: Dimension, field: str = "value") -> 
         raise SpecError(field, f"{value!r} has no unit", _example(expected))
     mult, dim = _split_unit(unit, value, field)
     if dim != expected:
-        raise SpecError(field, f"{value!r} is a {dim} quantity", _example(expected))
+        raise SpecError(field, f"{value!r} is {_WORD[dim]}, not {_WORD[expected]}", _example(expected))
     return number * mult
+
+
+def ambiguity(value: object, expected: Dimension) -> str | None:
+    """Why a readable quantity is probably not what its writer meant, or None.
+
+    A size in bits (``80 Gb`` reads as 10 GB: memory is quoted in bytes, a lower-case b is a bit)
+    and ``KB`` (read as 1000 B by its decimal prefix, though JEDEC uses it for 1024 B)."""
+    if not isinstance(value, str):
+        return None
+    m = _PATTERN.match(value) if len(value) < 100 else None
+    unit = (m["unit"] or "") if m else ""
+    if expected == "bytes" and re.fullmatch(r"(Ki|Mi|Gi|Ti|Pi|[kKMGTPE]?)b", unit):
+        return (f"{value!r} is read as bits ({fmt(parse_quantity(value, 'bytes'), 'B')}); sizes are quoted in bytes: "
+                f"write '{unit[:-1]}B' if bytes were meant")
+    if re.fullmatch(r"KB(/s|ps)?", unit):
+        return f"{value!r}: 'KB' is read as 1000 B (decimal k), not 1024 B; write 'kB' or 'KiB' to say which"
+    return None
+
+
+def _finite(number: float, value: object, field: str, expected: Dimension) -> float:
+    if not math.isfinite(number):
+        raise SpecError(field, f"{quote(value)} is not a finite number", _example(expected))
+    return number
+
+
+_WORD: dict[Dimension, str] = {
+    "flop_per_s": "a FLOP rate", "bytes_per_s": "a bandwidth", "bytes": "a size", "seconds": "a time",
+    "flop": "a FLOP count", "watts": "a power", "hertz": "a clock", "dimensionless": "a plain number",
+    "usd": "a price", "usd_per_hour": "an hourly price",
+}
 
 
 def _example(dim: Dimension) -> str:

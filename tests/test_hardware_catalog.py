@@ -321,9 +321,11 @@ def _edit(path: Path, fn) -> None:
 
 
 def _load_from(root: Path, monkeypatch: pytest.MonkeyPatch) -> catalog.Catalog:
+    """The catalogue under `root`, raising its first problem: a bad file is left out of the
+    catalogue (the rest still loads) and its error is kept in `Catalog.problems`."""
     monkeypatch.setenv("PERFMODEL_SPECS", str(root))
     catalog._load.cache_clear()
-    return load_catalog()
+    return load_catalog().strict()
 
 
 @pytest.fixture(autouse=False)

@@ -32,6 +32,7 @@ from perfmodel.hardware.derating import estimate_context
 from perfmodel.hardware.specs import Accelerator
 from perfmodel.memory import memory_per_rank, stage_layers
 from perfmodel.parallel.plan import ParallelPlan
+from perfmodel.units import fmt
 from perfmodel.workload.builder import build_graph
 from perfmodel.workload.graph import Graph, Layer
 from perfmodel.workload.spec import ModelSpec
@@ -268,7 +269,7 @@ def analytic_estimate(spec: ModelSpec | None, system: System, plan: ParallelPlan
     step = pipe + dp_exposed + optimizer
     mem = max((memory_per_rank(graph, plan, s) for s in {0, plan.pp - 1}), key=lambda x: x.total_bytes)
     if mem.total_bytes > acc.hbm_bytes:
-        msgs.append(f"does not fit: {mem.total_bytes / 2**30:.1f} GiB per GPU > {acc.hbm_bytes / 2**30:.1f} GiB")
+        msgs.append(f"does not fit: {fmt(mem.total_bytes, 'B')} per GPU > {fmt(acc.hbm_bytes, 'B')} of HBM")
     model_flop, hw_flop = model_flop_per_step(spec, plan) if spec is not None else graph_flop_per_step(graph, plan)
     prec = gemm_precision(plan.precision)
     peak = acc.matrix_peak_flop_per_s(prec)

@@ -3,43 +3,66 @@
 Layout: hardware_specs/accelerators/*.yaml, nodes/*.yaml, fabrics/*.yaml, clusters/*.yaml, one
 object per file, the file's stem equal to its `id`. Errors name the file, the field and what was
 expected.
+
+Users add their own specs with `add_specs_dir(DIR)` (CLI: `--specs DIR`), a directory with the same
+sub-folders; its files join the built-in catalogue (an id already there is refused, not replaced).
+A file that cannot be read is left out and recorded in `Catalog.problems`: every other spec
+still loads, and asking for the id of the bad file raises its error.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
-from perfmodel.errors import LayoutError, SpecError, UnknownIdError
+from perfmodel.errors import LayoutError, SpecError, UnitWarning, UnknownIdError, quote
+from perfmodel.hardware.limits import check_quantities
 from perfmodel.hardware.network import NetworkLevel, network_levels
+from perfmodel.hardware.reading import read_yaml
 from perfmodel.hardware.specs import Accelerator, Cluster, Fabric, Node, Sourced
 from perfmodel.units import Dimension, parse_quantity
+
+__all__ = ["Catalog", "System", "add_specs_dir", "load_catalog", "parse_model", "read_yaml", "resolve_hardware",
+           "resolve_system", "specs_dir"]
 
 T = TypeVar("T", bound=BaseModel)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+KINDS = ("accelerators", "nodes", "fabrics", "clusters")
+_EXTRA_DIRS: list[str] = []
 
 
 def specs_dir() -> Path:
     return Path(os.environ.get("PERFMODEL_SPECS", REPO_ROOT / "hardware_specs"))
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        # libyaml's C loader when present: 5x faster than the pure-Python one on the catalogue
-        data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError as e:
-        raise SpecError("(file)", f"not valid YAML: {e}", "a YAML mapping", str(path)) from None
-    if not isinstance(data, dict):
-        raise SpecError("(file)", f"top level is {type(data).__name__}", "a YAML mapping", str(path))
-    return data
+def add_specs_dir(path: Path | str) -> list[SpecError]:
+    """Add the specs under `path` (sub-folders accelerators/, nodes/, fabrics/, clusters/) to the
+    catalogue every later call sees. Returns the problems found in that directory's files (each
+    bad file is left out; the rest load)."""
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise SpecError("(directory)", "does not exist or is not a directory",
+                        f"a directory with sub-folders {', '.join(KINDS)}", str(root))
+    if not any((root / k).is_dir() for k in KINDS):
+        raise SpecError("(directory)", "has none of the sub-folders the catalogue reads",
+                        f"at least one of {', '.join(f'{k}/' for k in KINDS)} holding *.yaml files", str(root))
+    key = str(root.resolve())
+    if key not in _EXTRA_DIRS:
+        _EXTRA_DIRS.append(key)
+    return [p for p in load_catalog().problems if p.file and Path(p.file).resolve().is_relative_to(key)]
+
+
+def clear_added_specs() -> None:
+    """Forget every directory `add_specs_dir` added (the built-in catalogue stays)."""
+    _EXTRA_DIRS.clear()
 
 
 def parse_model(cls: type[T], data: dict[str, Any], path: Path | str) -> T:
@@ -60,7 +83,7 @@ def parse_model(cls: type[T], data: dict[str, Any], path: Path | str) -> T:
             raise SpecError(field, "unknown field", f"one of: {allowed}", str(path)) from None
         if kind == "missing":
             raise SpecError(field, "missing", "a value for this required field", str(path)) from None
-        raise SpecError(field, f"{err['msg']} (got {err.get('input')!r})", _expected(err), str(path)) from None
+        raise SpecError(field, f"{err['msg']} (got {quote(err.get('input'))})", _expected(err), str(path)) from None
 
 
 def _expected(err: Any) -> str:
@@ -101,21 +124,44 @@ def _check_sources(obj: BaseModel, refs: dict[str, str], path: Path, prefix: str
                 src = v.source
                 if src not in refs and " " not in src:
                     raise SpecError(
-                        f"{field}.source", f"{src!r} is neither a references key nor a citation",
+                        f"{field}.source", f"{quote(src)} is neither a references key nor a citation",
                         f"one of {sorted(refs)} or a full citation", str(path),
                     )
             if isinstance(v, BaseModel):
                 _check_sources(v, refs, path, field + ".")
 
 
-def _load_dir(cls: type[T], sub: str) -> dict[str, T]:
+def load_spec_file(cls: type[T], path: Path) -> T:
+    """One spec file, fully checked: schema, id = file stem, sources, every number's unit and
+    range. Ambiguous units ('80 Gb' of memory) are warned about (UnitWarning), naming the file."""
+    obj: Any = parse_model(cls, read_yaml(path), path)
+    if obj.id != path.stem:
+        raise SpecError("id", f"{quote(obj.id)} differs from the file name", repr(path.stem), str(path))
+    _check_sources(obj, getattr(obj, "references", {}), path)
+    try:
+        notes = check_quantities(obj)
+    except SpecError as e:
+        raise e.in_file(str(path)) from None
+    for note in notes:
+        warnings.warn(f"{path}: {note}", UnitWarning, stacklevel=2)
+    return obj
+
+
+def _load_dir(cls: type[T], dirs: list[Path], taken: dict[str, str], problems: list[SpecError]) -> dict[str, T]:
+    """Every *.yaml under each of `dirs` (built-in first); a file that fails is recorded in
+    `problems` and left out; an id already loaded from an earlier directory is refused."""
     out: dict[str, T] = {}
-    for path in sorted((specs_dir() / sub).glob("*.yaml")):
-        obj: Any = parse_model(cls, read_yaml(path), path)
-        if obj.id != path.stem:
-            raise SpecError("id", f"{obj.id!r} differs from the file name", repr(path.stem), str(path))
-        _check_sources(obj, getattr(obj, "references", {}), path)
-        out[path.stem] = obj
+    for d in dirs:
+        for path in sorted(d.glob("*.yaml")):
+            if path.stem in out:
+                problems.append(SpecError("id", f"{path.stem!r} is already defined by {taken[path.stem]}",
+                                          "a new id (copy the spec under another name to change it)", str(path)))
+                continue
+            try:
+                out[path.stem] = load_spec_file(cls, path)
+                taken[path.stem] = str(path)
+            except SpecError as e:
+                problems.append(e)
     return out
 
 
@@ -125,69 +171,95 @@ class Catalog:
     nodes: dict[str, Node]
     fabrics: dict[str, Fabric]
     clusters: dict[str, Cluster]
+    problems: list[SpecError] = field(default_factory=list)
+
+    def problem_for(self, spec_id: str) -> SpecError | None:
+        """The error of the file that would have defined `spec_id`, if one was left out."""
+        return next((p for p in self.problems if p.file and Path(p.file).stem == spec_id), None)
+
+    def strict(self) -> Catalog:
+        """This catalogue, or the first problem raised: for checks that want every file good."""
+        if self.problems:
+            raise self.problems[0]
+        return self
+
+    def _get(self, table: dict[str, Any], kind: str, spec_id: str) -> Any:
+        if spec_id in table:
+            return table[spec_id]
+        problem = self.problem_for(spec_id)
+        if problem is not None:
+            raise problem
+        raise UnknownIdError(f"unknown {kind} {spec_id!r}; known: {', '.join(sorted(table))}")
 
     def accelerator(self, acc_id: str) -> Accelerator:
-        try:
-            return self.accelerators[acc_id]
-        except KeyError:
-            raise UnknownIdError(f"unknown accelerator {acc_id!r}; known: {', '.join(sorted(self.accelerators))}") from None
+        return self._get(self.accelerators, "accelerator", acc_id)
 
     def node(self, node_id: str) -> Node:
-        try:
-            return self.nodes[node_id]
-        except KeyError:
-            raise UnknownIdError(f"unknown node {node_id!r}; known: {', '.join(sorted(self.nodes))}") from None
+        return self._get(self.nodes, "node", node_id)
 
     def fabric(self, fabric_id: str) -> Fabric:
-        try:
-            return self.fabrics[fabric_id]
-        except KeyError:
-            raise UnknownIdError(f"unknown fabric {fabric_id!r}; known: {', '.join(sorted(self.fabrics))}") from None
+        return self._get(self.fabrics, "fabric", fabric_id)
 
     def system_ids(self) -> list[str]:
         return sorted(set(self.nodes) | set(self.clusters))
 
 
 @lru_cache(maxsize=4)
-def _load(root: str) -> Catalog:
-    cat = Catalog(
-        accelerators=_load_dir(Accelerator, "accelerators"),
-        nodes=_load_dir(Node, "nodes"),
-        fabrics=_load_dir(Fabric, "fabrics"),
-        clusters=_load_dir(Cluster, "clusters"),
-    )
+def _load(root: str, extra: tuple[str, ...] = ()) -> Catalog:
+    problems: list[SpecError] = []
+    tables: list[dict[str, Any]] = []
+    for kind, cls in zip(KINDS, (Accelerator, Node, Fabric, Cluster), strict=True):
+        tables.append(_load_dir(cls, [Path(root) / kind, *(Path(e) / kind for e in extra)], {}, problems))
+    accelerators, nodes, fabrics, clusters = tables
+    cat = Catalog(accelerators, nodes, fabrics, clusters, problems)
     _check_links(cat)
     return cat
 
 
 def load_catalog() -> Catalog:
-    """The built-in catalogue (cached). Set PERFMODEL_SPECS to load another directory."""
-    return _load(str(specs_dir()))
+    """The catalogue (cached): the built-in specs (PERFMODEL_SPECS names another built-in
+    directory) plus every directory `add_specs_dir` added."""
+    return _load(str(specs_dir()), tuple(_EXTRA_DIRS))
 
 
 def _check_links(cat: Catalog) -> None:
-    d = specs_dir()
-    for a in cat.accelerators.values():
-        if a.reference_node and a.reference_node not in cat.nodes:
-            raise SpecError("reference_node", f"{a.reference_node!r} is not a node spec", f"one of {sorted(cat.nodes)}",
-                            str(d / "accelerators" / f"{a.id}.yaml"))
-    for n in cat.nodes.values():
-        if n.accelerator not in cat.accelerators:
-            raise SpecError("accelerator", f"{n.accelerator!r} unknown", f"one of {sorted(cat.accelerators)}",
-                            str(d / "nodes" / f"{n.id}.yaml"))
-        if n.default_fabric and n.default_fabric not in cat.fabrics:
-            raise SpecError("default_fabric", f"{n.default_fabric!r} unknown", f"one of {sorted(cat.fabrics)}",
-                            str(d / "nodes" / f"{n.id}.yaml"))
-    for c in cat.clusters.values():
-        if c.node not in cat.nodes:
-            raise SpecError("node", f"{c.node!r} unknown", f"one of {sorted(cat.nodes)}", str(d / "clusters" / f"{c.id}.yaml"))
-        if c.fabric not in cat.fabrics:
-            raise SpecError("fabric", f"{c.fabric!r} unknown", f"one of {sorted(cat.fabrics)}", str(d / "clusters" / f"{c.id}.yaml"))
+    """Drop nodes and clusters that name a spec the catalogue lacks, recording why; an
+    accelerator whose reference node is missing stays (usable with an explicit system)."""
+    def link(kind: str, obj: Any, field: str, target: str, what: str, known: dict[str, Any]) -> bool:
+        if target in known:
+            return True
+        why = cat.problem_for(target)
+        problem = f"{target!r} is not a loaded {what} spec" + (f" (its file was left out: {why})" if why else "")
+        cat.problems.append(SpecError(field, problem, f"one of {sorted(known)}", _file_of(kind, obj.id)))
+        return False
+
+    for a in list(cat.accelerators.values()):
+        if a.reference_node:
+            link("accelerators", a, "reference_node", a.reference_node, "node", cat.nodes)
+    for n in list(cat.nodes.values()):
+        if not (link("nodes", n, "accelerator", n.accelerator, "accelerator", cat.accelerators)
+                and (not n.default_fabric or link("nodes", n, "default_fabric", n.default_fabric, "fabric", cat.fabrics))):
+            del cat.nodes[n.id]
+    for c in list(cat.clusters.values()):
+        ok = (link("clusters", c, "node", c.node, "node", cat.nodes)
+              and link("clusters", c, "fabric", c.fabric, "fabric", cat.fabrics))
         for acc_id, node_id in c.nodes_by_accelerator.items():
-            if node_id not in cat.nodes or cat.nodes[node_id].accelerator != acc_id:
-                raise SpecError(f"nodes_by_accelerator.{acc_id}", f"{node_id!r} is not a node spec holding {acc_id}",
-                                f"a node id from {sorted(n.id for n in cat.nodes.values() if n.accelerator == acc_id)}",
-                                str(d / "clusters" / f"{c.id}.yaml"))
+            if ok and (node_id not in cat.nodes or cat.nodes[node_id].accelerator != acc_id):
+                cat.problems.append(SpecError(
+                    f"nodes_by_accelerator.{acc_id}", f"{node_id!r} is not a node spec holding {acc_id}",
+                    f"a node id from {sorted(n.id for n in cat.nodes.values() if n.accelerator == acc_id)}",
+                    _file_of("clusters", c.id)))
+                ok = False
+        if not ok:
+            del cat.clusters[c.id]
+
+
+def _file_of(kind: str, spec_id: str) -> str:
+    for root in (str(specs_dir()), *_EXTRA_DIRS):
+        path = Path(root) / kind / f"{spec_id}.yaml"
+        if path.exists():
+            return str(path)
+    return str(specs_dir() / kind / f"{spec_id}.yaml")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,6 +404,8 @@ def resolve_system(accelerator: str | None, system: str | None, n_gpus: int, gpu
             node = cat.node(cluster.node_for(accelerator))
         elif system in cat.nodes:
             node = cat.nodes[system]
+        elif (problem := cat.problem_for(system)) is not None:
+            raise problem
         else:
             msgs.append(f"unknown system {system!r}: used the accelerator's reference node")
     acc_id = accelerator or (node.accelerator if node else None)
@@ -385,6 +459,9 @@ def resolve_hardware(hardware: str | System, n_gpus: int, gpus_per_node: int | N
     if hardware in cat.accelerators:
         return resolve_system(hardware, None, n_gpus, gpus_per_node)
     if hardware not in cat.nodes and hardware not in cat.clusters:
+        problem = cat.problem_for(hardware)
+        if problem is not None:
+            raise problem
         raise UnknownIdError(f"unknown hardware {hardware!r}: not an accelerator, node or cluster id; accelerators: "
                              f"{', '.join(sorted(cat.accelerators))}; systems: {', '.join(cat.system_ids())}")
     return resolve_system(None, hardware, n_gpus, gpus_per_node)

@@ -23,6 +23,7 @@ from perfmodel.planning.goodput import checkpoint_bytes, goodput
 from perfmodel.planning.search import layout_label, resolve_hardware, search
 from perfmodel.planning.space import SearchSpace
 from perfmodel.planning.train import PowerModel, time_to_train
+from perfmodel.units import GB
 from perfmodel.workload.catalog import get_workload
 from perfmodel.workload.spec import ModelSpec
 
@@ -57,7 +58,7 @@ def evaluate_candidate(job: Job, system: System, label: str, space: SearchSpace 
     gp = goodput(job.n_gpus, checkpoint_bytes(params), ideal_wall_s=run.wall_s)
     return {
         **row, "layout": layout_label(est.plan), "step_time_s": est.step_time_s, "tokens_per_s": est.tokens_per_s,
-        "mfu": est.mfu, "memory_gib": est.memory.total_bytes / 2**30, "days": run.wall_days, "gpu_hours": run.gpu_hours,
+        "mfu": est.mfu, "memory_gb": est.memory.total_bytes / GB, "days": run.wall_days, "gpu_hours": run.gpu_hours,
         "usd_per_gpu_hour": run.price_per_gpu_hour_usd, "cost_usd": run.cost_usd, "energy_mwh": run.energy_mwh,
         "power_per_gpu_w": run.power_per_gpu_w, "power_basis": run.power_basis, "pue": run.pue,
         "energy_cost_usd": run.energy_cost_usd, "tokens_per_usd": run.tokens_per_usd, "tokens_per_joule": run.tokens_per_joule,

@@ -2,6 +2,10 @@
 
 Measured values are read only to be copied next to the prediction in the report; nothing
 measured flows into a prediction.
+
+The contract holds whatever a row holds: a damaged row (a bad cell, a repeated or empty run_id,
+a non-UTF-8 byte, a layout that cannot run) becomes an error row whose `message` says why, and
+every other row is still predicted.
 """
 
 from __future__ import annotations
@@ -9,15 +13,18 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from perfmodel.errors import PerfmodelError
-from perfmodel.validation.runs import OUTPUT_COLUMNS, RowError, read_rows, row_run
+from perfmodel.errors import MAX_QUOTE, PerfmodelError, clip
+from perfmodel.validation.runs import OUTPUT_COLUMNS, RowError, check_encoding, printable, read_rows, row_run
 from perfmodel.workload.catalog import load_workloads
 
 
 def predict_row(row: dict[str, str], workloads: dict, engine: str = "analytic", attention_impl: str = "flash") -> dict[str, str]:
     out = {c: "" for c in OUTPUT_COLUMNS}
-    out["run_id"] = row.get("run_id", "")
+    out["run_id"] = printable(row.get("run_id", ""))
     try:
+        check_encoding(row)
+        if not row.get("run_id"):
+            raise RowError("column run_id is empty; allowed: a unique id")
         run = row_run(row, workloads)
         if attention_impl != run.plan.attention_impl:
             run.plan = run.plan.model_copy(update={"attention_impl": attention_impl})
@@ -30,10 +37,10 @@ def predict_row(row: dict[str, str], workloads: dict, engine: str = "analytic", 
             from perfmodel.engines.analytic import analytic_estimate
 
             est = analytic_estimate(run.spec, run.system, run.plan, run.notes)
-    except (PerfmodelError, RowError, ValueError, KeyError) as e:
-        out["status"] = "error"
-        out["message"] = f"{type(e).__name__}: {e}"
-        return out
+    except (PerfmodelError, RowError, ValueError, KeyError, ArithmeticError) as e:
+        return _error(out, f"{type(e).__name__}: {e}")
+    except Exception as e:
+        return _error(out, f"internal error on this row ({type(e).__name__}: {e}); please report it")
     out.update(
         status="ok",
         predicted_step_time_s=f"{est.step_time_s:.6g}",
@@ -46,13 +53,29 @@ def predict_row(row: dict[str, str], workloads: dict, engine: str = "analytic", 
     return out
 
 
+def _error(out: dict[str, str], message: str) -> dict[str, str]:
+    out["status"] = "error"
+    out["message"] = printable(clip(message, 4 * MAX_QUOTE))
+    return out
+
+
 def validate_file(runs: Path | str, out: Path | str, engine: str = "analytic", attention_impl: str = "flash") -> list[dict[str, str]]:
     """Predict every row of `runs` into `out`. `attention_impl` is the attention kernel the
     runs' software used: 'flash' (FlashAttention, the default) or 'unfused' (Megatron's
     baddbmm + fused softmax + bmm, before FlashAttention)."""
     rows = read_rows(runs)
     workloads = load_workloads()
-    preds = [predict_row(r, workloads, engine, attention_impl) for r in rows]
+    first: dict[str, int] = {}
+    preds = []
+    for i, r in enumerate(rows):
+        rid = r.get("run_id", "")
+        if rid and rid in first:
+            row_out = {c: "" for c in OUTPUT_COLUMNS}
+            row_out["run_id"] = printable(rid)
+            preds.append(_error(row_out, f"RowError: run_id {rid!r} repeats data row {first[rid] + 1}; allowed: a unique id"))
+            continue
+        first.setdefault(rid, i)
+        preds.append(predict_row(r, workloads, engine, attention_impl))
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=OUTPUT_COLUMNS)

@@ -19,10 +19,19 @@ TARGETS = {"overall_mape": 0.10, "source_mape": 0.15, "kendall_tau": 0.8, "cpu_m
 def joined(runs: list[Path], preds: list[Path]) -> pd.DataFrame:
     frames = []
     for r, p in zip(runs, preds, strict=False):
-        d = pd.read_csv(r, dtype={"run_id": str})
-        q = pd.read_csv(p, dtype={"run_id": str, "message": str})
-        frames.append(d.merge(q, on="run_id", how="left"))
+        # a runs file may carry a BOM, stray non-UTF-8 bytes and damaged cells: validate made
+        # those rows error rows; here they must only not stop the report
+        d = pd.read_csv(r, dtype={"run_id": str}, encoding="utf-8-sig", encoding_errors="replace")
+        d["run_id"] = d["run_id"].fillna("")
+        d = d[~d["run_id"].duplicated()]  # a repeated run_id is an error row in the predictions
+        q = pd.read_csv(p, dtype={"run_id": str, "message": str}, encoding_errors="replace")
+        q["run_id"] = q["run_id"].fillna("")
+        frames.append(d.merge(q.drop_duplicates("run_id"), on="run_id", how="left"))
     m = pd.concat(frames, ignore_index=True)
+    for col in ("step_time_s", "predicted_step_time_s", "tp", "pp", "dp", "n_gpus"):
+        if col in m:
+            m[col] = pd.to_numeric(m[col], errors="coerce")
+    m.loc[~(m["step_time_s"] > 0), "step_time_s"] = np.nan  # 0, negative, NaN, text: not measured
     m["signed_error"] = (m["predicted_step_time_s"] - m["step_time_s"]) / m["step_time_s"]
     m["ape"] = m["signed_error"].abs()
     return m

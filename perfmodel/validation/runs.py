@@ -3,15 +3,22 @@
 Empty cells take the documented defaults: micro_batch 1, vp 1, cp 1, ep 1, precision bf16,
 recompute none, zero_stage 0, sequence_parallel false, accelerator a100-sxm4-80gb; dp defaults
 to n_gpus / (tp·pp·cp) and n_gpus to dp·tp·pp·cp. Every default taken is named in `notes`.
+
+A damaged cell fails its own row only (RowError, naming the column, the value and what is
+allowed): a count that is not a positive integer (0, -1, 2.5, inf, 1e400), a measured value that
+is not a positive finite number, a byte that is not UTF-8. The file itself is read as UTF-8 with
+or without a byte-order mark; a stray non-UTF-8 byte spoils only the cell that holds it.
 """
 
 from __future__ import annotations
 
 import csv
+import io
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfmodel.errors import PerfmodelError
+from perfmodel.errors import PerfmodelError, quote
 from perfmodel.hardware.catalog import System, resolve_system
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.workload.spec import ModelSpec
@@ -59,26 +66,81 @@ class Run:
     measured_step_time_s: float | None = None
 
 
+FREE_TEXT = ("source", "source_detail", "notes")  # never read by a prediction
+MAX_COUNT = 10**7  # parallel degrees, GPU and batch counts: 10 million is past any machine built
+
+
 def read_rows(path: Path | str) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in ("run_id",) if c not in (reader.fieldnames or [])]
-        if missing:
-            raise RowError(f"{path}: header lacks required column(s) {missing}; expected columns: {', '.join(COLUMNS)}")
-        return [{k: (v or "").strip() for k, v in row.items() if k is not None} for row in reader]
+    """The rows of a runs file as {column: stripped text}. Raises RowError only for what spoils
+    the whole file (missing, no run_id column, a repeated column name, broken CSV quoting)."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise RowError(f"{path}: cannot be read ({e.strerror or e})") from None
+    # utf-8-sig drops the byte-order mark spreadsheets write; surrogateescape keeps a stray
+    # latin-1 byte as a marker that fails only the cell holding it (see undecodable)
+    text = raw.decode("utf-8-sig", errors="surrogateescape")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        header = [(h or "").strip() for h in (reader.fieldnames or [])]
+        repeated = sorted({h for h in header if h and header.count(h) > 1})
+        if repeated:
+            raise RowError(f"{path}: header repeats column(s) {repeated}; each column once")
+        if "run_id" not in header:
+            raise RowError(f"{path}: header lacks the required column run_id; expected columns: {', '.join(COLUMNS)}")
+        reader.fieldnames = header
+        return [{k: (v if isinstance(v, str) else "").strip() for k, v in row.items() if k is not None} for row in reader]
+    except csv.Error as e:
+        raise RowError(f"{path}: after line {reader.line_num}: not readable as CSV ({e})") from None
 
 
-def _int(row: dict[str, str], col: str) -> int | None:
+def undecodable(value: str) -> str | None:
+    """'byte 0xe9' when `value` holds a byte that was not UTF-8, else None."""
+    bad = next((c for c in value if "\udc80" <= c <= "\udcff"), None)
+    return None if bad is None else f"byte 0x{ord(bad) - 0xDC00:02x}"
+
+
+def printable(value: str) -> str:
+    """`value` with undecodable bytes shown as U+FFFD, safe to write as UTF-8."""
+    return value.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="replace")
+
+
+def check_encoding(row: dict[str, str]) -> None:
+    """RowError for the first column a prediction reads that holds a non-UTF-8 byte."""
+    for col, v in row.items():
+        if col not in FREE_TEXT and (bad := undecodable(v)):
+            raise RowError(f"column {col}: {bad} in {quote(printable(v))} is not UTF-8; save the file as UTF-8")
+
+
+def _number(row: dict[str, str], col: str) -> float | None:
     v = row.get(col, "")
     if v == "":
         return None
     try:
         f = float(v)
     except ValueError:
-        raise RowError(f"column {col}: {v!r} is not a number") from None
-    if f != int(f) or f < 0:
-        raise RowError(f"column {col}: {v!r} is not a non-negative integer")
+        raise RowError(f"column {col}: {quote(v)} is not a number") from None
+    if not math.isfinite(f):
+        raise RowError(f"column {col}: {quote(v)} is not a finite number")
+    return f
+
+
+def _int(row: dict[str, str], col: str, minimum: int = 1) -> int | None:
+    """An integer count >= minimum (up to MAX_COUNT), or None when the cell is empty."""
+    f = _number(row, col)
+    if f is None:
+        return None
+    if f != int(f) or not minimum <= f <= MAX_COUNT:
+        raise RowError(f"column {col}: {quote(row[col])}; allowed: an integer from {minimum} to {MAX_COUNT:,}")
     return int(f)
+
+
+def measured(row: dict[str, str], col: str) -> float | None:
+    """A measured value (step_time_s, tokens_per_s, tflops_per_gpu, mfu): positive and finite."""
+    f = _number(row, col)
+    if f is not None and f <= 0:
+        raise RowError(f"column {col}: {quote(row[col])}; allowed: a positive number (empty when not measured)")
+    return f
 
 
 def _bool(v: str, col: str) -> bool:
@@ -87,19 +149,23 @@ def _bool(v: str, col: str) -> bool:
         return True
     if s in ("false", "0", "no"):
         return False
-    raise RowError(f"column {col}: {v!r}; allowed values: true, false")
+    raise RowError(f"column {col}: {quote(v)}; allowed values: true, false")
 
 
 def row_spec(row: dict[str, str], workloads: dict[str, ModelSpec], notes: list[str]) -> ModelSpec:
     model = row.get("model", "")
-    given = {ARCH_COLUMNS[c]: _int(row, c) for c in ARCH_COLUMNS}
+    given = {ARCH_COLUMNS[c]: _int(row, c, 0 if c == "n_shared_experts" else 1) for c in ARCH_COLUMNS}
     sizes: dict[str, int] = {k: v for k, v in given.items() if v is not None}
     if sizes.get("num_shared_experts") == 0:
         sizes.pop("num_shared_experts")
     if model and model in workloads:
         spec = workloads[model]
         changes = {k: v for k, v in sizes.items() if getattr(spec, k) != v}
-        return spec.with_(**changes) if changes else spec
+        try:
+            return spec.with_(**changes) if changes else spec
+        except ValueError as e:
+            raise RowError(f"architecture columns {sorted(changes)} on workload {model!r}: "
+                           f"{str(e).splitlines()[-1] if str(e) else e!r}") from None
     arch = row.get("arch", "")
     if arch not in ARCH_DEFAULTS:
         where = f"model {model!r} is not in workloads/ and " if model else ""
@@ -143,7 +209,7 @@ def row_run(row: dict[str, str], workloads: dict[str, ModelSpec]) -> Run:
     vals = {k: (row.get(k, "") or DEFAULTS[k]) for k in DEFAULTS}
     spec = row_spec(row, workloads, notes)
     tp, pp = _int(row, "tp") or 1, _int(row, "pp") or 1
-    cp, ep, vp = int(vals["cp"]), int(vals["ep"]), int(vals["vp"])
+    cp, ep, vp = (_int(vals, c) or 1 for c in ("cp", "ep", "vp"))
     n_gpus, dp = _int(row, "n_gpus"), _int(row, "dp")
     if dp is None:
         if n_gpus is None:
@@ -156,21 +222,21 @@ def row_run(row: dict[str, str], workloads: dict[str, ModelSpec]) -> Run:
         n_gpus = dp * tp * pp * cp
         used.append(f"n_gpus={n_gpus}")
     gb = _int(row, "global_batch")
-    if not gb:
-        raise RowError("column global_batch is empty")
+    if gb is None:
+        raise RowError("column global_batch is empty; allowed: an integer from 1 (sequences per step)")
     prec = vals["precision"]
     if prec not in ("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"):
-        raise RowError(f"column precision {prec!r}; allowed values: bf16, fp16, fp8, mxfp8, nvfp4")
+        raise RowError(f"column precision {quote(prec)}; allowed values: bf16, fp16, fp8, mxfp8, nvfp4, fp32")
     rec = vals["recompute"]
     if rec not in ("none", "selective", "full"):
-        raise RowError(f"column recompute {rec!r}; allowed values: none, selective, full")
-    zero = _int({"z": vals["zero_stage"]}, "z")
+        raise RowError(f"column recompute {quote(rec)}; allowed values: none, selective, full")
+    zero = _number(vals, "zero_stage")
     if zero not in (0, 1, 2, 3):
-        raise RowError(f"column zero_stage {vals['zero_stage']!r}; allowed values: 0, 1, 2, 3")
+        raise RowError(f"column zero_stage {quote(vals['zero_stage'])}; allowed values: 0, 1, 2, 3")
     try:
         plan = ParallelPlan(
             dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, sequence_parallel=_bool(vals["sequence_parallel"], "sequence_parallel"),
-            zero_stage=zero, micro_batch=int(vals["micro_batch"]), global_batch=gb,
+            zero_stage=int(zero or 0), micro_batch=_int(vals, "micro_batch") or 1, global_batch=gb,
             seq_len=_int(row, "seq_len") or spec.seq_len, recompute=rec, precision=prec,
         )
     except PerfmodelError as e:
@@ -183,5 +249,6 @@ def row_run(row: dict[str, str], workloads: dict[str, ModelSpec]) -> Run:
     notes += msgs
     if used:
         notes.insert(0, "defaults: " + ", ".join(used))
-    measured = row.get("step_time_s", "")
-    return Run(row["run_id"], spec, plan, system, notes, float(measured) if measured else None)
+    for col in ("tokens_per_s", "tflops_per_gpu", "mfu"):
+        measured(row, col)  # not used by the prediction; checked so a damaged row is never scored
+    return Run(row["run_id"], spec, plan, system, notes, measured(row, "step_time_s"))
