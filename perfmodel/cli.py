@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any, NoReturn
 
-from perfmodel.errors import PerfmodelError, SpecError, UsageError
+from perfmodel.errors import PerfmodelError, SpecError, UsageError, quote
 
 PRECISIONS = ["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"]
 
@@ -36,7 +36,7 @@ def positive_int(text: str) -> int:
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; allowed: 1 or more") from None
+        raise argparse.ArgumentTypeError(f"{quote(text)} is not an integer; allowed: 1 or more") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"{v}; allowed: an integer >= 1")
     return v
@@ -47,7 +47,7 @@ def positive_float(text: str) -> float:
     try:
         v = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number; allowed: a finite number > 0") from None
+        raise argparse.ArgumentTypeError(f"{quote(text)} is not a number; allowed: a finite number > 0") from None
     if not (math.isfinite(v) and v > 0):
         raise argparse.ArgumentTypeError(f"{text}; allowed: a finite number > 0")
     return v
@@ -58,9 +58,9 @@ def shape(text: str) -> list[int]:
     try:
         dims = [int(x) for x in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}; allowed: positive integers separated by commas, e.g. 8,2048") from None
+        raise argparse.ArgumentTypeError(f"{quote(text)}; allowed: positive integers separated by commas, e.g. 8,2048") from None
     if not dims or min(dims) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}; allowed: positive integers separated by commas, e.g. 8,2048")
+        raise argparse.ArgumentTypeError(f"{quote(text)}; allowed: positive integers separated by commas, e.g. 8,2048")
     return dims
 
 

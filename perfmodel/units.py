@@ -103,7 +103,7 @@ def parse_quantity(value: object, expected: Dimension, field: str = "value") -> 
     mult, dim = _split_unit(unit, value, field)
     if dim != expected:
         raise SpecError(field, f"{value!r} is {_WORD[dim]}, not {_WORD[expected]}", _example(expected))
-    return number * mult
+    return _finite(number * mult, value, field, expected)
 
 
 def ambiguity(value: object, expected: Dimension) -> str | None:

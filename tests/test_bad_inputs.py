@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 import perfmodel
 from perfmodel import cli
@@ -319,10 +322,10 @@ def _read_out(path: Path) -> list[dict[str, str]]:
         return list(r)
 
 
-@pytest.mark.parametrize("bom", [False, True], ids=["utf-8", "utf-8-with-bom"])
-def test_damaged_runs_rows_become_error_rows(bom: bool, tmp_path: Path) -> None:
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig", "utf-16"])
+def test_damaged_runs_rows_become_error_rows(encoding: str, tmp_path: Path) -> None:
     runs = tmp_path / "runs.csv"
-    runs.write_bytes((b"\xef\xbb\xbf" if bom else b"") + (CORPUS / "runs_damaged.csv").read_bytes())
+    runs.write_bytes((CORPUS / "runs_damaged.csv").read_text().encode(encoding))
     out = tmp_path / "pred.csv"
     preds = validate_file(runs, out)
     _check_rows(preds, EXPECTED_ROWS)
@@ -345,9 +348,11 @@ def test_latin1_byte_spoils_only_its_own_row(tmp_path: Path) -> None:
     assert len(_read_out(tmp_path / "pred.csv")) == 3
 
 
-def test_validate_with_report_on_damaged_runs_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16"])
+def test_validate_with_report_on_damaged_runs_exits_0(encoding: str, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
     runs = tmp_path / "runs.csv"
-    runs.write_bytes(b"\xef\xbb\xbf" + (CORPUS / "runs_damaged.csv").read_bytes())
+    runs.write_bytes((CORPUS / "runs_damaged.csv").read_text().encode(encoding))
     rc = cli.main(["validate", "--runs", str(runs), "--out", str(tmp_path / "p.csv"), "--report", str(tmp_path / "rep")])
     err = capsys.readouterr().err
     assert rc == 0 and "Traceback" not in err
@@ -379,3 +384,53 @@ def test_summary_quotes_memory_in_one_unit(capsys: pytest.CaptureFixture[str]) -
 def test_quote_clips_huge_values() -> None:
     assert len(quote(HUGE)) < 500 and "(1,000,000 characters in all)" in quote(HUGE)
     assert len(quote({"a": [HUGE] * 1000})) < 1000
+
+
+def test_ambiguous_units_are_named() -> None:
+    from perfmodel.units import ambiguity
+
+    assert "read as bits (10 GB)" in (ambiguity("80 Gb", "bytes") or "")
+    assert "'KB' is read as 1000 B" in (ambiguity("64 KB", "bytes") or "")
+    assert ambiguity("400 Gb/s", "bytes_per_s") is None  # network rates are quoted in bits
+    assert ambiguity("80 GiB", "bytes") is None and ambiguity("80 GB", "bytes") is None
+
+
+# ---- property: no cell value costs the row its output row, or raises ----------------------------------
+_CONTROL = next(csv.DictReader((CORPUS / "runs_damaged.csv").read_text().splitlines()))
+_CELL = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(["0", "-1", "1e400", "inf", "-inf", "nan", "2.5", "1e12", "  7 ", "1_000", "0x10", "\udce9"]),
+    st.integers(-10, 10**8).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(col=st.sampled_from([c for c in _CONTROL if c not in ("notes", "source")]), value=_CELL)
+def test_any_cell_value_gives_an_ok_or_error_row(col: str, value: str) -> None:
+    from perfmodel.validation.predict import predict_row
+
+    row = dict(_CONTROL, **{col: value.strip()})
+    out = predict_row(row, wcatalog.load_workloads())
+    assert list(out) == OUTPUT_COLUMNS and out["status"] in ("ok", "error")
+    assert "internal error" not in out["message"], out
+    if out["status"] == "error":
+        assert out["message"] and len(out["message"]) < 2000
+    else:
+        assert float(out["predicted_step_time_s"]) > 0
+
+
+@settings(max_examples=300, deadline=None)
+@example(value="1e308 PFLOP/s", dim="flop_per_s")
+@given(value=st.one_of(st.text(max_size=30), st.floats(allow_nan=True, allow_infinity=True), st.integers(),
+                       st.from_regex(r"-?[0-9.e+]{1,8} ?[kKMGTPE]?i?(FLOP/s|B/s|b/s|B|b|W|us|GHz)", fullmatch=True)),
+       dim=st.sampled_from(["flop_per_s", "bytes_per_s", "bytes", "seconds", "watts", "hertz", "dimensionless"]))
+def test_any_quantity_text_parses_finite_or_raises_spec_error(value: object, dim: Any) -> None:
+    from perfmodel.units import parse_quantity
+
+    try:
+        v = parse_quantity(value, dim, "f")
+    except SpecError as e:
+        assert e.field == "f" and len(str(e)) < 1500
+    else:
+        assert math.isfinite(v)

@@ -21,7 +21,9 @@ def joined(runs: list[Path], preds: list[Path]) -> pd.DataFrame:
     for r, p in zip(runs, preds, strict=False):
         # a runs file may carry a BOM, stray non-UTF-8 bytes and damaged cells: validate made
         # those rows error rows; here they must only not stop the report
-        d = pd.read_csv(r, dtype={"run_id": str}, encoding="utf-8-sig", encoding_errors="replace")
+        with open(r, "rb") as f:
+            enc = "utf-16" if f.read(2) in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
+        d = pd.read_csv(r, dtype={"run_id": str}, encoding=enc, encoding_errors="replace")
         d["run_id"] = d["run_id"].fillna("")
         d = d[~d["run_id"].duplicated()]  # a repeated run_id is an error row in the predictions
         q = pd.read_csv(p, dtype={"run_id": str, "message": str}, encoding_errors="replace")

@@ -7,7 +7,7 @@ to n_gpus / (tp·pp·cp) and n_gpus to dp·tp·pp·cp. Every default taken is na
 A damaged cell fails its own row only (RowError, naming the column, the value and what is
 allowed): a count that is not a positive integer (0, -1, 2.5, inf, 1e400), a measured value that
 is not a positive finite number, a byte that is not UTF-8. The file itself is read as UTF-8 with
-or without a byte-order mark; a stray non-UTF-8 byte spoils only the cell that holds it.
+or without a byte-order mark (or UTF-16 when it starts with a UTF-16 one); a stray non-UTF-8 byte spoils only the cell that holds it.
 """
 
 from __future__ import annotations
@@ -79,7 +79,10 @@ def read_rows(path: Path | str) -> list[dict[str, str]]:
         raise RowError(f"{path}: cannot be read ({e.strerror or e})") from None
     # utf-8-sig drops the byte-order mark spreadsheets write; surrogateescape keeps a stray
     # latin-1 byte as a marker that fails only the cell holding it (see undecodable)
-    text = raw.decode("utf-8-sig", errors="surrogateescape")
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):  # spreadsheets' "Unicode text" export
+        text = raw.decode("utf-16", errors="replace")
+    else:
+        text = raw.decode("utf-8-sig", errors="surrogateescape")
     reader = csv.DictReader(io.StringIO(text, newline=""))
     try:
         header = [(h or "").strip() for h in (reader.fieldnames or [])]
