@@ -53,7 +53,7 @@ RULES: dict[str, Rule] = {
     # the rest
     "clock": Rule("hertz"), "compute_units": Rule("dimensionless", 1.0, low_inclusive=True),
     "tdp": Rule("watts"), "power": Rule("watts"),
-    "in_model_efficiency": _FRACTION, "collective_efficiency": _FRACTION,
+    "in_model_efficiency": _FRACTION, "collective_efficiency": _FRACTION, "best_published_mfu": _FRACTION,
     "purchase": Rule("usd"), "hourly": Rule("usd_per_hour"),
 }
 
