@@ -463,6 +463,9 @@ def main(argv: list[str] | None = None) -> int:
         warnings.showwarning = _show_warning
         try:
             args = build_parser().parse_args(argv)
+        except UsageError as e:  # argparse's convention: an argument error exits 2 (SystemExit)
+            raise SystemExit(_report(e, as_json)) from None
+        try:
             _add_catalogues(args)
             rc = int(args.func(args) or 0)
             sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit

@@ -46,6 +46,14 @@ def _fresh_catalogues():
     wcatalog._load.cache_clear()
 
 
+def _main(args: list[str]) -> int:
+    """cli.main's exit status: argument errors exit through SystemExit(2), as argparse's do."""
+    try:
+        return cli.main(args)
+    except SystemExit as e:
+        return int(e.code or 0)
+
+
 def _load(name: str) -> Any:
     return yaml.safe_load((CORPUS / name).read_text())
 
@@ -58,7 +66,7 @@ CLI_CASES = _load("cli.yaml")
 def test_cli_argument_is_refused_with_its_message(case: dict[str, Any], tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
-    rc = cli.main(list(case["args"]))
+    rc = _main(list(case["args"]))
     out, err = capsys.readouterr()
     assert rc == 2
     assert case["message"] in err, err
@@ -71,7 +79,7 @@ def test_cli_error_with_json_is_a_json_object_on_stdout(case: dict[str, Any], tm
                                                         monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
-    rc = cli.main([*case["args"], "--json"])
+    rc = _main([*case["args"], "--json"])
     out, err = capsys.readouterr()
     assert rc == 2 and "Traceback" not in err
     payload = json.loads(out)
@@ -83,7 +91,7 @@ def test_cli_error_with_json_is_a_json_object_on_stdout(case: dict[str, Any], tm
 def test_json_spec_error_names_file_and_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "m.yaml"
     bad.write_text("id: m\nname: m\nname: m2\n")
-    assert cli.main(["estimate", str(bad), "--json"]) == 2
+    assert _main(["estimate", str(bad), "--json"]) == 2
     err = json.loads(capsys.readouterr().out)["error"]
     assert err == {"type": "SpecError", "message": err["message"], "file": str(bad), "field": "name"}
     assert "appears twice (lines 2 and 3)" in err["message"]
@@ -104,13 +112,13 @@ def test_version_and_broken_pipe_end_without_a_traceback() -> None:
 
 def test_trace_with_des_writes_the_timeline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = tmp_path / "t.json"
-    assert cli.main(["estimate", "gpt2-124m", "--engine", "des", "--n-gpus", "2", "--trace", str(trace)]) == 0
+    assert _main(["estimate", "gpt2-124m", "--engine", "des", "--n-gpus", "2", "--trace", str(trace)]) == 0
     spans = [e for e in json.loads(trace.read_text()) if e["ph"] == "X"]
     assert spans and all(e["dur"] >= 0 for e in spans)
 
 
 def test_n_gpus_and_dp_that_agree_run_on_that_many(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["estimate", "gpt2-124m", "--n-gpus", "8", "--dp", "4", "--tp", "2", "--json"]) == 0
+    assert _main(["estimate", "gpt2-124m", "--n-gpus", "8", "--dp", "4", "--tp", "2", "--json"]) == 0
     est = json.loads(capsys.readouterr().out)
     assert est["n_gpus"] == 8 and (est["plan"]["dp"], est["plan"]["tp"]) == (4, 2)
 
@@ -269,14 +277,14 @@ def test_cli_specs_and_workloads_dirs_and_a_workload_path(tmp_path: Path, capsys
     base = _load("workloads.yaml")["base"]
     (wl / "tiny.yaml").write_text(yaml.safe_dump(dict(base, id="tiny")))
     (wl / "broken.yaml").write_text(yaml.safe_dump(dict(base, id="broken", hidden=0)))
-    rc = cli.main(["estimate", "tiny", "--hardware", "my-a100", "--specs", str(specs), "--workloads", str(wl), "--json"])
+    rc = _main(["estimate", "tiny", "--hardware", "my-a100", "--specs", str(specs), "--workloads", str(wl), "--json"])
     out, err = capsys.readouterr()
     assert rc == 0 and json.loads(out)["accelerator"] == "my-a100" and json.loads(out)["workload"] == "tiny"
     assert "warning: left out" in err and "bad-gpu.yaml: field 'tdp'" in err and "broken.yaml: field 'hidden'" in err
     assert "Traceback" not in err
-    rc = cli.main(["estimate", str(wl / "tiny.yaml"), "--json"])
+    rc = _main(["estimate", str(wl / "tiny.yaml"), "--json"])
     assert rc == 0 and json.loads(capsys.readouterr().out)["workload"] == "tiny"
-    rc = cli.main(["estimate", "broken", "--workloads", str(wl)])
+    rc = _main(["estimate", "broken", "--workloads", str(wl)])
     assert rc == 2 and "broken.yaml: field 'hidden'" in capsys.readouterr().err
 
 
@@ -353,7 +361,7 @@ def test_validate_with_report_on_damaged_runs_exits_0(encoding: str, tmp_path: P
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     runs = tmp_path / "runs.csv"
     runs.write_bytes((CORPUS / "runs_damaged.csv").read_text().encode(encoding))
-    rc = cli.main(["validate", "--runs", str(runs), "--out", str(tmp_path / "p.csv"), "--report", str(tmp_path / "rep")])
+    rc = _main(["validate", "--runs", str(runs), "--out", str(tmp_path / "p.csv"), "--report", str(tmp_path / "rep")])
     err = capsys.readouterr().err
     assert rc == 0 and "Traceback" not in err
     assert f"{len(EXPECTED_ROWS)} rows read, 1 predicted, {len(EXPECTED_ROWS) - 1} errors" in err
@@ -368,7 +376,7 @@ def test_runs_file_that_cannot_be_read_names_why(text: str, message: str, tmp_pa
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     runs = tmp_path / "runs.csv"
     runs.write_text(text)
-    rc = cli.main(["validate", "--runs", str(runs), "--out", str(tmp_path / "p.csv")])
+    rc = _main(["validate", "--runs", str(runs), "--out", str(tmp_path / "p.csv")])
     err = capsys.readouterr().err
     assert rc == 2 and message in err and str(runs) in err and "Traceback" not in err
 
