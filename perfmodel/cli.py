@@ -9,59 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, NoReturn
 
-from perfmodel.errors import PerfmodelError, SpecError, UsageError, quote
+from perfmodel.cliargs import Parser, positive_float, positive_int, report_error, shape, show_warning
+from perfmodel.errors import PerfmodelError, UsageError
 
 PRECISIONS = ["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"]
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError (carrying the usage line) instead of exiting, so that
-    `main` reports argument errors the same way as every other error (JSON with --json)."""
-
-    def error(self, message: str) -> NoReturn:
-        err = UsageError(message)
-        err.usage = self.format_usage()  # type: ignore[attr-defined]
-        raise err
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (a GPU, batch, sequence or parallel-degree count)."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{quote(text)} is not an integer; allowed: 1 or more") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{v}; allowed: an integer >= 1")
-    return v
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a finite number > 0 (accepts 1e12, 2.5e+12)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{quote(text)} is not a number; allowed: a finite number > 0") from None
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"{text}; allowed: a finite number > 0")
-    return v
-
-
-def shape(text: str) -> list[int]:
-    """argparse type: a comma-separated list of positive integers (an input shape, batch first)."""
-    try:
-        dims = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{quote(text)}; allowed: positive integers separated by commas, e.g. 8,2048") from None
-    if not dims or min(dims) < 1:
-        raise argparse.ArgumentTypeError(f"{quote(text)}; allowed: positive integers separated by commas, e.g. 8,2048")
-    return dims
 
 
 def _catalog_args(p: argparse.ArgumentParser) -> None:
@@ -309,9 +265,9 @@ def cmd_compare(a: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from perfmodel import __version__
 
-    p = _Parser(prog="perfmodel", description="Predict deep-learning training step time, memory and cost.")
+    p = Parser(prog="perfmodel", description="Predict deep-learning training step time, memory and cost.")
     p.add_argument("--version", action="version", version=f"perfmodel {__version__}")
-    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=Parser)
 
     e = sub.add_parser("estimate", help="one step-time estimate")
     e.add_argument("workload", nargs="?", default=None, help="workload id from workloads/ (see `perfmodel list "
@@ -425,46 +381,16 @@ def _add_catalogues(a: argparse.Namespace) -> None:
             print(f"perfmodel: warning: left out {p}", file=sys.stderr)
 
 
-def error_payload(e: BaseException) -> dict[str, Any]:
-    """What --json prints for an error: its kind and message, and for a spec error the file and field."""
-    err: dict[str, Any] = {"type": type(e).__name__, "message": str(e)}
-    if isinstance(e, SpecError):
-        err.update(file=e.file, field=e.field)
-    if isinstance(e, OSError) and e.filename:
-        err["file"] = str(e.filename)
-    return {"error": err}
-
-
-def _report(e: BaseException, as_json: bool) -> int:
-    if as_json:
-        print(json.dumps(error_payload(e), indent=2))
-        return 2
-    if isinstance(e, UsageError) and getattr(e, "usage", None):
-        sys.stderr.write(e.usage)  # type: ignore[attr-defined]
-    if isinstance(e, (PerfmodelError, UsageError)):
-        print(f"perfmodel: error: {e}", file=sys.stderr)
-    elif isinstance(e, OSError):
-        print(f"perfmodel: error: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""), file=sys.stderr)
-    else:
-        print(f"perfmodel: error: {type(e).__name__}: {e}", file=sys.stderr)
-    return 2
-
-
-def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                  file: Any = None, line: str | None = None) -> None:
-    print(f"perfmodel: warning: {message}", file=sys.stderr)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     as_json = "--json" in argv
     with warnings.catch_warnings():
         warnings.simplefilter("default", UserWarning)
-        warnings.showwarning = _show_warning
+        warnings.showwarning = show_warning
         try:
             args = build_parser().parse_args(argv)
         except UsageError as e:  # argparse's convention: an argument error exits 2 (SystemExit)
-            raise SystemExit(_report(e, as_json)) from None
+            raise SystemExit(report_error(e, as_json)) from None
         try:
             _add_catalogues(args)
             rc = int(args.func(args) or 0)
@@ -476,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(devnull, sys.stdout.fileno())
             return 141
         except (PerfmodelError, ValueError, KeyError, OSError) as e:
-            return _report(e, as_json)
+            return report_error(e, as_json)
 
 
 if __name__ == "__main__":

@@ -66,7 +66,12 @@ class PrecisionError(PerfmodelError, ValueError):
 
 
 class UsageError(PerfmodelError, ValueError):
-    """A command-line argument outside what the command accepts."""
+    """A command-line argument outside what the command accepts; `usage` is the command's usage
+    line when the error comes from parsing."""
+
+    def __init__(self, message: str, usage: str | None = None):
+        super().__init__(message)
+        self.usage = usage
 
 
 class UnknownIdError(PerfmodelError, KeyError):
