@@ -373,11 +373,10 @@ def _add_catalogues(a: argparse.Namespace) -> None:
     from perfmodel.hardware.catalog import add_specs_dir
     from perfmodel.workload.catalog import add_workloads_dir
 
-    for d in getattr(a, "specs", []):
-        for p in add_specs_dir(d):
-            print(f"perfmodel: warning: left out {p}", file=sys.stderr)
-    for d in getattr(a, "workloads", []):
-        for p in add_workloads_dir(d):
+    problems = [p for d in getattr(a, "specs", []) for p in add_specs_dir(d)]
+    problems += [p for d in getattr(a, "workloads", []) for p in add_workloads_dir(d)]
+    if a.cmd != "list":  # list reports every file left out, built-in or added
+        for p in problems:
             print(f"perfmodel: warning: left out {p}", file=sys.stderr)
 
 

@@ -442,3 +442,26 @@ def test_any_quantity_text_parses_finite_or_raises_spec_error(value: object, dim
         assert e.field == "f" and len(str(e)) < 1500
     else:
         assert math.isfinite(v)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(layout=st.fixed_dictionaries({k: st.integers(1, 16) for k in ("--tp", "--pp", "--cp", "--dp", "--micro-batch", "--vp")}),
+       gb=st.integers(1, 64), n=st.one_of(st.none(), st.integers(1, 64)),
+       engine=st.sampled_from(["analytic", "des"]))
+def test_any_estimate_layout_gives_a_result_or_one_error_line(layout: dict[str, int], gb: int, n: int | None,
+                                                              engine: str, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["estimate", "gpt2-124m", "--global-batch", str(gb), "--engine", engine, "--json"]
+    args += [x for k, v in layout.items() for x in (k, str(v))] + (["--n-gpus", str(n)] if n else [])
+    rc = _main(args)
+    out = json.loads(capsys.readouterr().out)
+    assert (rc, set(out) == {"error"}) in ((0, False), (2, True)), out
+    if rc == 0:
+        assert out["step_time_s"] > 0 and out["n_gpus"] == layout["--dp"] * layout["--tp"] * layout["--pp"] * layout["--cp"]
+
+
+def test_list_names_each_file_left_out_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    specs = _user_specs(tmp_path / "specs")
+    assert _main(["list", "hardware", "--specs", str(specs)]) == 0
+    out, err = capsys.readouterr()
+    assert "my-a100" in out and "bad-gpu" not in out
+    assert err.count("bad-gpu.yaml") == 1 and err.count("h100-sxm5-80gb.yaml: field 'id'") == 1
