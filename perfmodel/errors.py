@@ -45,7 +45,7 @@ class SpecError(PerfmodelError, ValueError):
     def __init__(self, field: str, problem: str, expected: str, file: str | None = None):
         self.field = clip(field)
         self.problem = clip(problem, 4 * MAX_QUOTE)
-        self.expected = clip(expected, 4 * MAX_QUOTE)
+        self.expected = clip(expected, 10 * MAX_QUOTE)
         self.file = file
         super().__init__(self._text())
 

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from perfmodel.errors import SpecError, quote
+from perfmodel.hardware.specs import Sourced
 from perfmodel.units import Dimension, ambiguity, parse_quantity
 
 
@@ -68,8 +69,6 @@ def check_quantities(obj: BaseModel) -> list[str]:
 
 
 def _walk(value: Any, path: str, name: str, notes: list[str]) -> None:
-    from perfmodel.hardware.specs import Sourced
-
     if isinstance(value, Sourced):
         _check(value.value, path, name, notes)
     elif isinstance(value, BaseModel):

@@ -38,15 +38,12 @@ class _StrictLoader(_Base):
         if isinstance(node, yaml.MappingNode):
             first: dict[object, int] = {}
             for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    if key in first:
-                        raise _DuplicateKey(key, first[key], key_node.start_mark.line + 1)
-                    first[key] = key_node.start_mark.line + 1
-                except TypeError:  # an unhashable key: the base class reports it
-                    pass
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # merge keys may repeat; a non-scalar key is the base class's to refuse
+                key = key_node.value
+                if key in first:
+                    raise _DuplicateKey(key, first[key], key_node.start_mark.line + 1)
+                first[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
 
 
