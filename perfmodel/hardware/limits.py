@@ -53,6 +53,7 @@ RULES: dict[str, Rule] = {
     "optimizer_step_per_param": _TIME,
     # the rest
     "clock": Rule("hertz"), "compute_units": Rule("dimensionless", 1.0, low_inclusive=True),
+    "leaf_nodes": Rule("dimensionless", 1.0, low_inclusive=True),
     "tdp": Rule("watts"), "power": Rule("watts"),
     "in_model_efficiency": _FRACTION, "collective_efficiency": _FRACTION, "best_published_mfu": _FRACTION,
     "purchase": Rule("usd"), "hourly": Rule("usd_per_hour"),
