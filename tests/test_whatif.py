@@ -120,9 +120,10 @@ def test_cli_scale_runs_and_rejects_bad_input(capsys) -> None:
         with pytest.raises(SystemExit) as exit_:
             main([*args, "--scale", bad])
         assert exit_.value.code == 2
-        assert expected in capsys.readouterr().err, bad
+        # with --json the error is a JSON object on stdout (issue 13 item 8)
+        assert expected in json.loads(capsys.readouterr().out)["error"]["message"], bad
     assert main([*args, "--scale", "flops=2", "--scale", "flops=3"]) == 2
-    assert "--scale names flops more than once" in capsys.readouterr().err
+    assert "--scale names flops more than once" in json.loads(capsys.readouterr().out)["error"]["message"]
 
 
 def test_library_rejects_bad_factors(a100_system) -> None:
