@@ -35,6 +35,7 @@ PUBLISHED = [
     ("phi-3-medium-4k.json", None, 14.0e9, None, 0.01),
     ("gpt-oss-20b.json", None, 20.91e9, 3.61e9, 0.01),
     ("nemotron-h-8b.json", None, 8.0e9, None, 0.02),
+    ("nemotron3-nano-30b-a3b.json", None, 31.6e9, 3.6e9, 0.01),
     ("llama4-scout.json", None, 109e9, 17e9, 0.015),
     ("gemma-2-9b.json", None, 917_962_752 + 8_324_201_984, None, 0.01),
     ("gemma-3-1b.json", None, 302e6 + 698e6, None, 0.01),
@@ -46,7 +47,7 @@ TOTAL_TOL = {"nemotron-h-8b.json": 0.02, "llama4-scout.json": 0.015}
 # imported config -> the catalogue's hand-written workload of the same model
 CATALOGUE = [("nemotron-h-8b.json", "nemotron-h-8b"), ("gpt-oss-20b.json", "gpt-oss-20b"),
              ("llama4-scout.json", "llama4-scout"), ("qwen3-30b-a3b.json", "qwen3-30b-a3b"),
-             ("deepseek-v3.json", "deepseek-v3")]
+             ("deepseek-v3.json", "deepseek-v3"), ("nemotron3-nano-30b-a3b.json", "nemotron3-nano")]
 WORKLOADS = Path(__file__).parents[1] / "workloads"
 
 
@@ -104,6 +105,11 @@ def test_nemotron_h_maps_the_hybrid_pattern_and_mamba_sizes() -> None:
     assert spec.mamba is not None and (spec.mamba.num_heads, spec.mamba.head_dim, spec.mamba.state_dim,
                                        spec.mamba.num_groups) == (128, 64, 128, 8)
     assert (spec.activation, spec.position, spec.dhead, spec.seq_len) == ("squared_relu", "none", 128, 8192)
+    # Nemotron 3 Nano: MoE layers (E) of 128 experts of 1856, 6 per token, a shared expert of 3712 = 2 x 1856
+    nano = load_hf_config(HF / "nemotron3-nano-30b-a3b.json")
+    assert (nano.family, nano.num_experts, nano.top_k, nano.moe_ffn_hidden, nano.num_shared_experts) == (
+        "moe", 128, 6, 1856, 2)
+    assert nano.layer_pattern is not None and nano.layer_pattern.count("E") == 23
 
 
 def test_local_attention_layouts() -> None:
@@ -173,8 +179,10 @@ def test_qwen3_moe_dense_layers_at_any_position(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("name", "change", "field", "words"), [
-    ("nemotron-h-8b.json", {"hybrid_override_pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-ME"},
-     "hybrid_override_pattern", "MoE layers (E)"),
+    ("nemotron3-nano-30b-a3b.json", {"moe_shared_expert_intermediate_size": 3000},
+     "moe_shared_expert_intermediate_size", "not a multiple of moe_intermediate_size 1856"),
+    ("nemotron3-nano-30b-a3b.json", {"mtp_layers_block_type": ["attention", "moe"]}, "mtp_layers_block_type",
+     "unknown nemotron_h config field"),
     ("nemotron-h-8b.json", {"mamba_proj_bias": True}, "mamba_proj_bias", "not modelled"),
     ("gpt-oss-20b.json", {"layer_types": ["sliding_attention"] * 12 + ["full_attention"] * 12}, "layer_types",
      "every k-th attention layer"),
@@ -195,7 +203,8 @@ def test_unsupported_features_are_refused_by_name(tmp_path: Path, name: str, cha
     assert e.value.field == field and words in str(e.value) and name in str(e.value)
 
 
-@pytest.mark.parametrize("name", ["nemotron-h-8b.json", "gpt-oss-20b.json", "llama4-scout.json", "gemma-2-9b.json",
+@pytest.mark.parametrize("name", ["nemotron-h-8b.json", "nemotron3-nano-30b-a3b.json", "gpt-oss-20b.json",
+                                  "llama4-scout.json", "gemma-2-9b.json",
                                   "gemma-3-12b.json", "mistral-7b-v0.1.json"])
 def test_import_round_trips_for_the_new_families(tmp_path: Path, name: str) -> None:
     out = tmp_path / (Path(name).stem + ".yaml")

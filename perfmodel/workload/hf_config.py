@@ -22,9 +22,11 @@ Mapped model types (the field names are those of the `transformers` configuratio
   dense layers of intermediate_size_mlp, MoE layers from moe_layers or interleave_moe_layer_step,
   chunked attention (attention_chunk_size) on the RoPE layers and global NoPE attention where
   no_rope_layers[i] == 0;
-- nemotron_h (hybrid): hybrid_override_pattern (M Mamba-2, * attention, - MLP), mamba_num_heads,
-  mamba_head_dim, ssm_state_size, n_groups, conv_kernel, chunk_size, attention_head_dim,
-  mlp_hidden_act relu2 (squared ReLU), no position embedding.
+- nemotron_h (hybrid): hybrid_override_pattern (M Mamba-2, * attention, - MLP, E MoE), mamba_num_heads,
+  mamba_head_dim, ssm_state_size, n_groups, conv_kernel, chunk_size, attention_head_dim (or head_dim),
+  mlp_hidden_act relu2 (squared ReLU), no position embedding; MoE layers (Nemotron 3): n_routed_experts,
+  num_experts_per_tok, moe_intermediate_size, and a shared expert of moe_shared_expert_intermediate_size
+  (a multiple of the routed width).
 
 Local attention: a sliding window (sliding_window; Mistral, Phi-3, gpt-oss, Gemma 2 / 3, Qwen2 with
 use_sliding_window) or a chunk (Llama 4) becomes ModelSpec's sliding_window / attention_chunk. Which
@@ -36,7 +38,8 @@ are neither "all", "from layer f on" nor "every k-th", the model is written as a
 (`*E*-...`: one attention and one FFN symbol per layer).
 
 Refused with an error naming the feature, because a model without it would be silently wrong: the
-model types in `UNSUPPORTED`, MoE layers (E) in a Nemotron-H pattern, Mamba projection biases, a
+model types in `UNSUPPORTED`, Mamba projection biases, a Nemotron-H shared expert whose width is
+not a multiple of the routed expert's, multi-token-prediction fields of Nemotron 3.5 (unknown fields), a
 layer_types / local-global layout that no global_every reproduces. A field this module does not
 know is an error too: it may change the shapes.
 
@@ -121,7 +124,11 @@ EXTRA: dict[str, frozenset[str]] = {
                              "n_groups", "conv_kernel", "chunk_size", "expand", "mamba_hidden_act", "mamba_proj_bias",
                              "use_conv_bias", "use_bias", "mlp_hidden_act", "attention_head_dim", "residual_in_fp32",
                              "rescale_prenorm_residual", "use_mamba_kernels", "time_step_min", "time_step_max",
-                             "time_step_floor", "time_step_limit", "time_step_rank", "mamba_dt_rank"}),
+                             "time_step_floor", "time_step_limit", "time_step_rank", "mamba_dt_rank",
+                             "mamba_ssm_cache_dtype", "norm_eps",
+                             # MoE hybrids (Nemotron 3): routed experts plus one shared expert
+                             "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+                             "moe_shared_expert_intermediate_size", "n_shared_experts"}),
 }
 # outer fields of the multimodal wrappers besides text_config (the vision tower is not modelled)
 WRAPPER_FIELDS = frozenset({"text_config", "vision_config", "boi_token_index", "eoi_token_index", "image_token_index",
@@ -265,7 +272,7 @@ def spec_from_hf(cfg: dict[str, Any], *, model_id: str, seq_len: int | None = No
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", TIED_DEFAULT.get(mt, False))),
         "bias": attn_bias, "attention": "gqa" if kv < heads else "mha",
     }
-    hd = cfg.get("attention_head_dim") if mt == "nemotron_h" else cfg.get("head_dim")
+    hd = cfg.get("attention_head_dim") or cfg.get("head_dim")
     if hd and hd * heads != data["hidden"]:
         data["head_dim"] = hd
     moe_layers: list[bool] | None = None
@@ -401,17 +408,25 @@ def _nemotron_h_fields(cfg: dict[str, Any], need: Callable[[str], int], L: int, 
     if not isinstance(pattern, str) or len(pattern) != L:
         raise SpecError("hybrid_override_pattern", f"{pattern!r}",
                         f"a string of num_hidden_layers = {L} symbols (M Mamba-2, * attention, - MLP)", file)
-    if "E" in pattern:
-        raise SpecError("hybrid_override_pattern", f"MoE layers (E) in {pattern!r}: the nemotron_h MoE fields are "
-                        "not mapped yet", "a pattern of M, * and - (write MoE hybrids as a workload YAML, "
-                        "as workloads/nemotron3-nano.yaml)", file)
     if cfg.get("mamba_proj_bias"):
         raise SpecError("mamba_proj_bias", "true: biases on the Mamba-2 in / out projections are not modelled", "false", file)
     if cfg.get("use_conv_bias") is False:
         raise SpecError("use_conv_bias", "false: perfmodel's Mamba-2 mixer has a conv1d bias", "true", file)
     if (cfg.get("mamba_hidden_act") or "silu") != "silu":
         raise SpecError("mamba_hidden_act", f"{cfg.get('mamba_hidden_act')!r}", "'silu'", file)
-    return {"layer_pattern": pattern, "position": "none",
+    out: dict[str, Any] = {}
+    if "E" in pattern:
+        width = need("moe_intermediate_size")
+        shared = (cfg.get("moe_shared_expert_intermediate_size") or 0) * (cfg.get("n_shared_experts") or 1)
+        if shared % width:
+            raise SpecError("moe_shared_expert_intermediate_size", f"{shared} (x n_shared_experts) is not a multiple of "
+                            f"moe_intermediate_size {width}", "a multiple (ModelSpec sizes the shared expert as "
+                            "num_shared_experts routed-expert widths)", file)
+        out = {"family": "moe", "num_experts": need("n_routed_experts"), "top_k": need("num_experts_per_tok"),
+               "moe_ffn_hidden": width, "num_shared_experts": shared // width}
+        if "-" not in pattern:
+            out["ffn_hidden"] = None
+    return out | {"layer_pattern": pattern, "position": "none",
             "mamba": {"num_heads": need("mamba_num_heads"), "head_dim": need("mamba_head_dim"),
                       "state_dim": need("ssm_state_size"), "num_groups": cfg.get("n_groups") or 1,
                       "conv_kernel": cfg.get("conv_kernel") or 4, "chunk_size": cfg.get("chunk_size") or 128}}
