@@ -170,62 +170,9 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(a: argparse.Namespace) -> int:
-    if a.dataset:
-        from perfmodel.planning.input_pipeline import measure_dataset
+    from perfmodel.calibration.commands import calibrate_main
 
-        print(json.dumps(measure_dataset(a.dataset, a.dataset_samples).to_dict(), indent=2))
-        return 0
-    if not (a.trace or a.nccl_log):
-        from perfmodel.calibrate import run_calibration
-
-        out = a.out or str(Path(__file__).resolve().parents[1] / "hardware_specs")
-        res = run_calibration(Path(out), quick=a.quick)
-        print(json.dumps(res, indent=2, default=str))
-        return 0
-
-    from perfmodel.calibrate_import import apply_to_spec, curve_from_nccl, parse_nccl_tests, read_torch_trace
-    from perfmodel.hardware.catalog import specs_dir
-
-    if a.trace and not a.accelerator:
-        raise ValueError("--trace needs --accelerator ID (the spec to calibrate)")
-    if a.nccl_log and not a.node:
-        raise ValueError("--nccl-log needs --node ID (the spec to calibrate)")
-    both = bool(a.trace and a.nccl_log)
-    if both and a.out and not Path(a.out).is_dir():
-        raise ValueError("with both --trace and --nccl-log, --out must be a directory")
-
-    def dest(kind: str, spec_id: str) -> Path | None:
-        if not a.out:
-            return None
-        return Path(a.out) / kind / f"{spec_id}.yaml" if both else Path(a.out)
-
-    summary: dict[str, object] = {}
-    if a.trace:
-        acc_path = specs_dir() / "accelerators" / f"{a.accelerator}.yaml"
-        if not acc_path.exists():
-            raise FileNotFoundError(f"no accelerator spec {acc_path}")
-        gemm, attention = read_torch_trace(a.trace)
-        if not gemm and not attention:
-            raise ValueError(f"{a.trace}: no GEMM or attention ops with shapes (record with record_shapes=True)")
-        summary["accelerator"] = apply_to_spec(
-            acc_path, gemm=gemm, attention=attention, out=dest("accelerators", a.accelerator),
-            source_note=f"torch.profiler trace {Path(a.trace).name}")["accelerator"]
-        summary["gemm"] = [{k: g[k] for k in ("precision", "m", "n", "k", "batch", "calls", "achieved")} for g in gemm]
-        keys = ("kernel", "direction", "causal", "head_dim", "seq_len", "precision", "calls", "achieved")
-        summary["attention"] = [{k: x[k] for k in keys}
-                                for x in attention]
-    if a.nccl_log:
-        node_path = specs_dir() / "nodes" / f"{a.node}.yaml"
-        if not node_path.exists():
-            raise FileNotFoundError(f"no node spec {node_path}")
-        coll, n, pts = parse_nccl_tests(Path(a.nccl_log).read_text(), collective=a.collective, group_size=a.group_size)
-        curve = curve_from_nccl(coll, n, pts, source="", algorithm=a.algorithm)
-        summary["node"] = apply_to_spec(
-            curve=curve, node_yaml_path=node_path, node_out=dest("nodes", a.node),
-            source_note=f"nccl-tests log {Path(a.nccl_log).name} ({coll}, {n} ranks)")["node"]
-        summary["curve"] = {k: curve[k] for k in ("collective", "algorithm", "group_size", "points")}
-    print(json.dumps(summary, indent=2, default=str))
-    return 0
+    return calibrate_main(a)
 
 
 def cmd_list(a: argparse.Namespace) -> int:
@@ -311,11 +258,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True)
     r.set_defaults(func=cmd_report)
 
-    c = sub.add_parser("calibrate", help="microbenchmark this host's CPU into hardware_specs/, or import a "
-                       "torch.profiler trace / nccl-tests log as calibration of a spec")
-    c.add_argument("--out", default=None, help="microbenchmark: specs directory (default hardware_specs/); "
-                   "--trace/--nccl-log: write the calibrated spec here instead of in place")
-    c.add_argument("--quick", action="store_true")
+    c = sub.add_parser("calibrate", help="microbenchmark this host's CPU (under a minute; --full ~15 min), or import a "
+                       "torch.profiler trace / nccl-tests log as calibration of a spec; writes to --out or your data directory")
+    c.add_argument("--out", default=None, help="specs directory (or, with --trace/--nccl-log, a .yaml file) to write; "
+                   "default: $XDG_DATA_HOME/perfmodel/hardware_specs (never the committed specs)")
+    c.add_argument("--full", action="store_true", help="every GEMM shape and message size, waiting for quiet CPUs (~15 min)")
+    c.add_argument("--json", action="store_true", help="print every raw measurement as JSON")
     c.add_argument("--trace", default=None, help="torch.profiler Chrome trace (record_shapes=True) to import")
     c.add_argument("--accelerator", default=None, help="with --trace: accelerator spec id to calibrate")
     c.add_argument("--nccl-log", default=None, help="nccl-tests stdout (all_reduce_perf ...) to import")

@@ -1,4 +1,4 @@
-"""perfmodel.calibrate: the CPU-fact arithmetic, and a quick real calibration that must write
+"""perfmodel.calibration (host facts, microbenchmarks): the CPU-fact arithmetic, and a quick real calibration that must write
 host-cpu / host-node specs the strict schema accepts."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel import calibrate
+from perfmodel.calibration import host, microbench
 from perfmodel.hardware.catalog import _check_sources, parse_model, read_yaml
 from perfmodel.hardware.specs import Accelerator, Node
 
@@ -20,15 +20,15 @@ def _facts(vendor: str, *flags: str) -> dict:
 
 def test_flop_per_cycle_zen4_avx512():
     # Zen 4: 16 fp32 lanes x 2 (FMA) x 1 zmm FMA per cycle = 32; bf16 dot product doubles it
-    f = calibrate.flop_per_cycle(_facts("AuthenticAMD", "avx2", "fma", "avx512f", "avx512_bf16"))
+    f = host.flop_per_cycle(_facts("AuthenticAMD", "avx2", "fma", "avx512f", "avx512_bf16"))
     assert f["fp32"][0] == 32.0
     assert f["bf16"][0] == 64.0
 
 
 def test_flop_per_cycle_avx2_and_intel_avx512():
-    assert calibrate.flop_per_cycle(_facts("AuthenticAMD", "avx2", "fma"))["fp32"][0] == 8 * 2 * 2
-    assert calibrate.flop_per_cycle(_facts("GenuineIntel", "avx2", "fma", "avx512f"))["fp32"][0] == 16 * 2 * 2
-    assert "bf16" not in calibrate.flop_per_cycle(_facts("GenuineIntel", "avx2", "fma"))
+    assert host.flop_per_cycle(_facts("AuthenticAMD", "avx2", "fma"))["fp32"][0] == 8 * 2 * 2
+    assert host.flop_per_cycle(_facts("GenuineIntel", "avx2", "fma", "avx512f"))["fp32"][0] == 16 * 2 * 2
+    assert "bf16" not in host.flop_per_cycle(_facts("GenuineIntel", "avx2", "fma"))
 
 
 def test_committed_host_specs_parse():
@@ -36,7 +36,7 @@ def test_committed_host_specs_parse():
     for cls, path in ((Accelerator, REPO / "hardware_specs/accelerators/host-cpu.yaml"),
                       (Node, REPO / "hardware_specs/nodes/host-node.yaml")):
         if not path.exists():
-            pytest.skip(f"{path} not written yet: run python -m perfmodel.calibrate")
+            pytest.skip(f"{path} not written yet: run perfmodel calibrate --full --out hardware_specs")
         obj = parse_model(cls, read_yaml(path), path)
         _check_sources(obj, obj.references, path)
         assert obj.id == path.stem
@@ -44,7 +44,7 @@ def test_committed_host_specs_parse():
 
 @pytest.mark.slow
 def test_quick_calibration_writes_valid_specs(tmp_path: Path):
-    r = calibrate.run_calibration(tmp_path, quick=True)
+    r = microbench.run_calibration(tmp_path, quick=True)
     acc = parse_model(Accelerator, read_yaml(tmp_path / "accelerators/host-cpu.yaml"), "host-cpu.yaml")
     node = parse_model(Node, read_yaml(tmp_path / "nodes/host-node.yaml"), "host-node.yaml")
     _check_sources(acc, acc.references, tmp_path)
@@ -60,5 +60,26 @@ def test_quick_calibration_writes_valid_specs(tmp_path: Path):
     # gloo curves exist for both collectives, at the sizes measured
     kinds = {c.collective: c for c in node.intra_node.curves}
     assert set(kinds) == {"all_reduce", "send_recv"}
-    assert [p.size_bytes for p in kinds["all_reduce"].points] == [float(s) for s in calibrate._AR_SIZES_QUICK]
-    assert r["quick"] is True and len(r["t1"]["gemm_fp32"]) == len(calibrate._GEMM_SHAPES_QUICK)
+    assert [p.size_bytes for p in kinds["all_reduce"].points] == [float(s) for s in microbench._AR_SIZES_QUICK]
+    assert r["quick"] is True and len(r["t1"]["gemm_fp32"]) == len(microbench._GEMM_SHAPES_QUICK)
+
+
+def test_calibrate_defaults_to_the_user_data_dir(monkeypatch, tmp_path: Path):
+    """`perfmodel calibrate` without --out never writes the committed hardware_specs/."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert microbench.default_out_dir() == tmp_path / "perfmodel" / "hardware_specs"
+    assert REPO / "hardware_specs" not in microbench.default_out_dir().parents
+
+
+def test_calibration_package_has_no_import_cycle():
+    """Each calibration module imports only modules below it (commands -> microbench ->
+    spec_writer -> host), read from the source."""
+    import ast
+
+    order = ["host", "spec_writer", "trace_import", "microbench", "commands"]
+    pkg = REPO / "perfmodel" / "calibration"
+    for i, name in enumerate(order):
+        tree = ast.parse((pkg / f"{name}.py").read_text())
+        imported = {n.module.rsplit(".", 1)[-1] for n in ast.walk(tree)
+                    if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("perfmodel.calibration.")}
+        assert imported <= set(order[:i]), (name, imported - set(order[:i]))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.calibrate_import import (
+from perfmodel.calibration.trace_import import (
     apply_to_spec,
     curve_from_nccl,
     parse_nccl_tests,

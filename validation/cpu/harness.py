@@ -5,7 +5,7 @@
     python validation/cpu/harness.py --only gpt-l4   # rows whose run_id contains a string
 
 This is the judging side: the step times written here are never read by perfmodel's cost models
-(the calibration side is `python -m perfmodel.calibrate`, which only runs microbenchmarks).
+(the calibration side is `perfmodel calibrate`, which only runs microbenchmarks).
 
 Mapping (the same as hardware_specs/accelerators/host-cpu.yaml): one process running one torch
 thread, pinned to one core, is one `host-cpu` "accelerator". A single-process row is n_gpus 1; a
@@ -50,7 +50,7 @@ sys.path.insert(0, str(REPO))
 
 from models import MLP, TCN, Decoder, LSTMForecaster  # noqa: E402
 
-from perfmodel.calibrate import wait_for_quiet  # noqa: E402
+from perfmodel.calibration.host import wait_for_quiet  # noqa: E402
 from perfmodel.validation.runs import COLUMNS  # noqa: E402  (the DESIGN.md runs-file columns)
 
 

@@ -1,4 +1,4 @@
-"""host-cpu / host-node spec files from the measurements of `perfmodel.calibrate.measure`:
+"""host-cpu / host-node spec files from the measurements of `perfmodel.calibration.microbench.measure`:
 which measured number goes into which field, with its provenance, and the YAML layout."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from typing import Any
 
 import yaml
 
-from perfmodel.calibrate import flop_per_cycle
+from perfmodel.calibration.host import flop_per_cycle
 
 
-def _g(x: float, unit: str) -> str:
+def fmt_si(x: float, unit: str) -> str:
     from perfmodel.units import fmt
 
     return fmt(x, unit, 4)
@@ -30,7 +30,7 @@ def accelerator_yaml(r: dict[str, Any]) -> dict[str, Any]:
                    f"{f['family']}, model {f['model']}), {f['cores']} cores, cpu MHz {f['mhz']}",
         "clock-loop": f"perfmodel calibrate {r['date']}: {r['clock_how']}" if r["clock_hz"] else
                       "not measured: " + r["clock_how"],
-        "peak-arith": "cores x clock x FLOP/cycle; FLOP/cycle from the cpuinfo ISA flags (perfmodel.calibrate.flop_per_cycle)",
+        "peak-arith": "cores x clock x FLOP/cycle; FLOP/cycle from the cpuinfo ISA flags (perfmodel.calibration.host.flop_per_cycle)",
         cal_src: f"perfmodel calibrate {r['date']}, torch {r['torch']}, 1 thread (torch.set_num_threads(1))"
                  + (", quick mode" if r["quick"] else "")
                  + f"; other load on the CPUs before it: {100 * r['busy_before']['t1']:.0f}% busy",
@@ -39,7 +39,7 @@ def accelerator_yaml(r: dict[str, Any]) -> dict[str, Any]:
     peaks: dict[str, dict[str, Any]] = {}
     for prec, (fpc_p, why) in fpc.items():
         peak = clock * fpc_p
-        peaks[prec] = {"value": _g(peak, "FLOP/s"), "source": "peak-arith",
+        peaks[prec] = {"value": fmt_si(peak, "FLOP/s"), "source": "peak-arith",
                        "note": f"1 core x {clock / 1e9:.3f} GHz x {fpc_p:g} FLOP/cycle ({why}); dense"}
     gemm_max: dict[str, Any] = {}
     shapes: list[dict[str, Any]] = []
@@ -47,25 +47,25 @@ def accelerator_yaml(r: dict[str, Any]) -> dict[str, Any]:
         pts = t1[f"gemm_{prec}"]
         best = max(pts, key=lambda p: p["flop_per_s"])
         pct = f"; {100 * best['flop_per_s'] / (clock * fpc[prec][0]):.0f}% of peak" if prec in fpc else ""
-        gemm_max[prec] = {"value": _g(best["flop_per_s"], "FLOP/s"), "source": cal_src,
+        gemm_max[prec] = {"value": fmt_si(best["flop_per_s"], "FLOP/s"), "source": cal_src,
                           "note": f"torch.mm best of {len(pts)} shapes: {best['m']}x{best['n']}x{best['k']}{pct}"}
         shapes += [{"precision": prec, "m": p["m"], "n": p["n"], "k": p["k"],
-                    "achieved": _g(p["flop_per_s"], "FLOP/s"), "source": cal_src} for p in pts]
+                    "achieved": fmt_si(p["flop_per_s"], "FLOP/s"), "source": cal_src} for p in pts]
     mem, oh, ew = t1["memory"], t1["op_overhead"], t1["elementwise"]
     tall = r.get(f"t{r['threads_all']}")
     all_note = ""
     if tall and r["threads_all"] > 1:
         b32 = max(p["flop_per_s"] for p in tall["gemm_fp32"])
         b16 = max(p["flop_per_s"] for p in tall["gemm_bf16"])
-        all_note = (f" With all {r['threads_all']} threads in one process: fp32 GEMM {_g(b32, 'FLOP/s')}, "
-                    f"bf16 GEMM {_g(b16, 'FLOP/s')}, triad {_g(tall['memory']['triad_Bps'], 'B/s')}, "
-                    f"copy {_g(tall['memory']['copy_Bps'], 'B/s')}.")
+        all_note = (f" With all {r['threads_all']} threads in one process: fp32 GEMM {fmt_si(b32, 'FLOP/s')}, "
+                    f"bf16 GEMM {fmt_si(b16, 'FLOP/s')}, triad {fmt_si(tall['memory']['triad_Bps'], 'B/s')}, "
+                    f"copy {fmt_si(tall['memory']['copy_Bps'], 'B/s')}.")
     l2 = f["caches"].get("L2", 2**20)
     l3 = f["caches"].get("L3")
     mem_share = f["mem_bytes"] / max(f["cores"], 1)
     return {
         "id": "host-cpu",
-        "name": f"This host's CPU, one core ({f['model_name']})",
+        "name": f"One core of {f['model_name']} (family {f['family']}, model {f['model']}), the host calibrated on {r['date']}",
         "vendor": "host",
         "kind": "cpu",
         "generation": "host-cpu",
@@ -74,11 +74,11 @@ def accelerator_yaml(r: dict[str, Any]) -> dict[str, Any]:
         "matrix_peak": peaks,
         "vector_peak": {k: {**v, "note": v["note"] + "; a CPU has no separate matrix unit"} for k, v in peaks.items()},
         "compute_units": {"value": 1, "source": "cpuinfo", "note": f"one core per 'accelerator'; the host has {f['cores']}"},
-        "clock": {"value": _g(clock, "Hz"), "source": "clock-loop" if r["clock_hz"] else "cpuinfo",
+        "clock": {"value": fmt_si(clock, "Hz"), "source": "clock-loop" if r["clock_hz"] else "cpuinfo",
                   "note": f"measured sustained clock; /proc/cpuinfo says {f['mhz']} MHz (the TSC rate under KVM)"},
         "hbm_capacity": {"value": _binary(mem_share), "source": "cpuinfo",
                          "note": f"MemTotal {_binary(f['mem_bytes'])} shared by {f['cores']} cores; DRAM, not HBM"},
-        "hbm_bandwidth": {"value": _g(mem["triad_Bps"], "B/s"), "source": cal_src,
+        "hbm_bandwidth": {"value": fmt_si(mem["triad_Bps"], "B/s"), "source": cal_src,
                           "note": "no datasheet figure applies to one core of a (virtual) machine: the 1-thread "
                                   "triad is used as the 'peak'"},
         "l2_cache": {"value": _binary(l2), "source": "cpuinfo",
@@ -89,31 +89,31 @@ def accelerator_yaml(r: dict[str, Any]) -> dict[str, Any]:
         "calibration": {
             "gemm_max_achievable": gemm_max,
             "gemm_shapes": shapes,
-            "hbm_achieved": {"value": _g(mem["triad_Bps"], "B/s"), "source": cal_src,
+            "hbm_achieved": {"value": fmt_si(mem["triad_Bps"], "B/s"), "source": cal_src,
                              "note": f"torch.add(b, c, alpha=3, out=a) on {_binary(mem['array_bytes'])} fp32 arrays "
-                                     f"(3 arrays counted); copy_ {_g(mem['copy_Bps'], 'B/s')} (2 counted)"},
+                                     f"(3 arrays counted); copy_ {fmt_si(mem['copy_Bps'], 'B/s')} (2 counted)"},
             "elementwise_achieved": {
-                "value": _g(ew["Bps"], "B/s"), "source": cal_src,
+                "value": fmt_si(ew["Bps"], "B/s"), "source": cal_src,
                 "note": ("forward+backward under torch.autocast('cpu', bf16) on "
                          f"{ew['sizes']['tokens']} tokens, hidden {ew['sizes']['hidden']}, ffn {ew['sizes']['ffn']}, "
                          f"vocab {ew['sizes']['vocab']}; bytes = (inputs + outputs) x element size per op and "
                          "direction; total bytes / total time of: "
-                         + ", ".join(f"{k} {_g(v['Bps'], 'B/s')}" for k, v in ew["per_op"].items()))},
+                         + ", ".join(f"{k} {fmt_si(v['Bps'], 'B/s')}" for k, v in ew["per_op"].items()))},
             "attention": [
                 {"kernel": "sdpa-cpu", "direction": "fwd_bwd", "causal": p["causal"], "head_dim": p["head_dim"],
-                 "seq_len": p["seq_len"], "precision": "bf16", "achieved": _g(p["flop_per_s"], "FLOP/s"),
+                 "seq_len": p["seq_len"], "precision": "bf16", "achieved": fmt_si(p["flop_per_s"], "FLOP/s"),
                  "source": cal_src}
                 for p in t1["attention"]
             ],
             **({"optimizer_step_per_param": {
-                "value": _g(t1["optimizer"]["s_per_param"], "s"), "source": cal_src,
+                "value": fmt_si(t1["optimizer"]["s_per_param"], "s"), "source": cal_src,
                 "note": f"torch.optim.AdamW (foreach) step on {t1['optimizer']['params']:.3g} fp32 parameters"}}
                if "optimizer" in t1 else {}),
-            "kernel_launch": {"value": _g(oh["nograd_op_s"], "s"), "source": cal_src,
+            "kernel_launch": {"value": fmt_si(oh["nograd_op_s"], "s"), "source": cal_src,
                               "note": "no kernel launch on a CPU: eager dispatch of x * 2 on 1 element without autograd"},
-            "host_op_overhead": {"value": _g(oh["autograd_op_s"], "s"), "source": cal_src,
+            "host_op_overhead": {"value": fmt_si(oh["autograd_op_s"], "s"), "source": cal_src,
                                  "note": f"x * 2, 1 element, requires_grad (forward only); forward+backward per op "
-                                         f"{_g(oh['fwd_bwd_per_op_s'], 's')}"},
+                                         f"{fmt_si(oh['fwd_bwd_per_op_s'], 's')}"},
         },
         "notes": ("One core running one torch thread is one 'accelerator'; runs use torch.set_num_threads(1) per "
                   "process, and a 2-process gloo job is 2 accelerators of host-node. Compute, memory traffic and "
@@ -130,7 +130,8 @@ def node_yaml(r: dict[str, Any]) -> dict[str, Any]:
     src = "calib"
     return {
         "id": "host-node",
-        "name": f"This host: {f['cores']} cores of {f['model_name']}, gloo over loopback",
+        "name": (f"{f['cores']} cores of {f['model_name']} (family {f['family']}, model {f['model']}), "
+                 f"gloo over loopback; calibrated {r['date']}"),
         "accelerator": "host-cpu",
         "accelerators_per_node": int(f["cores"]),
         "references": {
@@ -141,18 +142,19 @@ def node_yaml(r: dict[str, Any]) -> dict[str, Any]:
         "intra_node": {
             "fabric": "gloo-tcp-loopback",
             "topology": "shared-memory",
-            "bandwidth": {"value": _g(link, "B/s"), "direction": "one-way", "source": src,
+            "bandwidth": {"value": fmt_si(link, "B/s"), "direction": "one-way", "source": src,
                           "note": "no line rate exists for loopback TCP: the best measured send/recv rate "
                                   f"(ping-pong, message {_binary(max(sr, key=lambda p: p['busbw_Bps'])['size_bytes'])}) is used"},
-            "latency": {"value": _g(ar[0]["time_s"], "s"), "source": src,
+            "latency": {"value": fmt_si(ar[0]["time_s"], "s"), "source": src,
                         "note": f"median 2-rank all_reduce of {_binary(ar[0]['size_bytes'])}; one-way send/recv "
-                                f"{_g(sr[0]['time_s'], 's')}; fastest all_reduce {_g(ar[0]['min_s'], 's')} (scheduler jitter on this VM)"},
+                                f"{fmt_si(sr[0]['time_s'], 's')}; fastest all_reduce {fmt_si(ar[0]['min_s'], 's')} "
+                                "(scheduler jitter on this VM)"},
             "in_network_reduction": False,
             "collective_efficiency": {"value": round(ar_big / link, 3), "source": src,
-                                      "note": f"best all_reduce busbw {_g(ar_big, 'B/s')} / bandwidth above"},
+                                      "note": f"best all_reduce busbw {fmt_si(ar_big, 'B/s')} / bandwidth above"},
             "curves": [
                 {"collective": kind, "algorithm": "gloo", "group_size": 2, "source": src,
-                 "points": [{"size": _binary(p["size_bytes"]), "busbw": _g(p["busbw_Bps"], "B/s")}
+                 "points": [{"size": _binary(p["size_bytes"]), "busbw": fmt_si(p["busbw_Bps"], "B/s")}
                             for p in pts]}
                 for kind, pts in (("all_reduce", ar), ("send_recv", sr))
             ],
@@ -172,7 +174,7 @@ def _binary(nbytes: float) -> str:
     return f"{nbytes:g} B"
 
 
-def _dump(obj: dict[str, Any], path: Path, header: str) -> None:
+def dump_spec(obj: dict[str, Any], path: Path, header: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     text = ""
     for key, val in obj.items():  # references and notes read better as blocks

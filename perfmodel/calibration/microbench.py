@@ -1,6 +1,8 @@
-"""Microbenchmark THIS host's CPU with torch and write it into the catalogue as `host-cpu`.
+"""Microbenchmark THIS host's CPU with torch and write it as the `host-cpu` / `host-node` specs.
 
-`perfmodel calibrate` (or ``python -m perfmodel.calibrate``) measures, with torch on the CPU:
+`perfmodel calibrate` (or ``python -m perfmodel.calibration.microbench``) measures, with torch on
+the CPU (default: a short pass, under a minute; ``--full`` for every shape and size, which waits
+for quiet CPUs and takes about 15 minutes):
 
 * GEMM FLOP/s, fp32 and bf16, over a few shapes (``torch.mm``; FLOP = 2·m·n·k);
 * streaming memory bandwidth: copy (2 arrays moved) and triad ``a = b + s·c`` (3 arrays moved),
@@ -31,11 +33,8 @@ import datetime as dt
 import functools
 import json
 import os
-import platform
-import shutil
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,9 +42,26 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cpu_facts", "flop_per_cycle", "main", "run_calibration", "wait_for_quiet"]
+from perfmodel.calibration.host import cpu_facts, measure_clock_hz, wait_for_quiet
+from perfmodel.calibration.spec_writer import accelerator_yaml, dump_spec, fmt_si, node_yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+__all__ = ["default_out_dir", "main", "measure", "run_calibration"]
+
+Progress = Callable[[str], None]
+
+
+def default_out_dir() -> Path:
+    """Where `perfmodel calibrate` writes when no --out is given: the user's data directory
+    ($XDG_DATA_HOME/perfmodel/hardware_specs, else ~/.local/share/perfmodel/hardware_specs), never
+    the repository's committed specs."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "perfmodel" / "hardware_specs"
+
+
+def _stderr_progress(t0: float) -> Progress:
+    def say(what: str) -> None:
+        print(f"[calibrate {time.monotonic() - t0:5.1f} s] {what}", file=sys.stderr, flush=True)
+    return say
 
 # (m, n, k) of torch.mm(A[m,k], B[k,n]). The full list includes the shapes of the CPU workloads.
 _GEMM_SHAPES_FULL = [
@@ -55,152 +71,6 @@ _GEMM_SHAPES_FULL = [
 _GEMM_SHAPES_QUICK = [(256, 256, 256), (1024, 1024, 1024)]
 _AR_SIZES_FULL = [2**p for p in range(10, 27, 2)]  # 1 KiB .. 64 MiB
 _AR_SIZES_QUICK = [2**12, 2**18, 2**22]  # 4 KiB, 256 KiB, 4 MiB
-
-
-# --- facts about the CPU ----------------------------------------------------------------------
-def cpu_facts() -> dict[str, Any]:
-    """Model name, flags, core count, cache sizes and memory from /proc and sysfs (Linux)."""
-    info: dict[str, Any] = {"model_name": platform.processor() or "unknown", "flags": set(), "mhz": None,
-                            "vendor": "unknown", "family": None, "model": None}
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        text = ""
-    for line in text.splitlines():
-        key, _, val = (s.strip() for s in line.partition(":"))
-        if key == "model name":
-            info["model_name"] = val
-        elif key == "flags":
-            info["flags"] = set(val.split())
-        elif key == "cpu MHz" and info["mhz"] is None:
-            info["mhz"] = float(val)
-        elif key == "vendor_id":
-            info["vendor"] = val
-        elif key == "cpu family" and info["family"] is None:
-            info["family"] = int(val)
-        elif key == "model" and info["model"] is None:
-            info["model"] = int(val)
-    info["cores"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    info["caches"] = _caches()
-    mem_kib = 0
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                mem_kib = int(line.split()[1])
-    except OSError:
-        pass
-    info["mem_bytes"] = mem_kib * 1024
-    return info
-
-
-def _caches() -> dict[str, int]:
-    """Per-core size in bytes of each cache level: {'L1d': .., 'L2': .., 'L3': ..}."""
-    out: dict[str, int] = {}
-    base = Path("/sys/devices/system/cpu/cpu0/cache")
-    for d in sorted(base.glob("index*")):
-        try:
-            level = (d / "level").read_text().strip()
-            kind = (d / "type").read_text().strip()
-            size = (d / "size").read_text().strip()
-        except OSError:
-            continue
-        name = f"L{level}" + ("d" if kind == "Data" else "i" if kind == "Instruction" else "")
-        mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(size[-1], 1)
-        out[name] = int(size.rstrip("KMG")) * mult
-    return out
-
-
-def flop_per_cycle(facts: dict[str, Any]) -> dict[str, tuple[float, str]]:
-    """Dense FLOP per cycle per core by precision, with the arithmetic as text.
-
-    fp32: lanes x 2 (FMA = multiply + add) x FMA issues per cycle. Zen 4 (AMD family 25 with
-    AVX-512) executes a 512-bit FMA as two halves on its two 256-bit FMA pipes: one zmm FMA per
-    cycle, the same 32 FLOP/cycle as AVX2 on two pipes. Intel server cores with AVX-512 are taken
-    to issue two zmm FMAs per cycle. bf16 with AVX512_BF16: VDPBF16PS does two bf16 products per
-    fp32 lane, so twice the fp32 FLOP per instruction at the same issue rate.
-    """
-    flags: set[str] = facts["flags"]
-    amd = facts["vendor"] == "AuthenticAMD"
-    if "avx512f" in flags:
-        lanes = 16
-        issue = 1 if amd else 2
-        isa = "AVX-512"
-    elif "avx2" in flags or "avx" in flags:
-        lanes, issue, isa = 8, 2, "AVX2"
-    else:
-        lanes, issue, isa = 4, 2, "SSE"
-    fma = 2 if "fma" in flags or "avx512f" in flags else 1
-    fp32 = lanes * fma * issue
-    why = f"{isa} {lanes} fp32 lanes x {fma} (FMA) x {issue} issue/cycle"
-    if amd and "avx512f" in flags:
-        why += " (Zen 4: a 512-bit FMA runs as two halves on two 256-bit FMA pipes)"
-    out = {"fp32": (float(fp32), why)}
-    if "avx512_bf16" in flags:
-        out["bf16"] = (2.0 * fp32, f"AVX512_BF16 VDPBF16PS: 2 bf16 products per fp32 lane -> 2 x {fp32}")
-    if "amx_bf16" in flags:
-        out["bf16"] = (1024.0, "AMX-BF16 TMUL: 512 bf16 FMA per cycle")
-    return out
-
-
-_CLOCK_C = r"""
-#include <stdio.h>
-#include <time.h>
-int main(void) {
-  struct timespec a, b; unsigned long n = 1000000000UL, x = 0;
-  clock_gettime(CLOCK_MONOTONIC, &a);
-  __asm__ volatile("mov %1, %%rcx\n1:\n"
-    "add $1, %0\n add $1, %0\n add $1, %0\n add $1, %0\n"
-    "add $1, %0\n add $1, %0\n add $1, %0\n add $1, %0\n"
-    "sub $8, %%rcx\n jnz 1b\n" : "+r"(x) : "r"(n) : "rcx");
-  clock_gettime(CLOCK_MONOTONIC, &b);
-  printf("%.6e\n", n / ((b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) * 1e-9));
-  return 0;
-}
-"""
-
-
-def measure_clock_hz() -> tuple[float | None, str]:
-    """Core clock from a chain of dependent 1-cycle adds (x86-64 with a C compiler), else None."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None or platform.machine() not in ("x86_64", "AMD64"):
-        return None, "no C compiler or not x86-64"
-    with tempfile.TemporaryDirectory() as tmp:
-        src, exe = Path(tmp, "clk.c"), Path(tmp, "clk")
-        src.write_text(_CLOCK_C)
-        try:
-            subprocess.run([cc, "-O1", str(src), "-o", str(exe)], check=True, capture_output=True, timeout=60)
-            runs = [float(subprocess.run([str(exe)], check=True, capture_output=True, text=True,
-                                         timeout=60).stdout) for _ in range(3)]
-        except (subprocess.SubprocessError, OSError, ValueError) as e:
-            return None, f"clock loop failed: {e}"
-    return max(runs), "dependent 64-bit add chain, 1 add per cycle, best of 3 x 1e9 adds"
-
-
-# --- timing helpers ---------------------------------------------------------------------------
-def _busy_fraction(window_s: float) -> float:
-    """Fraction of all CPUs' time spent busy (incl. steal) over `window_s`, from /proc/stat."""
-    def snap() -> tuple[int, int]:
-        vals = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-        idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
-        return sum(vals[:8]), idle
-    try:
-        t0, i0 = snap()
-        time.sleep(window_s)
-        t1, i1 = snap()
-    except (OSError, ValueError, IndexError):
-        return 0.0
-    return 1.0 - (i1 - i0) / max(t1 - t0, 1)
-
-
-def wait_for_quiet(max_wait_s: float = 120.0, busy_below: float = 0.15, window_s: float = 0.5) -> float:
-    """Block until other processes leave the CPUs (busy fraction < busy_below), at most
-    max_wait_s. Returns the last busy fraction seen: a caller records it with its numbers, since
-    another tenant on the same cores slows every microbenchmark."""
-    deadline = time.monotonic() + max_wait_s
-    busy = _busy_fraction(window_s)
-    while busy >= busy_below and time.monotonic() < deadline:
-        busy = _busy_fraction(window_s)
-    return busy
 
 
 def _median_time(fn: Callable[[], object], reps: int, warmup: int = 2, min_time_s: float = 0.0) -> float:
@@ -476,10 +346,13 @@ def bench_gloo(sizes: list[int], iters: int) -> dict[str, list[dict[str, float]]
 
 
 # --- the whole calibration --------------------------------------------------------------------
-def measure(quick: bool = False) -> dict[str, Any]:
-    """Run every microbenchmark; return raw numbers in SI units."""
+def measure(quick: bool = True, progress: Progress | None = None) -> dict[str, Any]:
+    """Run every microbenchmark; return raw numbers in SI units. `progress` hears one line per
+    step (the full pass takes minutes)."""
     import torch
 
+    say = progress or (lambda _msg: None)
+    say("CPU facts and clock")
     facts = cpu_facts()
     clock_hz, clock_how = measure_clock_hz()
     shapes = _GEMM_SHAPES_QUICK if quick else _GEMM_SHAPES_FULL
@@ -494,13 +367,16 @@ def measure(quick: bool = False) -> dict[str, Any]:
     for threads in (1, threads_all):
         torch.set_num_threads(threads)
         key = f"t{threads}"
+        say(f"{threads} thread(s): waiting for quiet CPUs")
         res["busy_before"][key] = wait_for_quiet(1.0 if quick else 120.0)
+        say(f"{threads} thread(s): GEMM fp32 / bf16 over {len(shapes)} shapes, streaming memory")
         res[key] = {
             "gemm_fp32": bench_gemm(shapes, torch.float32, reps),
             "gemm_bf16": bench_gemm(shapes, torch.bfloat16, reps),
             "memory": bench_memory(n_mem, reps),
         }
         if threads == 1:
+            say("1 thread: eager op overhead, attention, element-wise ops, optimizer step")
             res[key]["op_overhead"] = bench_op_overhead(2000 if quick else 20000)
             res[key]["attention"] = bench_attention(reps, quick)
             res[key]["elementwise"] = bench_elementwise(reps, quick)
@@ -508,45 +384,50 @@ def measure(quick: bool = False) -> dict[str, Any]:
         if threads_all == 1:
             break
     torch.set_num_threads(threads_all)
+    say("2-process gloo all_reduce and send/recv")
     res["busy_before"]["gloo"] = wait_for_quiet(1.0 if quick else 120.0)
     res["gloo"] = bench_gloo(_AR_SIZES_QUICK if quick else _AR_SIZES_FULL, 5 if quick else 20)
     return res
 
 
-def run_calibration(out_dir: Path, quick: bool = False) -> dict[str, Any]:
-    """Measure this host and write out_dir/accelerators/host-cpu.yaml and out_dir/nodes/host-node.yaml.
+def run_calibration(out_dir: Path | None = None, quick: bool = True, progress: Progress | None = None) -> dict[str, Any]:
+    """Measure this host and write out_dir/accelerators/host-cpu.yaml and out_dir/nodes/host-node.yaml
+    (default: `default_out_dir()`, never the committed specs).
 
     Returns the raw measurements (SI units) plus the written paths under 'paths'.
     """
-    from perfmodel.calibrate_spec import _dump, accelerator_yaml, node_yaml
-
-    r = measure(quick)
-    header = (f"# Written by `python -m perfmodel.calibrate` on {r['date']} (torch {r['torch']}); rerun to refresh.\n"
+    out_dir = out_dir or default_out_dir()
+    r = measure(quick, progress)
+    header = (f"# Written by `perfmodel calibrate` on {r['date']} (torch {r['torch']}); rerun to refresh.\n"
+              f"# Describes the machine it ran on: {r['facts']['model_name']}, {r['facts']['cores']} cores.\n"
               "# One 'accelerator' = one core running one torch thread.\n")
     acc_path = out_dir / "accelerators" / "host-cpu.yaml"
     node_path = out_dir / "nodes" / "host-node.yaml"
-    _dump(accelerator_yaml(r), acc_path, header)
-    _dump(node_yaml(r), node_path, header)
+    dump_spec(accelerator_yaml(r), acc_path, header)
+    dump_spec(node_yaml(r), node_path, header)
     r["paths"] = {"accelerator": str(acc_path), "node": str(node_path)}
     return r
 
 
+def summary_line(r: dict[str, Any]) -> str:
+    """One line of the headline measurements of `run_calibration`."""
+    t1 = r["t1"]
+    return (f"fp32 GEMM max {fmt_si(max(x['flop_per_s'] for x in t1['gemm_fp32']), 'FLOP/s')}, "
+            f"bf16 GEMM max {fmt_si(max(x['flop_per_s'] for x in t1['gemm_bf16']), 'FLOP/s')}, "
+            f"triad {fmt_si(t1['memory']['triad_Bps'], 'B/s')}, op {fmt_si(t1['op_overhead']['autograd_op_s'], 's')}, "
+            f"gloo all_reduce best {fmt_si(max(x['busbw_Bps'] for x in r['gloo']['all_reduce']), 'B/s')}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="perfmodel calibrate", description=__doc__.split("\n")[0])
-    p.add_argument("--out", type=Path, default=REPO_ROOT / "hardware_specs", help="hardware_specs directory")
-    p.add_argument("--quick", action="store_true", help="fewer shapes and sizes (~10 s)")
+    p = argparse.ArgumentParser(prog="perfmodel calibrate", description=(__doc__ or "").split("\n")[0])
+    p.add_argument("--out", type=Path, default=None, help=f"specs directory to write (default {default_out_dir()})")
+    p.add_argument("--full", action="store_true", help="every shape and size, waiting for quiet CPUs (~15 min)")
     p.add_argument("--json", type=Path, help="also write the raw measurements here")
     a = p.parse_args(argv)
-    from perfmodel.calibrate_spec import _g
-
-    r = run_calibration(a.out, a.quick)
+    r = run_calibration(a.out, not a.full, _stderr_progress(time.monotonic()))
     if a.json:
         a.json.write_text(json.dumps(r, indent=1, default=str))
-    t1 = r["t1"]
-    print(f"fp32 GEMM max {_g(max(x['flop_per_s'] for x in t1['gemm_fp32']), 'FLOP/s')}, "
-          f"bf16 GEMM max {_g(max(x['flop_per_s'] for x in t1['gemm_bf16']), 'FLOP/s')}, "
-          f"triad {_g(t1['memory']['triad_Bps'], 'B/s')}, op {_g(t1['op_overhead']['autograd_op_s'], 's')}, "
-          f"gloo all_reduce best {_g(max(x['busbw_Bps'] for x in r['gloo']['all_reduce']), 'B/s')}")
+    print(summary_line(r))
     print("wrote", r["paths"]["accelerator"], r["paths"]["node"])
     return 0
 

@@ -1,0 +1,7 @@
+"""python -m perfmodel.calibration: the host microbenchmark (same as `perfmodel calibrate`)."""
+
+import sys
+
+from perfmodel.calibration.microbench import main
+
+sys.exit(main())
