@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Literal
 
+from perfmodel.calibration.frameworks import apply_framework
+from perfmodel.calibration.frameworks import framework as get_framework
+from perfmodel.calibration.profile import Profile, calibrated_system, load_profile, with_interval
 from perfmodel.errors import LayoutError
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import System, resolve_hardware
@@ -29,28 +32,43 @@ def resolve(workload: str | ModelSpec, cluster: str | System, plan: ParallelPlan
 
 
 def estimate(workload: str | ModelSpec, cluster: str | System, plan: ParallelPlan,
-             engine: Engine = "analytic", gpus_per_node: int | None = None) -> Estimate:
+             engine: Engine = "analytic", gpus_per_node: int | None = None,
+             calibration: str | Profile | None = "default", framework: str | None = None) -> Estimate:
     """Predict one training step of `workload` on `cluster` (an accelerator id, a node or
-    cluster id, or a resolved System) under `plan`."""
+    cluster id, or a resolved System) under `plan`.
+
+    `calibration`: 'default' (the shipped profile), 'none' (physics only), a profile YAML path
+    (`perfmodel fit`) or a Profile. `framework`: the training stack (megatron-lm, megatron-core,
+    deepspeed, torchtitan, composer, pytorch, llm.c, jax), which selects mechanisms (attention
+    kernel, host dispatch); None leaves the plan as given with eager dispatch."""
+    prof = load_profile(calibration)
+    fw = get_framework(framework) if framework else None
+    if fw is not None:
+        plan = apply_framework(plan, fw)
     spec, system, msgs = resolve(workload, cluster, plan, gpus_per_node)
+    acc = system.accelerator
+    system = calibrated_system(system, prof, fw)
     if plan.world > system.num_gpus:
         raise LayoutError(f"plan needs {plan.world} GPUs (dp {plan.dp} x tp {plan.tp} x pp {plan.pp} x cp {plan.cp}) "
                           f"but {system.name} has {system.num_gpus}")
     if engine == "analytic":
         from perfmodel.engines.analytic import analytic_estimate
 
-        return analytic_estimate(spec, system, plan, msgs)
+        return with_interval(analytic_estimate(spec, system, plan, msgs), prof, acc, spec)
     if engine == "des":
         from perfmodel.engines.des import des_estimate
 
-        return des_estimate(spec, system, plan, msgs)
+        return with_interval(des_estimate(spec, system, plan, msgs), prof, acc, spec)
     raise ValueError(f"engine {engine!r}: expected 'analytic' or 'des'")
 
 
-def estimate_graph(graph: Graph, cluster: str | System, plan: ParallelPlan, gpus_per_node: int | None = None) -> Estimate:
+def estimate_graph(graph: Graph, cluster: str | System, plan: ParallelPlan, gpus_per_node: int | None = None,
+                   calibration: str | Profile | None = "default") -> Estimate:
     """Predict a step of an already-built graph (e.g. `from_torch(module, inputs)`): dp and pp
     layouts only, since an imported graph is not sharded."""
     from perfmodel.engines.analytic import analytic_estimate
 
+    prof = load_profile(calibration)
     system, msgs = resolve_hardware(cluster, plan.world, gpus_per_node)
-    return analytic_estimate(None, system, plan, msgs, graph=graph)
+    est = analytic_estimate(None, calibrated_system(system, prof), plan, msgs, graph=graph)
+    return with_interval(est, prof, system.accelerator, None)

@@ -1,4 +1,4 @@
-"""perfmodel command line: estimate, validate, calibrate, search, compare, list.
+"""perfmodel command line: estimate, validate, fit, calibrate, search, compare, list.
 
 Every argument is checked where it is parsed (counts are positive integers, token counts positive
 finite numbers); nothing out of range is quietly replaced by a default. Errors exit 2 with one
@@ -47,6 +47,17 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                    help="scaling recipe of fp8/fp4 GEMMs (default: delayed for fp8; mxfp8, nvfp4 for those precisions)")
     g.add_argument("--no-overlap", action="store_true", help="no DP comm / FSDP prefetch overlap")
     g.add_argument("--attention", default="flash", choices=["flash", "unfused"], help="attention kernel")
+
+
+def _calibration_args(p: argparse.ArgumentParser, framework: bool = True) -> None:
+    from perfmodel.calibration.frameworks import FRAMEWORKS
+
+    p.add_argument("--calibration", default="default", metavar="PROFILE|none",
+                   help="calibration profile: 'default' (shipped, fitted on the public runs), 'none' (physics only) "
+                   "or a YAML written by `perfmodel fit`")
+    if framework:
+        p.add_argument("--framework", default=None, choices=list(FRAMEWORKS),
+                       help="training stack: selects its mechanisms (attention kernel, host dispatch); never a fitted factor")
 
 
 def _plan(a: argparse.Namespace, n_gpus: int):
@@ -117,14 +128,16 @@ def cmd_estimate(a: argparse.Namespace) -> int:
         n = a.n_gpus or (a.dp or 1) * a.pp
         a.micro_batch = graph.micro_batch if a.micro_batch == 1 else a.micro_batch
         plan = _plan(a, n)
-        est = perfmodel.estimate_graph(graph, _hardware(a, plan.world), plan, gpus_per_node=a.gpus_per_node)
+        est = perfmodel.estimate_graph(graph, _hardware(a, plan.world), plan, gpus_per_node=a.gpus_per_node,
+                                       calibration=a.calibration)
     else:
         from perfmodel.cli_imports import estimate_inputs, param_fields
 
         spec, a = estimate_inputs(a)  # a workload id, a HF config.json, --megatron-args or --torchtitan
         n = a.n_gpus or (a.dp or 1) * a.tp * a.pp * a.cp
         plan = _plan(a, n)
-        est = perfmodel.estimate(spec, _hardware(a, plan.world), plan, engine=a.engine, gpus_per_node=a.gpus_per_node)
+        est = perfmodel.estimate(spec, _hardware(a, plan.world), plan, engine=a.engine, gpus_per_node=a.gpus_per_node,
+                                 calibration=a.calibration, framework=a.framework)
     if a.input_pipeline:
         from perfmodel.hardware.catalog import resolve_hardware
         from perfmodel.planning.input_pipeline import apply_input_pipeline, load_input_pipeline
@@ -143,7 +156,7 @@ def cmd_estimate(a: argparse.Namespace) -> int:
 def cmd_validate(a: argparse.Namespace) -> int:
     from perfmodel.validation.predict import validate_file
 
-    preds = validate_file(a.runs, a.out, a.engine, a.attention)
+    preds = validate_file(a.runs, a.out, a.engine, a.attention, a.calibration, a.framework)
     ok = sum(p["status"] == "ok" for p in preds)
     print(f"{len(preds)} rows read, {ok} predicted, {len(preds) - ok} errors -> {a.out}", file=sys.stderr)
     if a.report:
@@ -173,6 +186,12 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     from perfmodel.calibration.commands import calibrate_main
 
     return calibrate_main(a)
+
+
+def cmd_fit(a: argparse.Namespace) -> int:
+    from perfmodel.calibration.fit import fit_main
+
+    return fit_main(a.runs, a.out, a.name, a.quiet)
 
 
 def cmd_list(a: argparse.Namespace) -> int:
@@ -236,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     from perfmodel.cli_imports import add_estimate_import_args, add_import_sweep_commands
 
     add_estimate_import_args(e)
+    _calibration_args(e)
     e.set_defaults(func=cmd_estimate)
 
     v = sub.add_parser("validate", help="predict every row of a runs file (the contract: docs/VALIDATION.md)",
@@ -245,10 +265,18 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--out", required=True)
     v.add_argument("--engine", default="analytic", choices=["analytic", "des"])
     v.add_argument("--report", default=None, help="also write an error report (markdown, HTML, PNG) here")
-    v.add_argument("--attention", default="flash", choices=["flash", "unfused"],
-                   help="attention kernel of the runs' software stack (default flash)")
+    v.add_argument("--attention", default=None, choices=["flash", "unfused"],
+                   help="override the attention kernel every row's framework selects")
     _catalog_args(v)
+    _calibration_args(v)
     v.set_defaults(func=cmd_validate)
+
+    f = sub.add_parser("fit", help="fit a calibration profile to measured runs (judged leave-one-source-out)")
+    f.add_argument("--runs", action="append", required=True, help="runs file (DESIGN contract); repeat for more")
+    f.add_argument("--out", required=True, help="profile YAML to write; use it with --calibration PATH")
+    f.add_argument("--name", default=None, help="profile name (default: the file stem)")
+    f.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    f.set_defaults(func=cmd_fit)
 
     r = sub.add_parser("report", help="error report from runs files and their predictions, or the HTML comparison "
                        "of a sweep's RESULTS.parquet")
@@ -293,6 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--top", type=positive_int, default=10, help="layouts to show (at least 1)")
     s.add_argument("--json", action="store_true")
     _catalog_args(s)
+    _calibration_args(s)
     s.set_defaults(func=cmd_search)
 
     cmp = sub.add_parser("compare", help="compare accelerators on time, cost and energy")
@@ -307,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--out", default=None, help="write a report (markdown + HTML) here")
     cmp.add_argument("--json", action="store_true")
     _catalog_args(cmp)
+    _calibration_args(cmp)
     cmp.set_defaults(func=cmd_compare)
 
     from perfmodel.planning.lifecycle_cli import add_parsers as add_lifecycle_parsers

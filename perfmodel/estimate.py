@@ -42,6 +42,9 @@ class Estimate:
     provenance: dict[str, str] = field(default_factory=dict, compare=False)
     best_published_mfu: float | None = None
     best_published_mfu_source: str = ""
+    calibration: str = "none"  # the calibration profile the step time was computed with
+    step_time_lo_s: float | None = None  # 80 % prediction interval of the step time (None: no interval)
+    step_time_hi_s: float | None = None
 
     @property
     def tokens_per_s(self) -> float:
@@ -87,7 +90,9 @@ class Estimate:
         return {
             "workload": self.workload, "system": self.system, "accelerator": self.accelerator,
             "engine": self.engine, "n_gpus": self.n_gpus, "plan": self.plan.model_dump(),
-            "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s,
+            "step_time_s": self.step_time_s, "step_time_interval_80_s": (
+                [self.step_time_lo_s, self.step_time_hi_s] if self.step_time_lo_s is not None else None),
+            "calibration": self.calibration, "tokens_per_s": self.tokens_per_s,
             "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu, "hfu": self.hfu,
             "breakdown_s": dict(self.breakdown_s),
             "memory_bytes": {**self.memory.as_dict(), "total": self.memory.total_bytes, "capacity": self.hbm_bytes},
@@ -113,6 +118,9 @@ class Estimate:
             f" recompute {self.plan.recompute} {self.plan.precision}",
             f"  step    {self.step_time_s:.4g} s   {self.tokens_per_s:,.0f} tokens/s   "
             f"{self.tflops_per_gpu:.1f} TFLOP/s/GPU   MFU {self.mfu:.1%}",
+            (f"  80 %    {self.step_time_lo_s:.4g} - {self.step_time_hi_s:.4g} s (prediction interval, calibration "
+             f"{self.calibration})" if self.step_time_lo_s is not None and self.step_time_hi_s is not None
+             else f"  calibration {self.calibration} (no prediction interval)"),
             f"  memory  {fmt(self.memory.total_bytes, 'B')} of {fmt(self.hbm_bytes, 'B')} per GPU"
             + ("" if self.fits else "  (DOES NOT FIT)"),
         ]

@@ -13,7 +13,8 @@ from perfmodel.units import fmt
 def search_main(a: argparse.Namespace) -> int:
     from perfmodel.planning.search import layout_label, search
 
-    res = search(a.workload, a.hardware, a.n_gpus, a.global_batch, seq_len=a.seq_len, precision=a.precision)
+    res = search(a.workload, a.hardware, a.n_gpus, a.global_batch, seq_len=a.seq_len, precision=a.precision,
+                 calibration=a.calibration, framework=a.framework)
     top = res.table.head(a.top)
     if a.json:
         print(json.dumps({"workload": res.spec.id, "system": res.system.name, "n_layouts": res.n_layouts,
@@ -36,14 +37,15 @@ def compare_main(a: argparse.Namespace) -> int:
 
     tokens = a.tokens or DEFAULT_TOKENS
     df = compare(a.workload, list(a.hardware), a.n_gpus, a.global_batch, tokens, pue=a.pue,
-                 electricity_usd_per_kwh=a.electricity_usd_per_kwh)
+                 electricity_usd_per_kwh=a.electricity_usd_per_kwh, calibration=a.calibration, framework=a.framework)
     line = f"{a.workload}, {a.n_gpus} GPUs, global batch {a.global_batch}, {tokens:.3g} tokens"
     if a.json:
         print(df.to_json(orient="records", indent=2))
     else:
         print(markdown(df, line))
     if a.out:
-        sens = sensitivity(a.workload, list(a.hardware), a.n_gpus, a.global_batch, tokens)
+        sens = sensitivity(a.workload, list(a.hardware), a.n_gpus, a.global_batch, tokens, calibration=a.calibration,
+                           framework=a.framework)
         paths = write_report(df, a.out, line, sens)
         print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 0

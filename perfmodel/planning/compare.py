@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from perfmodel.calibration.profile import Profile
 from perfmodel.engines.analytic import cached_graph
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.catalog import System
@@ -41,13 +42,16 @@ class Job:
     power_model: PowerModel = "tdp"
     pue: float = 1.0
     electricity_usd_per_kwh: float | None = None
+    calibration: str | Profile | None = "default"
+    framework: str | None = None
 
 
 def evaluate_candidate(job: Job, system: System, label: str, space: SearchSpace | None = None) -> dict[str, object]:
     """One comparison row: best layout, time, cost, energy, goodput (or the error)."""
     row: dict[str, object] = {"candidate": label, "accelerator": system.accelerator.id, "system": system.name,
                               "n_gpus": job.n_gpus}
-    res = search(job.spec, system, job.n_gpus, job.global_batch, seq_len=job.seq_len, precision=job.precision, space=space)
+    res = search(job.spec, system, job.n_gpus, job.global_batch, seq_len=job.seq_len, precision=job.precision, space=space,
+                 calibration=job.calibration, framework=job.framework)
     if res.table.empty:
         return {**row, "message": f"no layout fits ({res.n_layouts} tried)"}
     est = res.best()
@@ -57,7 +61,8 @@ def evaluate_candidate(job: Job, system: System, label: str, space: SearchSpace 
     params = cached_graph(job.spec, 1, seq, 1, 1, 1, False, job.precision, "flash").total_params_full()
     gp = goodput(job.n_gpus, checkpoint_bytes(params), ideal_wall_s=run.wall_s)
     return {
-        **row, "layout": layout_label(est.plan), "step_time_s": est.step_time_s, "tokens_per_s": est.tokens_per_s,
+        **row, "layout": layout_label(est.plan), "step_time_s": est.step_time_s,
+        "step_time_lo_s": est.step_time_lo_s, "step_time_hi_s": est.step_time_hi_s, "tokens_per_s": est.tokens_per_s,
         "mfu": est.mfu, "memory_gb": est.memory.total_bytes / GB, "days": run.wall_days, "gpu_hours": run.gpu_hours,
         "usd_per_gpu_hour": run.price_per_gpu_hour_usd, "cost_usd": run.cost_usd, "energy_mwh": run.energy_mwh,
         "power_per_gpu_w": run.power_per_gpu_w, "power_basis": run.power_basis, "pue": run.pue,
@@ -73,12 +78,14 @@ def evaluate_candidate(job: Job, system: System, label: str, space: SearchSpace 
 def compare(workload: str | ModelSpec, candidates: list[str | System], n_gpus: int, global_batch: int,
             tokens: float = DEFAULT_TOKENS, *, seq_len: int | None = None, precision: str = "bf16",
             space: SearchSpace | None = None, power_model: PowerModel = "tdp", pue: float = 1.0,
-            electricity_usd_per_kwh: float | None = None) -> pd.DataFrame:
+            electricity_usd_per_kwh: float | None = None, calibration: str | Profile | None = "default",
+            framework: str | None = None) -> pd.DataFrame:
     """One row per candidate; a candidate that cannot run (unknown id, nothing fits) gets a row
     whose `message` says why. Each row says its power basis and which cost terms are measured on
     that hardware and which take the derating rule (`fallback_terms`)."""
     spec = get_workload(workload) if isinstance(workload, str) else workload
-    job = Job(spec, n_gpus, global_batch, tokens, seq_len, precision, power_model, pue, electricity_usd_per_kwh)
+    job = Job(spec, n_gpus, global_batch, tokens, seq_len, precision, power_model, pue, electricity_usd_per_kwh,
+              calibration, framework)
     rows = []
     for cand in candidates:
         label = cand if isinstance(cand, str) else cand.name
@@ -94,10 +101,11 @@ WHAT_IFS = {"scale-out bandwidth": "inter_bw", "scale-up bandwidth": "intra_bw",
 
 def sensitivity(workload: str | ModelSpec, candidates: list[str | System], n_gpus: int, global_batch: int,
                 tokens: float = DEFAULT_TOKENS, pct: float = 20.0, *, seq_len: int | None = None,
-                precision: str = "bf16", space: SearchSpace | None = None) -> pd.DataFrame:
+                precision: str = "bf16", space: SearchSpace | None = None,
+                calibration: str | Profile | None = "default", framework: str | None = None) -> pd.DataFrame:
     """Long form: candidate, knob, change (±pct %), days, cost and their ratio to the baseline."""
     spec = get_workload(workload) if isinstance(workload, str) else workload
-    job = Job(spec, n_gpus, global_batch, tokens, seq_len, precision)
+    job = Job(spec, n_gpus, global_batch, tokens, seq_len, precision, calibration=calibration, framework=framework)
     rows = []
     for cand in candidates:
         label = cand if isinstance(cand, str) else cand.name

@@ -24,6 +24,8 @@ import numpy as np
 import pandas as pd
 
 from perfmodel.api import estimate
+from perfmodel.calibration.frameworks import framework as get_framework
+from perfmodel.calibration.profile import NONE, Profile, calibrated_system, load_profile
 from perfmodel.compute.ops import gemm_precision
 from perfmodel.engines.analytic import model_flop_per_step
 from perfmodel.errors import LayoutError
@@ -69,6 +71,8 @@ class SearchResult:
     table: pd.DataFrame  # every fitting layout, ranked by the objective
     n_layouts: int  # layouts evaluated (valid, before the memory filter)
     elapsed_s: float  # enumeration + evaluation + ranking
+    profile: Profile = NONE  # calibration the layouts were scored with (system is the uncalibrated one)
+    framework: str | None = None
 
     @property
     def layouts_per_s(self) -> float:
@@ -81,11 +85,13 @@ class SearchResult:
         return row_plan(self.table.iloc[rank], self.global_batch, self.seq_len, self.precision)
 
     def best(self, engine: Literal["analytic", "des"] = "analytic") -> Estimate:
-        return estimate(self.spec, self.system, self.plan(0), engine=engine)
+        return estimate(self.spec, self.system, self.plan(0), engine=engine, calibration=self.profile,
+                        framework=self.framework)
 
     def estimates(self, k: int = 5, engine: Literal["analytic", "des"] = "analytic") -> list[Estimate]:
         """Full estimates of the top k (engine="des" re-scores them with the event simulation)."""
-        return [estimate(self.spec, self.system, self.plan(i), engine=engine) for i in range(min(k, len(self.table)))]
+        return [estimate(self.spec, self.system, self.plan(i), engine=engine, calibration=self.profile, framework=self.framework)
+                for i in range(min(k, len(self.table)))]
 
     def pareto_memory(self) -> pd.DataFrame:
         """Layouts no other layout beats on both step time and memory headroom."""
@@ -123,9 +129,12 @@ def row_plan(row: pd.Series, global_batch: int, seq_len: int, precision: str) ->
 
 def search(workload: str | ModelSpec, cluster: str | System, n_gpus: int, global_batch: int, *,
            seq_len: int | None = None, precision: str = "bf16", space: SearchSpace | None = None,
-           objective: Objective = "step_time", gpu_counts: list[int] | None = None) -> SearchResult:
+           objective: Objective = "step_time", gpu_counts: list[int] | None = None,
+           calibration: str | Profile | None = "default", framework: str | None = None) -> SearchResult:
     """Every valid layout of `workload` for `global_batch` sequences on `n_gpus` GPUs (or on each
-    of `gpu_counts`), scored, filtered by memory and ranked by `objective`."""
+    of `gpu_counts`), scored, filtered by memory and ranked by `objective`. `calibration` and
+    `framework` as in `perfmodel.estimate` (the planner applies the framework's host dispatch;
+    its attention kernel is the planner's flash)."""
     t0 = time.perf_counter()
     spec = get_workload(workload) if isinstance(workload, str) else workload
     counts = sorted(set(gpu_counts or [n_gpus]))
@@ -133,12 +142,14 @@ def search(workload: str | ModelSpec, cluster: str | System, n_gpus: int, global
     space = space or SearchSpace()
     seq = seq_len or spec.seq_len
     grid = layout_grid(spec, system, counts, global_batch, seq, space)
-    ev = evaluator(spec, system, seq, precision)
+    prof = load_profile(calibration)
+    fw = get_framework(framework) if framework else None
+    ev = evaluator(spec, calibrated_system(system, prof, fw), seq, precision)
     out = ev.evaluate(grid, space.overlap_dp_comm, space.overlap_fsdp_prefetch) if len(grid["tp"]) else {
         "step_time_s": np.empty(0), "memory_bytes": np.empty(0)}
     table = _table(spec, system, grid, out, global_batch, seq, precision, space, objective)
     return SearchResult(spec, system, global_batch, seq, precision, objective, table, len(grid["tp"]),
-                        time.perf_counter() - t0)
+                        time.perf_counter() - t0, prof, framework)
 
 
 def _table(spec: ModelSpec, system: System, grid: dict[str, np.ndarray], out: dict[str, np.ndarray], global_batch: int,

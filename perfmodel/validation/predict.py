@@ -1,7 +1,9 @@
 """`perfmodel validate`: predict every row of a runs file, one output row per input row.
 
 Measured values are read only to be copied next to the prediction in the report; nothing
-measured flows into a prediction.
+measured flows into a prediction. A row's `framework` selects its stack's mechanisms
+(perfmodel/calibration/frameworks.py); the calibration profile (default: the shipped one)
+adjusts the efficiencies and gives the 80 % interval.
 
 The contract holds whatever a row holds: a damaged row (a bad cell, a repeated or empty run_id,
 a non-UTF-8 byte, a layout that cannot run) becomes an error row whose `message` says why, and
@@ -13,30 +15,42 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from perfmodel.calibration.frameworks import apply_framework, framework
+from perfmodel.calibration.profile import Profile, calibrated_system, load_profile, with_interval
 from perfmodel.errors import MAX_QUOTE, PerfmodelError, clip
 from perfmodel.validation.runs import OUTPUT_COLUMNS, RowError, check_encoding, printable, read_rows, row_run
 from perfmodel.workload.catalog import load_workloads
 
 
-def predict_row(row: dict[str, str], workloads: dict, engine: str = "analytic", attention_impl: str = "flash") -> dict[str, str]:
+def predict_row(row: dict[str, str], workloads: dict, engine: str = "analytic", attention_impl: str | None = None,
+                profile: Profile | None = None, framework_name: str | None = None) -> dict[str, str]:
+    """One output row. `framework_name` overrides the row's framework column; `attention_impl`
+    (flash / unfused) overrides the framework's attention kernel."""
     out = {c: "" for c in OUTPUT_COLUMNS}
     out["run_id"] = printable(row.get("run_id", ""))
+    prof = profile or load_profile(None)
     try:
         check_encoding(row)
         if not row.get("run_id"):
             raise RowError("column run_id is empty; allowed: a unique id")
         run = row_run(row, workloads)
-        if attention_impl != run.plan.attention_impl:
+        fw_name = framework_name or row.get("framework") or None
+        fw = framework(fw_name) if fw_name else None
+        if fw is not None:
+            run.plan = apply_framework(run.plan, fw)
+        if attention_impl and attention_impl != run.plan.attention_impl:
             run.plan = run.plan.model_copy(update={"attention_impl": attention_impl})
             run.notes.append(f"attention {attention_impl} (--attention)")
+        system = calibrated_system(run.system, prof, fw)
         if engine == "des":
             from perfmodel.engines.des import des_estimate
 
-            est = des_estimate(run.spec, run.system, run.plan, run.notes)
+            est = des_estimate(run.spec, system, run.plan, run.notes)
         else:
             from perfmodel.engines.analytic import analytic_estimate
 
-            est = analytic_estimate(run.spec, run.system, run.plan, run.notes)
+            est = analytic_estimate(run.spec, system, run.plan, run.notes)
+        est = with_interval(est, prof, run.system, run.spec)
     except (PerfmodelError, RowError, ValueError, KeyError, ArithmeticError) as e:
         return _error(out, f"{type(e).__name__}: {e}")
     except Exception as e:
@@ -50,6 +64,9 @@ def predict_row(row: dict[str, str], workloads: dict, engine: str = "analytic", 
         predicted_memory_per_gpu_bytes=f"{est.memory_per_gpu_bytes:.6g}",
         message="; ".join(est.messages),
     )
+    if est.step_time_lo_s is not None and est.step_time_hi_s is not None:
+        out["predicted_step_time_lo_s"] = f"{est.step_time_lo_s:.6g}"
+        out["predicted_step_time_hi_s"] = f"{est.step_time_hi_s:.6g}"
     return out
 
 
@@ -59,12 +76,14 @@ def _error(out: dict[str, str], message: str) -> dict[str, str]:
     return out
 
 
-def validate_file(runs: Path | str, out: Path | str, engine: str = "analytic", attention_impl: str = "flash") -> list[dict[str, str]]:
-    """Predict every row of `runs` into `out`. `attention_impl` is the attention kernel the
-    runs' software used: 'flash' (FlashAttention, the default) or 'unfused' (Megatron's
-    baddbmm + fused softmax + bmm, before FlashAttention)."""
+def validate_file(runs: Path | str, out: Path | str, engine: str = "analytic", attention_impl: str | None = None,
+                  calibration: str | Profile | None = None, framework_name: str | None = None) -> list[dict[str, str]]:
+    """Predict every row of `runs` into `out`. `attention_impl` overrides the attention kernel
+    every row's framework selects: 'flash' or 'unfused' (Megatron's baddbmm + fused softmax + bmm,
+    before FlashAttention). `calibration`: None / 'default', 'none' or a profile path."""
     rows = read_rows(runs)
     workloads = load_workloads()
+    prof = load_profile(calibration)
     first: dict[str, int] = {}
     preds = []
     for i, r in enumerate(rows):
@@ -75,7 +94,7 @@ def validate_file(runs: Path | str, out: Path | str, engine: str = "analytic", a
             preds.append(_error(row_out, f"RowError: run_id {rid!r} repeats data row {first[rid] + 1}; allowed: a unique id"))
             continue
         first.setdefault(rid, i)
-        preds.append(predict_row(r, workloads, engine, attention_impl))
+        preds.append(predict_row(r, workloads, engine, attention_impl, prof, framework_name))
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     with open(out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=OUTPUT_COLUMNS)

@@ -4,6 +4,7 @@ Metrics per source and overall, on rows predicted ok with a measured step time:
     APE_i = |pred_i - meas_i| / meas_i;  MAPE = mean APE;  median APE;  worst APE
     bias = median signed error (pred - meas)/meas  (> 0: the model is slow, < 0: optimistic)
     Kendall tau between predicted and measured step time (does the model rank layouts right)
+    interval held = share of rows with an 80 % interval whose measured time lies inside it
 """
 
 from __future__ import annotations
@@ -58,6 +59,17 @@ def group_tau(g: pd.DataFrame) -> float:
     return float(np.average(taus, weights=weights)) if taus else float("nan")
 
 
+def _held(g: pd.DataFrame) -> float:
+    """Share of rows with an interval whose measured step time lies inside it (nan: no intervals)."""
+    if "predicted_step_time_lo_s" not in g:
+        return float("nan")
+    has = g["predicted_step_time_lo_s"].notna() & g["predicted_step_time_hi_s"].notna()
+    if not has.any():
+        return float("nan")
+    h = g[has]
+    return float(((h["predicted_step_time_lo_s"] <= h["step_time_s"]) & (h["step_time_s"] <= h["predicted_step_time_hi_s"])).mean())
+
+
 def metrics(m: pd.DataFrame) -> pd.DataFrame:
     ok = m[(m["status"] == "ok") & m["step_time_s"].notna()]
     rows = []
@@ -66,7 +78,8 @@ def metrics(m: pd.DataFrame) -> pd.DataFrame:
         rows.append({"source": name, "rows": len(g), "mape": g["ape"].mean(), "median_ape": g["ape"].median(),
                      "bias": g["signed_error"].median(), "worst_ape": g["ape"].max(),
                      "worst_run": g.loc[g["ape"].idxmax(), "run_id"] if len(g) else "", "kendall_tau": tau,
-                     "within_10pct": (g["ape"] <= 0.10).mean(), "within_20pct": (g["ape"] <= 0.20).mean()})
+                     "within_10pct": (g["ape"] <= 0.10).mean(), "within_20pct": (g["ape"] <= 0.20).mean(),
+                     "interval_held": _held(g)})
     errors = m[m["status"] != "ok"]
     out = pd.DataFrame(rows)
     out.attrs["errors"] = len(errors)
@@ -127,11 +140,14 @@ def write_report(runs: list[Path], preds: list[Path], out: Path) -> str:
 
 
 def summary_markdown(met: pd.DataFrame, m: pd.DataFrame) -> str:
-    lines = ["| source | rows | MAPE | median | bias | worst (run) | Kendall τ (per model × hardware) | ≤10% | ≤20% |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| source | rows | MAPE | median | bias | worst (run) | Kendall τ (per model × hardware) | ≤10% | ≤20% "
+             "| 80 % interval held |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in met.itertuples():
+        held = "n/a" if r.interval_held != r.interval_held else f"{r.interval_held:.0%}"
         lines.append(f"| {r.source} | {r.rows} | {r.mape:.1%} | {r.median_ape:.1%} | {r.bias:+.1%} | "
-                     f"{r.worst_ape:.1%} ({r.worst_run}) | {r.kendall_tau:.3f} | {r.within_10pct:.0%} | {r.within_20pct:.0%} |")
+                     f"{r.worst_ape:.1%} ({r.worst_run}) | {r.kendall_tau:.3f} | {r.within_10pct:.0%} | {r.within_20pct:.0%} "
+                     f"| {held} |")
     worst = worst_rows(m, 5)
     lines += ["", "Worst rows:", "", "| run | model | layout | measured s | predicted s | error |", "| --- | --- | --- | --- | --- | --- |"]
     for r in worst.itertuples():

@@ -28,11 +28,11 @@ COLUMNS = [
     "n_kv_heads", "vocab", "n_experts", "top_k", "moe_ffn_hidden", "n_shared_experts", "seq_len",
     "global_batch", "micro_batch", "tp", "pp", "dp", "cp", "ep", "vp", "sequence_parallel", "zero_stage",
     "recompute", "precision", "accelerator", "n_gpus", "gpus_per_node", "system", "step_time_s",
-    "tokens_per_s", "tflops_per_gpu", "mfu", "notes",
+    "tokens_per_s", "tflops_per_gpu", "mfu", "notes", "framework", "etp",
 ]
 OUTPUT_COLUMNS = [
     "run_id", "status", "predicted_step_time_s", "predicted_tokens_per_s", "predicted_tflops_per_gpu",
-    "predicted_mfu", "predicted_memory_per_gpu_bytes", "message",
+    "predicted_mfu", "predicted_memory_per_gpu_bytes", "message", "predicted_step_time_lo_s", "predicted_step_time_hi_s",
 ]
 DEFAULTS = {
     "micro_batch": "1", "vp": "1", "cp": "1", "ep": "1", "precision": "bf16", "recompute": "none",

@@ -1,0 +1,91 @@
+"""Training stacks select mechanisms; they never carry a fitted factor.
+
+A runs file's `framework` column (or `--framework`) names the stack. Each stack sets the
+mechanisms the cost models distinguish, each with the evidence from that stack's code:
+
+    attention      `flash` (fused FlashAttention-style kernel) or `unfused` (baddbmm + fused
+                   scale-mask-softmax + bmm, with the s x s score matrix through HBM)
+    host_dispatch  `eager` (Python framework issues every kernel: the host-per-kernel cost
+                   applies), `native` (C/CUDA program, no framework dispatch: host cost 0 beyond
+                   the kernel launch the GPU side already pays) or `compiled` (XLA / CUDA graphs:
+                   one launch for the step)
+    tp_overlap     tensor-parallel collectives hidden behind GEMMs (ParallelPlan.overlap_tp_comm)
+
+An empty framework means `pytorch` (the documented default stack, today's behaviour).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from perfmodel.errors import PerfmodelError
+from perfmodel.parallel.plan import ParallelPlan
+
+
+class FrameworkError(PerfmodelError):
+    """An unknown framework name; the message lists the known ones."""
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str
+    attention: Literal["flash", "unfused"]
+    host_dispatch: Literal["eager", "native", "compiled"]
+    tp_overlap: bool
+    evidence: str
+
+
+FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
+    Framework("megatron-lm", "unfused", "eager", False,
+              "Megatron-LM / Megatron-DeepSpeed before Megatron-Core: attention is baddbmm + "
+              "FusedScaleMaskSoftmax + bmm (megatron/model/transformer.py CoreAttention; vTrain @ f8dda84 "
+              "src/model/fused_softmax.py); FlashAttention only behind the later opt-in --use-flash-attn."),
+    Framework("megatron-core", "flash", "eager", False,
+              "Megatron-Core / NeMo with Transformer Engine: DotProductAttention picks the fused flash "
+              "backend; tp-comm-overlap (userbuffers) is opt-in (--tp-comm-overlap), so off by default."),
+    Framework("deepspeed", "flash", "eager", False,
+              "DeepSpeed with Hugging Face models: attention through torch SDPA (flash backend), eager."),
+    Framework("torchtitan", "flash", "eager", False,
+              "torchtitan: SDPA flash attention, FSDP2 with prefetch, eager unless --compile."),
+    Framework("composer", "flash", "eager", False,
+              "llm-foundry (Composer): MPT attn_config attn_impl flash in its training yamls, FSDP, eager."),
+    Framework("pytorch", "flash", "eager", False,
+              "plain PyTorch DDP / FSDP: F.scaled_dot_product_attention (flash backend), eager dispatch."),
+    Framework("llm.c", "flash", "native", False,
+              "karpathy/llm.c train_gpt2.cu: cuDNN flash attention (USE_CUDNN), fused classifier, and every "
+              "kernel launched from C with no framework dispatch."),
+    Framework("jax", "flash", "compiled", False,
+              "JAX / XLA (MaxText, Pax): the step is one compiled XLA program; attention is a fused kernel "
+              "(Pallas flash / splash attention on TPU, cuDNN on GPU)."),
+)}
+DEFAULT_FRAMEWORK = "pytorch"
+
+
+def framework(name: str | None) -> Framework:
+    """The named stack (empty or None: the default stack)."""
+    key = (name or DEFAULT_FRAMEWORK).strip().lower()
+    if key not in FRAMEWORKS:
+        raise FrameworkError(f"framework {name!r}; allowed values: {', '.join(FRAMEWORKS)} (empty = {DEFAULT_FRAMEWORK})")
+    return FRAMEWORKS[key]
+
+
+def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
+    """The plan with the stack's attention kernel and tp overlap (other plan fields untouched)."""
+    update: dict[str, object] = {}
+    if plan.attention_impl != fw.attention:
+        update["attention_impl"] = fw.attention
+    if fw.tp_overlap and not plan.overlap_tp_comm:
+        update["overlap_tp_comm"] = True
+    return plan.model_copy(update=update) if update else plan
+
+
+# a native or compiled step pays per kernel only the launch gap (2.5 us, compute/ops.DEFAULT_LAUNCH_S)
+# instead of the eager 44.5 us per graph kernel (engines/costs.HOST_FWD_S_PER_KERNEL = 8.1 ms / 182)
+NATIVE_HOST_FACTOR = 2.5e-6 / (8.1e-3 / 182)
+
+
+def host_dispatch_factor(fw: Framework) -> float:
+    """Multiplier on the eager host seconds per kernel: 1 for eager stacks; for a native C/CUDA
+    program or a compiled step the launch gap over the eager cost (NATIVE_HOST_FACTOR, 0.056)."""
+    return 1.0 if fw.host_dispatch == "eager" else NATIVE_HOST_FACTOR

@@ -1,0 +1,97 @@
+"""The named efficiency parameters a calibration profile may fit, with their priors.
+
+Each parameter is a dimensionless factor on one microbenchmark-based rate of the cost models
+(1 = the isolated-kernel / nccl-tests measurement holds inside a real training step). It reads
+exactly one *knob*, a field of the resolved hardware that the cost functions already read:
+
+    knob          what the cost models read                               adjusted field
+    gemm          GEMM rate = MAMF x in-model efficiency (compute/ops)     Accelerator.calibration.in_model_efficiency
+    attention     fused-attention rate (compute/ops)                       calibration.attention[*].achieved
+    memory_bound  norm / activation / softmax / cast bandwidth             calibration.elementwise_achieved
+    host          host seconds per eager kernel (engines/costs.host_op_s)  calibration.host_op_overhead
+    scale_up      collective bus bandwidth inside a scale-up domain        System.intra_efficiency, node curves
+    scale_out     collective bandwidth over the NICs                       System.nic_efficiency
+
+A knob's value for one run is the product of the parameters that read it and apply to the run's
+scope: `global`, `generation` (Accelerator.generation, one value per generation the fit saw; an
+unseen generation takes the prior 1, i.e. the pooled global value) or a network dimension
+(scale-up domain, scale-out fabric). A framework only selects mechanisms (frameworks.py); no
+parameter is keyed by a framework, source, run or model.
+
+Priors (value, log-normal spread, and why):
+  gemm_in_model 0.80 +- 0.25: the one whole-model measurement in the catalogue, B200 at 0.64 of its
+      isolated rate (b200.yaml), and Bekman's MAMF/peak spread (0.76-0.87) show isolated rates are
+      not sustained inside a step (clocks under whole-model power, cache and shape mix).
+  gemm_generation[g] 1 +- 0.10: generations differ by their power headroom and scheduling; no
+      generation is assumed better than the pool before data says so.
+  attention_in_model 0.80 +- 0.25: same argument for the FlashAttention benchmarks.
+  memory_bound 0.70 +- 0.30: STREAM measures large contiguous copies; norms, softmax and casts are
+      reductions over short rows with partial waves (physical argument).
+  host_per_kernel 1 +- 0.50: the B200 Llama-3.2-1B eager measurement (CALIBRATION_FACTS §5) on one
+      host CPU and torch version; other hosts and versions vary by about 2x.
+  scale_up_collective 0.90 +- 0.20: nccl-tests measure a collective alone; in a step it shares SMs
+      and HBM with compute kernels.
+  scale_out_collective 0.90 +- 0.25: the same for the NICs, plus congestion from other jobs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Knob = Literal["gemm", "attention", "memory_bound", "host", "scale_up", "scale_out"]
+KNOBS: tuple[Knob, ...] = ("gemm", "attention", "memory_bound", "host", "scale_up", "scale_out")
+Scope = Literal["global", "generation", "scale_up_domain", "scale_out_fabric"]
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    knob: Knob
+    scope: Scope
+    prior: float
+    prior_sigma_log: float  # Gaussian prior on log(value)
+    lower: float
+    upper: float
+    source: str  # where the prior comes from: microbenchmark, datasheet or physical argument
+    reads: str  # the cost term that reads it
+    unit: str = "fraction of the microbenchmark rate"
+
+
+REGISTRY: tuple[Parameter, ...] = (
+    Parameter("gemm_in_model", "gemm", "global", 0.80, 0.25, 0.2, 1.2,
+              "physical argument + B200 whole-model measurement 0.64 (b200.yaml), Bekman MAMF/peak 0.76-0.87",
+              "compute/ops.gemm_rate_flop_per_s (MAMF x in_model_efficiency)"),
+    Parameter("gemm_generation", "gemm", "generation", 1.0, 0.10, 0.4, 1.6,
+              "physical argument: no generation better than the pool before data",
+              "compute/ops.gemm_rate_flop_per_s, per Accelerator.generation"),
+    Parameter("attention_in_model", "attention", "global", 0.80, 0.25, 0.2, 1.2,
+              "physical argument (as gemm_in_model) on the FlashAttention benchmarks",
+              "compute/ops.attention_rate_flop_per_s"),
+    Parameter("memory_bound", "memory_bound", "global", 0.70, 0.30, 0.15, 1.2,
+              "physical argument: short-row reductions and partial waves vs STREAM triad",
+              "compute/ops.memory_bound_cost (elementwise_achieved_Bps)"),
+    Parameter("host_per_kernel", "host", "global", 1.0, 0.50, 0.1, 5.0,
+              "measurement: B200 Llama-3.2-1B eager vs CUDA graphs (CALIBRATION_FACTS §5)",
+              "engines/costs.host_op_s (host_op_overhead)", unit="multiple of the measured host seconds per kernel"),
+    Parameter("scale_up_collective", "scale_up", "scale_up_domain", 0.90, 0.20, 0.3, 1.2,
+              "physical argument: nccl-tests run alone, in a step they share SMs and HBM",
+              "comm/collectives.intra_time_s (curves, intra_efficiency)"),
+    Parameter("scale_out_collective", "scale_out", "scale_out_fabric", 0.90, 0.25, 0.2, 1.2,
+              "physical argument: as scale_up_collective, plus fabric congestion",
+              "comm/collectives.collective_time_s (nic_efficiency)"),
+)
+BY_NAME = {p.name: p for p in REGISTRY}
+
+
+def key(p: Parameter, scope_value: str | None = None) -> str:
+    """The profile key of a parameter: its name, or name[scope] for a scoped one."""
+    return p.name if p.scope != "generation" else f"{p.name}[{scope_value}]"
+
+
+def split_key(k: str) -> tuple[Parameter, str | None]:
+    """Inverse of `key`; an unknown name is an error naming the known ones."""
+    name, _, rest = k.partition("[")
+    if name not in BY_NAME:
+        raise KeyError(f"unknown calibration parameter {k!r}; known: {', '.join(BY_NAME)}")
+    return BY_NAME[name], (rest.rstrip("]") or None)

@@ -1,0 +1,255 @@
+"""A calibration profile: fitted parameter values, the residual spread the prediction intervals
+come from, and provenance. Applying one produces an adjusted System (accelerator, node and
+network efficiencies), so the cost functions stay pure and both engines and the planner read the
+same numbers.
+
+    profile = load_profile(None)            # the shipped default (profiles/default.yaml)
+    system = calibrated_system(system, profile, framework("megatron-core"))
+    lo, hi = step_time_interval(profile, system, spec, plan, step_time_s)
+
+`load_profile("none")` is the physics-only model: every knob 1 (microbenchmark rates as
+measured); the framework's mechanisms still apply, they are physics, not fitted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from perfmodel.calibration.frameworks import Framework, host_dispatch_factor
+from perfmodel.calibration.parameters import KNOBS, REGISTRY, Knob, split_key
+from perfmodel.errors import PerfmodelError
+from perfmodel.estimate import Estimate
+from perfmodel.hardware.catalog import System
+from perfmodel.hardware.specs import Accelerator, Node
+from perfmodel.parallel.plan import ParallelPlan
+from perfmodel.units import parse_quantity
+from perfmodel.workload.spec import ModelSpec
+
+PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
+DEFAULT_PROFILE = PROFILES_DIR / "default.yaml"
+TINY_EAGER_OP_S = 7e-6  # the host-op unit engines/costs.host_op_s scales from (pytorch/pytorch#41383)
+Z80 = 1.2816  # standard normal quantile of 0.90: an 80 % central interval
+# spread added (log space, 1 sigma) when the fit saw no run of the model family: mechanisms the
+# public set cannot exercise (MoE dispatch, Mamba scans, encoders) are physics without data
+UNSEEN_FAMILY_SIGMA = 0.20
+
+
+class ProfileError(PerfmodelError):
+    """A calibration profile file that cannot be read; the message names the file and field."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    values: dict[str, float] = field(default_factory=dict)
+    sigma_log: dict[str, float] = field(default_factory=dict)
+    # regime -> (q10, q90) of log(measured / predicted) from leave-one-source-out residuals
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    physics_only: bool = False
+
+    def value(self, name: str, scope_value: str | None = None) -> float:
+        """A parameter's fitted value, else its prior (a generation the fit never saw: 1, the pool)."""
+        if self.physics_only:
+            return 1.0
+        k = name if scope_value is None else f"{name}[{scope_value}]"
+        if k in self.values:
+            return self.values[k]
+        p = next(p for p in REGISTRY if p.name == name)
+        return p.prior
+
+    def knobs(self, acc: Accelerator, fw: Framework | None = None) -> dict[Knob, float]:
+        """The six knob factors for one accelerator under one stack (1 = microbenchmark as measured)."""
+        f: dict[Knob, float] = dict.fromkeys(KNOBS, 1.0)
+        for p in REGISTRY:
+            scope_value = acc.generation if p.scope == "generation" else None
+            f[p.knob] *= self.value(p.name, scope_value)
+        if fw is not None:
+            f["host"] *= host_dispatch_factor(fw)
+        return f
+
+    @property
+    def generations_seen(self) -> set[str]:
+        return set(self.provenance.get("generations", []))
+
+    @property
+    def families_seen(self) -> set[str]:
+        return set(self.provenance.get("families", []))
+
+
+NONE = Profile("none", physics_only=True)
+
+
+def load_profile(which: str | Path | Profile | None) -> Profile:
+    """None or 'default': the shipped profile; 'none': physics only; else a YAML path."""
+    if isinstance(which, Profile):
+        return which
+    if which is None or str(which) == "default":
+        return _load(str(DEFAULT_PROFILE)) if DEFAULT_PROFILE.exists() else NONE
+    if str(which) == "none":
+        return NONE
+    return _load(str(which))
+
+
+_CACHE: dict[str, Profile] = {}
+
+
+def _load(path: str) -> Profile:
+    if path in _CACHE:
+        return _CACHE[path]
+    p = Path(path)
+    if not p.exists():
+        raise ProfileError(f"calibration profile {path!r}: no such file; give a YAML written by `perfmodel fit`, "
+                           "'default' or 'none'")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ProfileError(f"{path}: not valid YAML: {str(e)[:200]}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("parameters"), dict):
+        raise ProfileError(f"{path}: expected a mapping with a `parameters:` mapping (written by `perfmodel fit`)")
+    values, sigmas = {}, {}
+    for k, entry in data["parameters"].items():
+        try:
+            param, _ = split_key(str(k))
+        except KeyError as e:
+            raise ProfileError(f"{path}: parameters.{k}: {e.args[0]}") from None
+        v = entry.get("fitted") if isinstance(entry, dict) else entry
+        if not isinstance(v, (int, float)) or not param.lower <= v <= param.upper:
+            raise ProfileError(f"{path}: parameters.{k}.fitted = {v!r}; allowed: a number in [{param.lower}, {param.upper}]")
+        values[str(k)] = float(v)
+        if isinstance(entry, dict) and isinstance(entry.get("sigma_log"), (int, float)):
+            sigmas[str(k)] = float(entry["sigma_log"])
+    intervals = {}
+    for regime, q in (data.get("intervals") or {}).items():
+        if not (isinstance(q, list) and len(q) == 2 and all(isinstance(x, (int, float)) for x in q) and q[0] <= q[1]):
+            raise ProfileError(f"{path}: intervals.{regime} = {q!r}; expected [q10, q90] of log(measured/predicted)")
+        intervals[str(regime)] = (float(q[0]), float(q[1]))
+    prof = Profile(str(data.get("name", p.stem)), values, sigmas, intervals, dict(data.get("provenance") or {}))
+    _CACHE[path] = prof
+    return prof
+
+
+def save_profile(prof: Profile, path: Path | str, table: list[dict[str, Any]] | None = None) -> None:
+    """Write `prof` as YAML; `table` rows (key, prior, fitted, sigma_log, source) document each value."""
+    params: dict[str, Any] = {}
+    rows = {r["key"]: r for r in (table or [])}
+    for k, v in prof.values.items():
+        param, _ = split_key(k)
+        r = rows.get(k, {})
+        params[k] = {"fitted": round(v, 4), "prior": r.get("prior", param.prior),
+                     "sigma_log": round(prof.sigma_log.get(k, param.prior_sigma_log), 4),
+                     "knob": param.knob, "scope": param.scope, "source": param.source}
+    data = {"name": prof.name, "provenance": prof.provenance, "parameters": params,
+            "intervals": {k: [round(a, 4), round(b, 4)] for k, (a, b) in prof.intervals.items()}}
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text("# Calibration profile written by `perfmodel fit` (docs/CALIBRATION.md).\n"
+                          + yaml.safe_dump(data, sort_keys=False, width=110))
+
+
+# --- applying a profile --------------------------------------------------------------------------
+_SRC = "calibration profile knob"  # a citation (has spaces), accepted by the spec models
+
+
+def _adjusted_accelerator(acc: Accelerator, gemm: float, attention: float, memory_bound: float, host: float) -> Accelerator:
+    d = acc.model_dump()
+    cal = d["calibration"]
+    gemm_applied = 1.0
+    if acc.calibration.in_model_efficiency is None and gemm != 1.0:
+        gemm_applied = min(gemm, 1.0)
+        cal["in_model_efficiency"] = {"value": gemm_applied, "source": _SRC, "direction": None, "note": None}
+    if attention != 1.0 or gemm_applied != 1.0:
+        # the attention rate is read times in_model_efficiency: divide it out so attention gets its own knob
+        r = attention / gemm_applied
+        for pt in cal["attention"]:
+            v = parse_quantity(pt["achieved"], "flop_per_s", "calibration.attention.achieved")
+            pt["achieved"] = f"{v * r:.6e} FLOP/s"
+    if memory_bound != 1.0:
+        cal["elementwise_achieved"] = {"value": f"{acc.elementwise_achieved_Bps * memory_bound:.6e} B/s",
+                                       "source": _SRC, "direction": None, "note": None}
+    if host != 1.0:
+        base = acc.calibration.host_op_overhead.si("seconds") if acc.calibration.host_op_overhead else TINY_EAGER_OP_S
+        cal["host_op_overhead"] = {"value": f"{base * host:.6e} s", "source": _SRC, "direction": None, "note": None}
+    return Accelerator.model_validate(d)
+
+
+def _adjusted_node(node: Node, scale_up: float) -> Node:
+    d = node.model_dump()
+    for c in d["intra_node"]["curves"]:
+        for pt in c["points"]:
+            pt["busbw"] = f"{parse_quantity(pt['busbw'], 'bytes_per_s', 'busbw') * scale_up:.6e} B/s"
+    return Node.model_validate(d)
+
+
+_ADJ: dict[tuple[Any, ...], tuple[Any, Any]] = {}
+
+
+def calibrated_system(system: System, prof: Profile, fw: Framework | None = None) -> System:
+    """`system` with the profile's knobs applied (memoised, so cost caches keyed on the
+    accelerator's identity keep working across rows). The one place a profile meets hardware."""
+    return system_with_knobs(system, prof.knobs(system.accelerator, fw))
+
+
+def system_with_knobs(system: System, k: dict[Knob, float]) -> System:
+    """`system` with explicit knob factors (1 = unchanged)."""
+    if all(v == 1.0 for v in k.values()):
+        return system
+    # memo keyed on the source objects' identity; the entry holds the source too, so an id is
+    # never reused while its entry lives
+    acc_key = (id(system.accelerator), k["gemm"], k["attention"], k["memory_bound"], k["host"])
+    hit = _ADJ.get(acc_key)
+    if hit is None or hit[0] is not system.accelerator:
+        hit = _ADJ[acc_key] = (system.accelerator, _adjusted_accelerator(
+            system.accelerator, k["gemm"], k["attention"], k["memory_bound"], k["host"]))
+    acc = hit[1]
+    node = system.node
+    if k["scale_up"] != 1.0 and system.node.intra_node.curves:
+        node_key = (id(system.node), k["scale_up"])
+        nhit = _ADJ.get(node_key)
+        if nhit is None or nhit[0] is not system.node:
+            nhit = _ADJ[node_key] = (system.node, _adjusted_node(system.node, k["scale_up"]))
+        node = nhit[1]
+    return replace(system, accelerator=acc, node=node, intra_efficiency=system.intra_efficiency * k["scale_up"],
+                   nic_efficiency=system.nic_efficiency * k["scale_out"])
+
+
+# --- intervals -----------------------------------------------------------------------------------
+def scale_bucket(n_gpus: int) -> str:
+    return "1-8" if n_gpus <= 8 else "9-64" if n_gpus <= 64 else "65-512" if n_gpus <= 512 else ">512"
+
+
+def regime(acc: Accelerator, spec: ModelSpec | None, plan: ParallelPlan) -> str:
+    return f"scale:{scale_bucket(plan.world)}"
+
+
+def step_time_interval(prof: Profile, acc: Accelerator, spec: ModelSpec | None, plan: ParallelPlan,
+                       step_time_s: float) -> tuple[float, float] | None:
+    """80 % interval of the step time: the leave-one-source-out residual quantiles of the run's
+    scale (all residuals where that scale had too few), widened in quadrature where the fit saw
+    neither the accelerator generation (the prior spread of gemm_generation) nor the model family."""
+    if not prof.intervals:
+        return None
+    q = prof.intervals.get(regime(acc, spec, plan)) or prof.intervals.get("all")
+    if q is None:
+        return None
+    lo, hi = q
+    extra = 0.0
+    if acc.generation not in prof.generations_seen:
+        extra += (Z80 * next(p.prior_sigma_log for p in REGISTRY if p.name == "gemm_generation")) ** 2
+    family = spec.family if spec is not None else "graph"
+    if family not in prof.families_seen:
+        extra += (Z80 * UNSEEN_FAMILY_SIGMA) ** 2
+    if extra:
+        lo = -math.sqrt(lo**2 + extra) if lo < 0 else lo - math.sqrt(extra)
+        hi = math.sqrt(hi**2 + extra) if hi > 0 else hi + math.sqrt(extra)
+    return step_time_s * math.exp(lo), step_time_s * math.exp(hi)
+
+
+def with_interval(est: Estimate, prof: Profile, acc: Accelerator, spec: ModelSpec | None) -> Estimate:
+    """`est` labelled with the profile and carrying its 80 % step-time interval."""
+    iv = step_time_interval(prof, acc, spec, est.plan, est.step_time_s)
+    return replace(est, calibration=prof.name, step_time_lo_s=iv[0] if iv else None, step_time_hi_s=iv[1] if iv else None)

@@ -1,0 +1,208 @@
+"""Calibration parameters, profiles, frameworks, the fit and the prediction intervals."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+
+import perfmodel
+from perfmodel.calibration.fit import fit, read_fit_rows
+from perfmodel.calibration.frameworks import FRAMEWORKS, NATIVE_HOST_FACTOR, FrameworkError, apply_framework, framework
+from perfmodel.calibration.parameters import KNOBS, REGISTRY
+from perfmodel.calibration.profile import (
+    NONE,
+    Profile,
+    ProfileError,
+    calibrated_system,
+    load_profile,
+    save_profile,
+    step_time_interval,
+    system_with_knobs,
+)
+from perfmodel.cli import main
+from perfmodel.comm.collectives import intra_time_s
+from perfmodel.compute.ops import attention_rate_flop_per_s, gemm_rate_flop_per_s
+from perfmodel.engines.costs import host_op_s
+from perfmodel.hardware.catalog import resolve_system
+
+ROOT = Path(__file__).resolve().parents[1]
+PUBLIC = ROOT / "validation" / "runs_public.csv"
+
+
+def _a100(n: int = 8):
+    return resolve_system("a100-sxm4-80gb", None, n)[0]
+
+
+def test_registry_is_a_dozen_sourced_parameters_within_bounds():
+    assert 6 <= len(REGISTRY) <= 15
+    for p in REGISTRY:
+        assert p.lower < p.prior < p.upper, p.name
+        assert p.knob in KNOBS and p.source and p.reads and p.prior_sigma_log > 0
+    assert {p.knob for p in REGISTRY} == set(KNOBS)  # every knob is read by some parameter
+
+
+def test_physics_only_profile_changes_nothing():
+    s = _a100()
+    assert calibrated_system(s, NONE) is s
+    assert all(v == 1.0 for v in NONE.knobs(s.accelerator).values())
+
+
+def test_each_knob_moves_exactly_its_rate():
+    """A knob of 0.5 halves the rate it reads and nothing else (hand arithmetic: rate x 0.5)."""
+    s = _a100()
+    acc = s.accelerator
+    one = dict.fromkeys(KNOBS, 1.0)
+    g = system_with_knobs(s, {**one, "gemm": 0.5}).accelerator
+    assert gemm_rate_flop_per_s(g, "bf16") == pytest.approx(0.5 * gemm_rate_flop_per_s(acc, "bf16"), rel=1e-9)
+    # attention has its own knob: the gemm knob is divided out of the attention points
+    assert attention_rate_flop_per_s(g, 128, 2048, True, "bf16") == pytest.approx(
+        attention_rate_flop_per_s(acc, 128, 2048, True, "bf16"), rel=1e-6)
+    at = system_with_knobs(s, {**one, "attention": 0.5}).accelerator
+    assert attention_rate_flop_per_s(at, 128, 2048, True, "bf16") == pytest.approx(
+        0.5 * attention_rate_flop_per_s(acc, 128, 2048, True, "bf16"), rel=1e-6)
+    mb = system_with_knobs(s, {**one, "memory_bound": 0.5}).accelerator
+    assert mb.elementwise_achieved_Bps == pytest.approx(0.5 * acc.elementwise_achieved_Bps, rel=1e-6)
+    h = system_with_knobs(s, {**one, "host": 2.0}).accelerator
+    assert host_op_s(h)[0] == pytest.approx(2.0 * host_op_s(acc)[0], rel=1e-6)
+    su = system_with_knobs(s, {**one, "scale_up": 0.5})
+    # dgx-a100 has a measured all-reduce curve: a 1 GiB all-reduce takes twice as long
+    assert intra_time_s(su, "all_reduce", 2**30, 8) == pytest.approx(2 * intra_time_s(s, "all_reduce", 2**30, 8), rel=1e-6)
+    so = system_with_knobs(s, {**one, "scale_out": 0.5})
+    assert so.nic_efficiency == pytest.approx(0.5 * s.nic_efficiency)
+
+
+def test_measured_in_model_efficiency_is_kept():
+    """B200 measured its whole-model efficiency (0.64): the fitted gemm knob does not replace it."""
+    s = resolve_system("b200", None, 8)[0]
+    g = system_with_knobs(s, {**dict.fromkeys(KNOBS, 1.0), "gemm": 0.5}).accelerator
+    assert g.in_model_efficiency == s.accelerator.in_model_efficiency == pytest.approx(0.64)
+
+
+def test_frameworks_select_mechanisms_only():
+    plan = perfmodel.ParallelPlan(dp=8, global_batch=8)
+    assert apply_framework(plan, framework("megatron-lm")).attention_impl == "unfused"
+    assert apply_framework(plan, framework("megatron-core")).attention_impl == "flash"
+    assert framework(None).name == "pytorch" and framework("") is FRAMEWORKS["pytorch"]
+    # llm.c launches kernels from C: host cost per kernel = launch gap 2.5 us / eager 44.5 us
+    assert pytest.approx(2.5e-6 / (8.1e-3 / 182)) == NATIVE_HOST_FACTOR
+    assert NONE.knobs(_a100().accelerator, framework("llm.c"))["host"] == pytest.approx(NATIVE_HOST_FACTOR)
+    with pytest.raises(FrameworkError, match="megatron-core"):
+        framework("nemo-2")
+    for fw in FRAMEWORKS.values():
+        assert len(fw.evidence) > 40, fw.name
+
+
+def _synthetic_runs(tmp_path: Path, knobs: dict[str, float], n: int = 16) -> Path:
+    """Single-node public llm-foundry and vTrain rows whose step_time_s is the engine's prediction with `knobs`."""
+    from perfmodel.calibration.fit import _predict
+
+    rows = [r for r in read_fit_rows([PUBLIC]) if r.plan.world <= 8]  # one node: no NIC traffic
+    picked = [r for r in rows if r.source.startswith("mosaicml")][: n // 2] + [r for r in rows if r.source.startswith("vTrain")][: n // 2]
+    with open(PUBLIC, newline="") as f:
+        reader = csv.DictReader(f)
+        fields = reader.fieldnames or []
+        by_id = {r["run_id"]: r for r in reader}
+    out = tmp_path / "runs.csv"
+    with open(out, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in picked:
+            row = dict(by_id[r.run_id])
+            k = {name: knobs.get(name, 1.0) for name in KNOBS}
+            row["step_time_s"] = f"{_predict(r, k):.9g}"
+            w.writerow(row)
+    return out
+
+
+def test_fit_recovers_a_known_gemm_efficiency(tmp_path):
+    """Runs made with GEMMs at 0.6 of the microbenchmark (and every other knob at its prior):
+    the fitted gemm knob (global x ampere) comes back within 5 %, and the fit explains the runs."""
+    priors = {p.knob: p.prior for p in REGISTRY if p.scope != "generation"}
+    truth = {**priors, "gemm": 0.6}
+    res = fit([_synthetic_runs(tmp_path, truth)], loso=False)
+    v = res.profile.values
+    assert v["gemm_in_model"] * v["gemm_generation[ampere]"] == pytest.approx(0.6, rel=0.05)
+    assert res.after["mape"] < 0.02
+
+
+def test_parameter_without_data_stays_at_its_prior(tmp_path):
+    """Single-node runs never cross a NIC: scale_out_collective keeps its prior exactly."""
+    res = fit([_synthetic_runs(tmp_path, {"gemm": 0.7})], loso=False)
+    so = next(p for p in REGISTRY if p.name == "scale_out_collective")
+    assert res.profile.values["scale_out_collective"] == pytest.approx(so.prior, rel=1e-6)
+    row = next(t for t in res.table if t["key"] == "scale_out_collective")
+    assert row["sigma_log"] == pytest.approx(so.prior_sigma_log)
+
+
+def test_profile_round_trip_and_bad_files(tmp_path):
+    prof = Profile("t", {"gemm_in_model": 0.7, "gemm_generation[hopper]": 0.9}, {}, {"all": (-0.2, 0.1)},
+                   {"generations": ["hopper"], "families": ["dense"]})
+    path = tmp_path / "p.yaml"
+    save_profile(prof, path)
+    back = load_profile(path)
+    assert back.values == prof.values and back.intervals == prof.intervals
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("parameters:\n  gemm_in_model: {fitted: 7}\n")
+    with pytest.raises(ProfileError, match=r"gemm_in_model.*allowed"):
+        load_profile(bad)
+    bad.write_text("parameters:\n  gemm_speedup: {fitted: 0.5}\n")
+    with pytest.raises(ProfileError, match="known: gemm_in_model"):
+        load_profile(bad)
+    with pytest.raises(ProfileError, match="no such file"):
+        load_profile(tmp_path / "missing.yaml")
+
+
+def test_interval_widens_where_the_fit_has_no_data():
+    """80 % interval = step x exp(q10 .. q90); an unseen generation adds 1.28 x 0.10 in quadrature."""
+    prof = Profile("t", {}, {}, {"all": (-0.2, 0.1)}, {"generations": ["ampere"], "families": ["dense"]})
+    plan = perfmodel.ParallelPlan(dp=8, global_batch=8)
+    spec = perfmodel.get_workload("gpt3-1.3b")
+    lo, hi = step_time_interval(prof, _a100().accelerator, spec, plan, 10.0) or (0, 0)
+    assert (lo, hi) == pytest.approx((10 * math.exp(-0.2), 10 * math.exp(0.1)))
+    h100 = resolve_system("h100-sxm5-80gb", None, 8)[0].accelerator
+    lo2, hi2 = step_time_interval(prof, h100, spec, plan, 10.0) or (0, 0)
+    extra = (1.2816 * 0.10) ** 2
+    assert lo2 == pytest.approx(10 * math.exp(-math.sqrt(0.04 + extra)))
+    assert hi2 == pytest.approx(10 * math.exp(math.sqrt(0.01 + extra)))
+    assert step_time_interval(NONE, h100, spec, plan, 10.0) is None
+
+
+def test_default_profile_is_shipped_with_provenance():
+    prof = load_profile("default")
+    prov = prof.provenance
+    assert prof.name == "default" and prov["rows"] >= 1200
+    assert {"ampere", "hopper"} <= prof.generations_seen
+    assert "leave_one_source_out" in prov and len(prov["leave_one_source_out"]) >= 4
+    assert "all" in prof.intervals
+
+
+def test_estimate_carries_interval_and_calibration_name():
+    plan = perfmodel.ParallelPlan(dp=8, global_batch=64, micro_batch=1)
+    cal = perfmodel.estimate("gpt3-1.3b", "a100-sxm4-80gb", plan)
+    phys = perfmodel.estimate("gpt3-1.3b", "a100-sxm4-80gb", plan, calibration="none")
+    assert cal.calibration == "default" and phys.calibration == "none"
+    assert phys.step_time_lo_s is None
+    assert cal.step_time_lo_s is not None and cal.step_time_hi_s is not None
+    assert cal.step_time_lo_s < cal.step_time_s < cal.step_time_hi_s
+    assert cal.step_time_s > phys.step_time_s  # the fitted efficiencies are below the microbenchmarks
+    assert cal.to_dict()["step_time_interval_80_s"] == [cal.step_time_lo_s, cal.step_time_hi_s]
+
+
+def test_cli_fit_then_validate_with_the_profile(tmp_path, capsys):
+    runs = _synthetic_runs(tmp_path, {"gemm": 0.7}, n=8)
+    prof = tmp_path / "mine.yaml"
+    assert main(["fit", "--runs", str(runs), "--out", str(prof), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "gemm_in_model" in text and "leave-one-source-out" in text
+    out = tmp_path / "pred.csv"
+    assert main(["validate", "--runs", str(runs), "--out", str(out), "--calibration", str(prof)]) == 0
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert all(r["status"] == "ok" for r in rows)
+    for r in rows:
+        assert float(r["predicted_step_time_lo_s"]) < float(r["predicted_step_time_s"]) < float(r["predicted_step_time_hi_s"])
+    assert main(["estimate", "gpt3-1.3b", "--n-gpus", "8", "--calibration", str(tmp_path / "nope.yaml")]) == 2
+    assert "no such file" in capsys.readouterr().err
