@@ -34,7 +34,7 @@ import numpy as np
 
 from perfmodel.calibration.frameworks import Framework, apply_framework, framework
 from perfmodel.calibration.parameters import KNOBS, REGISTRY, Knob, Parameter, key
-from perfmodel.calibration.profile import Profile, scale_bucket, system_with_knobs
+from perfmodel.calibration.profile import Profile, scale_bucket, step_time_interval, system_with_knobs
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.catalog import System
 from perfmodel.parallel.plan import ParallelPlan
@@ -258,10 +258,12 @@ def fit(paths: list[Path | str], name: str = "fitted", say: Callable[[str], None
     before, after = _errors(phys, meas), _errors(fitted, meas)
     loso_pred = [meas[i] / math.exp(resid_by_row[i]) for i in sorted(resid_by_row)]
     loso_all = _errors(loso_pred, [meas[i] for i in sorted(resid_by_row)])
-    if resid_by_row:
-        held = sum(intervals.get(f"scale:{scale_bucket(rows[i].plan.world)}", intervals["all"])[0] <= r
-                   <= intervals.get(f"scale:{scale_bucket(rows[i].plan.world)}", intervals["all"])[1]
-                   for i, r in resid_by_row.items())
+    if resid_by_row and intervals:
+        probe = Profile("probe", intervals=intervals)
+        held = 0
+        for i, r in resid_by_row.items():
+            iv = step_time_interval(probe, rows[i].system.accelerator, None, rows[i].plan, 1.0, widen=False)
+            held += iv is not None and math.log(iv[0]) <= r <= math.log(iv[1])
         loso_all["interval_coverage"] = held / len(resid_by_row)
     prov = {"fitted_on": [str(p) for p in paths], "rows": len(rows), "sources": sources,
             "date": dt.date.today().isoformat(),

@@ -218,34 +218,44 @@ def system_with_knobs(system: System, k: dict[Knob, float]) -> System:
 
 
 # --- intervals -----------------------------------------------------------------------------------
+SCALE_BUCKETS = ("1-8", "9-64", "65-512", ">512")
+
+
 def scale_bucket(n_gpus: int) -> str:
     return "1-8" if n_gpus <= 8 else "9-64" if n_gpus <= 64 else "65-512" if n_gpus <= 512 else ">512"
 
 
-def regime(acc: Accelerator, spec: ModelSpec | None, plan: ParallelPlan) -> str:
-    return f"scale:{scale_bucket(plan.world)}"
+def _quantiles_for(prof: Profile, n_gpus: int) -> tuple[float, float] | None:
+    """The residual quantiles of the run's scale bucket, else of the nearest bucket the fit had,
+    else of all held-out rows."""
+    i = SCALE_BUCKETS.index(scale_bucket(n_gpus))
+    for j in sorted(range(len(SCALE_BUCKETS)), key=lambda j: (abs(j - i), -j)):
+        q = prof.intervals.get(f"scale:{SCALE_BUCKETS[j]}")
+        if q is not None:
+            return q
+    return prof.intervals.get("all")
 
 
 def step_time_interval(prof: Profile, acc: Accelerator, spec: ModelSpec | None, plan: ParallelPlan,
-                       step_time_s: float) -> tuple[float, float] | None:
-    """80 % interval of the step time: the leave-one-source-out residual quantiles of the run's
-    scale (all residuals where that scale had too few), widened in quadrature where the fit saw
-    neither the accelerator generation (the prior spread of gemm_generation) nor the model family."""
-    if not prof.intervals:
-        return None
-    q = prof.intervals.get(regime(acc, spec, plan)) or prof.intervals.get("all")
+                       step_time_s: float, widen: bool = True) -> tuple[float, float] | None:
+    """80 % interval of the step time: the leave-one-source-out residual quantiles q10, q90 of
+    log(measured / predicted) for the run's scale (the nearest scale the fit had), widened in
+    quadrature where the fit saw neither the accelerator generation (the prior spread of
+    gemm_generation) nor the model family. The interval always contains the point estimate
+    (q10 <= 0 <= q90): where held-out runs of a scale were all slower than predicted, it says so
+    by reaching far above the estimate, not by leaving it."""
+    q = _quantiles_for(prof, plan.world) if prof.intervals else None
     if q is None:
         return None
-    lo, hi = q
+    lo, hi = min(q[0], 0.0), max(q[1], 0.0)
     extra = 0.0
-    if acc.generation not in prof.generations_seen:
+    if widen and acc.generation not in prof.generations_seen:
         extra += (Z80 * next(p.prior_sigma_log for p in REGISTRY if p.name == "gemm_generation")) ** 2
     family = spec.family if spec is not None else "graph"
-    if family not in prof.families_seen:
+    if widen and family not in prof.families_seen:
         extra += (Z80 * UNSEEN_FAMILY_SIGMA) ** 2
     if extra:
-        lo = -math.sqrt(lo**2 + extra) if lo < 0 else lo - math.sqrt(extra)
-        hi = math.sqrt(hi**2 + extra) if hi > 0 else hi + math.sqrt(extra)
+        lo, hi = -math.sqrt(lo**2 + extra), math.sqrt(hi**2 + extra)
     return step_time_s * math.exp(lo), step_time_s * math.exp(hi)
 
 
