@@ -76,12 +76,12 @@ def system_for(acc: str, system: str | None, n_gpus: int, scales: tuple[float, .
 
 @st.cache_resource(show_spinner=False, max_entries=1024)
 def estimate(workload: Any, acc: str, system: str | None, plan: Any, engine: str,
-             scales: tuple[float, ...] = (1.0,) * len(WHATIF)) -> Any:
-    """One Estimate; cached on (ids, frozen ParallelPlan, engine, what-if factors)."""
+             scales: tuple[float, ...] = (1.0,) * len(WHATIF), calibration: str = "default") -> Any:
+    """One Estimate; cached on (ids, frozen ParallelPlan, engine, what-if factors, calibration)."""
     import perfmodel
 
     sysobj, _ = system_for(acc, system, plan.world, scales)
-    return perfmodel.estimate(workload, sysobj, plan, engine=engine)
+    return perfmodel.estimate(workload, sysobj, plan, engine=engine, calibration=calibration)
 
 
 @st.cache_data(show_spinner=False)
@@ -112,16 +112,17 @@ NO_PLANNER = "This page needs the planner (perfmodel.planning), which is not ava
 
 @st.cache_resource(show_spinner=False, max_entries=64)
 def run_search(workload: Any, cluster: str, n_gpus: int, global_batch: int, seq_len: int | None, precision: str,
-               objective: str, space: Any) -> Any:
+               objective: str, space: Any, calibration: str = "default") -> Any:
     """A SearchResult; cached on ids, numbers and the frozen SearchSpace."""
     return planning().search(workload, cluster, n_gpus, global_batch, seq_len=seq_len, precision=precision,
-                             space=space, objective=objective)
+                             space=space, objective=objective, calibration=calibration)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def run_compare(workload: Any, cands: tuple[str, ...], n_gpus: int, global_batch: int, tokens: float,
-                seq_len: int | None, precision: str) -> pd.DataFrame:
-    return planning().compare(workload, list(cands), n_gpus, global_batch, tokens, seq_len=seq_len, precision=precision)
+                seq_len: int | None, precision: str, calibration: str = "default") -> pd.DataFrame:
+    return planning().compare(workload, list(cands), n_gpus, global_batch, tokens, seq_len=seq_len, precision=precision,
+                              calibration=calibration)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -166,6 +167,9 @@ def sidebar() -> dict[str, Any] | None:
     slots = {"gpus": sb.container()}
     engine = _bound(sb.radio, "Engine", "engine", options=["analytic", "des"], horizontal=True,
                     help="analytic: closed form, instant; des: discrete-event simulation with a timeline")
+    calibration = _bound(sb.radio, "Calibration", "calibration", options=["default", "none"], horizontal=True,
+                         help="default: the shipped profile fitted on the public runs (docs/CALIBRATION.md), with an 80 % "
+                         "interval; none: physics only (microbenchmark rates as measured)")
     sb.subheader("Layout")
     slots["top"] = sb.container()
     c1, c2, c3 = sb.columns(3)
@@ -193,7 +197,8 @@ def sidebar() -> dict[str, Any] | None:
                       help="; ".join(f"{k}: {v}" for k, v in SCHEDULE_LABELS.items()))
     sp = _bound(c2.checkbox, "seq. parallel", "sp", value=True, help="sequence parallelism (needs tp > 1)")
     return dict(page=page, workload=workload, acc=acc, system=None if system == REFERENCE else system, gpus=int(gpus),
-                engine=engine, tp=int(tp), pp=int(pp), cp=int(cp), ep=int(ep), vp=int(vp), zero=int(zero), mb=int(mb),
+                engine=engine, calibration=calibration, tp=int(tp), pp=int(pp), cp=int(cp), ep=int(ep), vp=int(vp),
+                zero=int(zero), mb=int(mb),
                 gb=int(gb), seq=int(seq), recompute=recompute, precision=precision, schedule=schedule, sp=bool(sp),
                 slots=slots)
 
@@ -246,7 +251,8 @@ def build_plan(cfg: dict[str, Any]) -> Any:
 def run_estimate(cfg: dict[str, Any], plan: Any, scales: tuple[float, ...] | None = None) -> Any | None:
     """The estimate, or None after showing why it could not be made."""
     try:
-        return estimate(spec_of(cfg["workload"]), cfg["acc"], cfg["system"], plan, cfg["engine"], *([scales] if scales else []))
+        return estimate(spec_of(cfg["workload"]), cfg["acc"], cfg["system"], plan, cfg["engine"],
+                        scales or (1.0,) * len(WHATIF), cfg.get("calibration", "default"))
     except ModuleNotFoundError as e:
         st.error(f"The {cfg['engine']!r} engine is not available in this build ({e.name} missing); choose 'analytic'.")
     except USER_ERRORS as e:
@@ -273,6 +279,11 @@ def page_estimate(cfg: dict[str, Any], plan: Any) -> None:
                    "Try more recompute, a higher ZeRO stage, or more tp / pp.")
         st.markdown("<style>[data-testid='stMetricValue'] {color: #9a9a9a;}</style>", unsafe_allow_html=True)
     show_metrics(est)
+    if est.step_time_lo_s is not None:
+        st.caption(f"80 % prediction interval of the step time: {est.step_time_lo_s:.4g} - {est.step_time_hi_s:.4g} s "
+                   f"(calibration profile {est.calibration!r}, from leave-one-source-out residuals; docs/CALIBRATION.md)")
+    else:
+        st.caption(f"Calibration {est.calibration!r}: physics only, no prediction interval.")
     left, right = st.columns([3, 2])
     left.altair_chart(charts.breakdown_chart(frame), width="stretch")
     right.altair_chart(charts.memory_chart(frame, est.hbm_bytes), width="stretch")
@@ -289,7 +300,9 @@ def show_metrics(est: Any, base: Any | None = None) -> None:
         return None if old is None or old == 0 else f"{new / old - 1:+.1%}"
 
     c[0].metric("Step time (s)", f"{est.step_time_s:.4g}", delta(est.step_time_s, base and base.step_time_s),
-                delta_color="inverse")
+                delta_color="inverse",
+                help=(f"80 % interval {est.step_time_lo_s:.4g} - {est.step_time_hi_s:.4g} s (calibration {est.calibration})"
+                      if est.step_time_lo_s is not None else f"calibration {est.calibration}: no interval"))
     c[1].metric("Throughput (tokens/s)", f"{est.tokens_per_s:,.0f}", delta(est.tokens_per_s, base and base.tokens_per_s))
     c[2].metric("MFU (%)", f"{est.mfu * 100:.1f}", delta(est.mfu, base and base.mfu))
     c[3].metric("Model TFLOP/s per GPU", f"{est.tflops_per_gpu:.1f}", delta(est.tflops_per_gpu, base and base.tflops_per_gpu))
@@ -379,7 +392,7 @@ def page_compare(cfg: dict[str, Any]) -> None:
     args = (spec_of(cfg["workload"]), tuple(cands), cfg["gpus"], cfg["gb"], tokens_b * 1e9)
     try:
         with st.spinner("Searching the best layout on each candidate…"):
-            frame = run_compare(*args, cfg["seq"] or None, cfg["precision"])
+            frame = run_compare(*args, cfg["seq"] or None, cfg["precision"], cfg.get("calibration", "default"))
             sens = run_sensitivity(*args, float(pct), cfg["seq"] or None, cfg["precision"]) if pct else None
     except USER_ERRORS as e:
         st.error(str(e))
@@ -441,7 +454,7 @@ def page_search(cfg: dict[str, Any]) -> None:
         objective, top, space = search_space()
         with st.spinner("Searching layouts…"):
             res = run_search(spec_of(cfg["workload"]), cfg["system"] or cfg["acc"], cfg["gpus"], cfg["gb"], cfg["seq"] or None,
-                             cfg["precision"], objective, space)
+                             cfg["precision"], objective, space, cfg.get("calibration", "default"))
     except USER_ERRORS as e:
         st.error(str(e))
         return
