@@ -159,7 +159,13 @@ def _adjusted_accelerator(acc: Accelerator, gemm: float, attention: float, memor
     d = acc.model_dump()
     cal = d["calibration"]
     gemm_applied = 1.0
-    if acc.calibration.in_model_efficiency is None and gemm != 1.0:
+    # a whole-model efficiency measured on this part or its generation (B200's 0.64, carried to
+    # GB200 / B300 / GB300 by hardware/derating.py) already is the in-model GEMM and attention
+    # efficiency: the fitted knobs apply only where the part runs at isolated-kernel rates
+    in_model_known = acc.calibration.in_model_efficiency is not None or acc.in_model_efficiency != 1.0
+    if in_model_known:
+        gemm, attention = 1.0, 1.0
+    if gemm != 1.0:
         gemm_applied = min(gemm, 1.0)
         cal["in_model_efficiency"] = {"value": gemm_applied, "source": _SRC, "direction": None, "note": None}
     if attention != 1.0 or gemm_applied != 1.0:
