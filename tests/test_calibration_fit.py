@@ -71,7 +71,8 @@ def test_each_knob_moves_exactly_its_rate():
     # dgx-a100 has a measured all-reduce curve: a 1 GiB all-reduce takes twice as long
     assert intra_time_s(su, "all_reduce", 2**30, 8) == pytest.approx(2 * intra_time_s(s, "all_reduce", 2**30, 8), rel=1e-6)
     so = system_with_knobs(s, {**one, "scale_out": 0.5})
-    assert so.nic_efficiency == pytest.approx(0.5 * s.nic_efficiency)
+    assert so.levels[1].efficiency == pytest.approx(0.5 * s.levels[1].efficiency)
+    assert so.levels[1].achieved_Bps == pytest.approx(0.5 * s.levels[1].achieved_Bps)
 
 
 def test_measured_in_model_efficiency_is_kept():

@@ -67,10 +67,12 @@ def test_elementwise_step_is_bytes_over_bandwidth():
 
 
 def test_muon_adds_newton_schulz_on_every_2d_weight():
+    # physics only: Newton-Schulz is computed below from the spec's own GEMM rates, which a
+    # calibration profile would scale (its GEMMs run at the fitted in-model efficiency)
     spec = get_workload("gpt2-124m")
     one = ParallelPlan(global_batch=1, optimizer="muon")
-    sgd = perfmodel.estimate(spec, "h100-sxm5-80gb", one.model_copy(update={"optimizer": "sgd"}))
-    muon = perfmodel.estimate(spec, "h100-sxm5-80gb", one)
+    sgd = perfmodel.estimate(spec, "h100-sxm5-80gb", one.model_copy(update={"optimizer": "sgd"}), calibration="none")
+    muon = perfmodel.estimate(spec, "h100-sxm5-80gb", one, calibration="none")
     mats = weight_matrices(stage_layers(model_graph(spec, one), 1, 0))
     # GPT-2 small: 12 layers x (qkv, proj, fc1, fc2); embedding and head run AdamW
     assert sorted((m.rows, m.cols) for m in mats) == sorted([(768, 2304), (768, 768), (768, 3072), (3072, 768)])
@@ -81,8 +83,8 @@ def test_muon_adds_newton_schulz_on_every_2d_weight():
     assert muon.breakdown_s["optimizer_s"] - sgd.breakdown_s["optimizer_s"] == pytest.approx(ns)
     # over 8 data-parallel ranks each orthogonalises an eighth, then all-gathers the updates
     dp8 = ParallelPlan(dp=8, global_batch=8, zero_stage=1)
-    m8 = perfmodel.estimate(spec, "h100-sxm5-80gb", dp8.model_copy(update={"optimizer": "muon"}))
-    s8 = perfmodel.estimate(spec, "h100-sxm5-80gb", dp8.model_copy(update={"optimizer": "sgd"}))
+    m8 = perfmodel.estimate(spec, "h100-sxm5-80gb", dp8.model_copy(update={"optimizer": "muon"}), calibration="none")
+    s8 = perfmodel.estimate(spec, "h100-sxm5-80gb", dp8.model_copy(update={"optimizer": "sgd"}), calibration="none")
     extra = m8.breakdown_s["optimizer_s"] - s8.breakdown_s["optimizer_s"]
     assert extra > ns / 8
 

@@ -9,8 +9,8 @@ exactly one *knob*, a field of the resolved hardware that the cost functions alr
     attention     fused-attention rate (compute/ops)                       calibration.attention[*].achieved
     memory_bound  norm / activation / softmax / cast bandwidth             calibration.elementwise_achieved
     host          host seconds per eager kernel (engines/costs.host_op_s)  calibration.host_op_overhead
-    scale_up      collective bus bandwidth inside a scale-up domain        System.intra_efficiency, node curves
-    scale_out     collective bandwidth over the NICs                       System.nic_efficiency
+    scale_up      collective bus bandwidth inside a scale-up domain        System.levels[0]: efficiency, curves
+    scale_out     collective bandwidth over the NICs                       System.levels[1:]: efficiency
 
 A knob's value for one run is the product of the parameters that read it and apply to the run's
 scope: `global`, `generation` (Accelerator.generation, one value per generation the fit saw; an

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,8 @@ from perfmodel.calibration.parameters import KNOBS, REGISTRY, Knob, split_key
 from perfmodel.errors import PerfmodelError
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import System
-from perfmodel.hardware.specs import Accelerator, Node
+from perfmodel.hardware.network import NetworkLevel
+from perfmodel.hardware.specs import Accelerator
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.units import parse_quantity
 from perfmodel.workload.spec import ModelSpec
@@ -183,12 +185,19 @@ def _adjusted_accelerator(acc: Accelerator, gemm: float, attention: float, memor
     return Accelerator.model_validate(d)
 
 
-def _adjusted_node(node: Node, scale_up: float) -> Node:
-    d = node.model_dump()
-    for c in d["intra_node"]["curves"]:
-        for pt in c["points"]:
-            pt["busbw"] = f"{parse_quantity(pt['busbw'], 'bytes_per_s', 'busbw') * scale_up:.6e} B/s"
-    return Node.model_validate(d)
+@lru_cache(maxsize=256)
+def _adjusted_levels(levels: tuple[NetworkLevel, ...], scale_up: float, scale_out: float) -> tuple[NetworkLevel, ...]:
+    """Level 0 (scale-up): efficiency and measured busbw curves x scale_up; the scale-out levels:
+    efficiency x scale_out."""
+    out = []
+    for i, lv in enumerate(levels):
+        f = scale_up if i == 0 else scale_out
+        if f == 1.0:
+            out.append(lv)
+            continue
+        curves = tuple(replace(c, points=tuple((size, busbw * f) for size, busbw in c.points)) for c in lv.curves)
+        out.append(replace(lv, efficiency=lv.efficiency * f, curves=curves))
+    return tuple(out)
 
 
 _ADJ: dict[tuple[Any, ...], tuple[Any, Any]] = {}
@@ -212,15 +221,10 @@ def system_with_knobs(system: System, k: dict[Knob, float]) -> System:
         hit = _ADJ[acc_key] = (system.accelerator, _adjusted_accelerator(
             system.accelerator, k["gemm"], k["attention"], k["memory_bound"], k["host"]))
     acc = hit[1]
-    node = system.node
-    if k["scale_up"] != 1.0 and system.node.intra_node.curves:
-        node_key = (id(system.node), k["scale_up"])
-        nhit = _ADJ.get(node_key)
-        if nhit is None or nhit[0] is not system.node:
-            nhit = _ADJ[node_key] = (system.node, _adjusted_node(system.node, k["scale_up"]))
-        node = nhit[1]
-    return replace(system, accelerator=acc, node=node, intra_efficiency=system.intra_efficiency * k["scale_up"],
-                   nic_efficiency=system.nic_efficiency * k["scale_out"])
+    levels = system.levels
+    if k["scale_up"] != 1.0 or k["scale_out"] != 1.0:
+        levels = _adjusted_levels(system.levels, k["scale_up"], k["scale_out"])
+    return replace(system, accelerator=acc, levels=levels)
 
 
 # --- intervals -----------------------------------------------------------------------------------
