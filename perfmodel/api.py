@@ -46,7 +46,7 @@ def estimate(workload: str | ModelSpec, cluster: str | System, plan: ParallelPla
     if fw is not None:
         plan = apply_framework(plan, fw)
     spec, system, msgs = resolve(workload, cluster, plan, gpus_per_node)
-    acc = system.accelerator
+    raw = system
     system = calibrated_system(system, prof, fw)
     if plan.world > system.num_gpus:
         raise LayoutError(f"plan needs {plan.world} GPUs (dp {plan.dp} x tp {plan.tp} x pp {plan.pp} x cp {plan.cp}) "
@@ -54,11 +54,11 @@ def estimate(workload: str | ModelSpec, cluster: str | System, plan: ParallelPla
     if engine == "analytic":
         from perfmodel.engines.analytic import analytic_estimate
 
-        return with_interval(analytic_estimate(spec, system, plan, msgs), prof, acc, spec)
+        return with_interval(analytic_estimate(spec, system, plan, msgs), prof, raw, spec)
     if engine == "des":
         from perfmodel.engines.des import des_estimate
 
-        return with_interval(des_estimate(spec, system, plan, msgs), prof, acc, spec)
+        return with_interval(des_estimate(spec, system, plan, msgs), prof, raw, spec)
     raise ValueError(f"engine {engine!r}: expected 'analytic' or 'des'")
 
 
@@ -71,4 +71,4 @@ def estimate_graph(graph: Graph, cluster: str | System, plan: ParallelPlan, gpus
     prof = load_profile(calibration)
     system, msgs = resolve_hardware(cluster, plan.world, gpus_per_node)
     est = analytic_estimate(None, calibrated_system(system, prof), plan, msgs, graph=graph)
-    return with_interval(est, prof, system.accelerator, None)
+    return with_interval(est, prof, system, None)

@@ -154,7 +154,7 @@ def save_profile(prof: Profile, path: Path | str, table: list[dict[str, Any]] | 
 
 
 # --- applying a profile --------------------------------------------------------------------------
-_SRC = "calibration profile knob"  # a citation (has spaces), accepted by the spec models
+_SRC = "fitted by perfmodel fit (calibration profile), not measured"  # a citation: the spec models accept it
 
 
 def _adjusted_accelerator(acc: Accelerator, gemm: float, attention: float, memory_bound: float, host: float) -> Accelerator:
@@ -269,7 +269,18 @@ def step_time_interval(prof: Profile, acc: Accelerator, spec: ModelSpec | None, 
     return step_time_s * math.exp(lo), step_time_s * math.exp(hi)
 
 
-def with_interval(est: Estimate, prof: Profile, acc: Accelerator, spec: ModelSpec | None) -> Estimate:
-    """`est` labelled with the profile and carrying its 80 % step-time interval."""
+def with_interval(est: Estimate, prof: Profile, system: System, spec: ModelSpec | None) -> Estimate:
+    """`est` labelled with the profile, carrying its 80 % step-time interval, and with the
+    provenance of the uncalibrated `system` (what was measured or derated) plus one `calibration`
+    entry naming the fitted factors applied on top."""
+    from perfmodel.hardware.derating import system_provenance
+
+    acc = system.accelerator
     iv = step_time_interval(prof, acc, spec, est.plan, est.step_time_s)
-    return replace(est, calibration=prof.name, step_time_lo_s=iv[0] if iv else None, step_time_hi_s=iv[1] if iv else None)
+    prov = system_provenance(system, est.plan.precision) if est.provenance else {}
+    if not prof.physics_only:
+        k = prof.knobs(acc)
+        prov["calibration"] = (f"fitted: profile {prof.name!r} x " + ", ".join(f"{n} {v:.3g}" for n, v in k.items() if v != 1.0)
+                               + " on the rates above (gemm and attention not where a whole-model efficiency is known)")
+    return replace(est, calibration=prof.name, step_time_lo_s=iv[0] if iv else None, step_time_hi_s=iv[1] if iv else None,
+                   provenance=prov)
