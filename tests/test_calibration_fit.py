@@ -202,7 +202,7 @@ def test_cli_fit_then_validate_with_the_profile(tmp_path, capsys):
     prof = tmp_path / "mine.yaml"
     assert main(["fit", "--runs", str(runs), "--out", str(prof), "--quiet"]) == 0
     text = capsys.readouterr().out
-    assert "gemm_in_model" in text and "leave-one-source-out" in text
+    assert "gemm_in_model" in text and "leave-one-source-out" in text  # two sources: held out by source
     out = tmp_path / "pred.csv"
     assert main(["validate", "--runs", str(runs), "--out", str(out), "--calibration", str(prof)]) == 0
     with open(out, newline="") as f:
@@ -229,3 +229,16 @@ def test_framework_column_selects_the_attention_kernel(tmp_path):
     assert float(meg["predicted_step_time_s"]) > float(flash["predicted_step_time_s"])
     bad = predict_row({**row, "framework": "nemo-2"}, wl, profile=NONE)
     assert bad["status"] == "error" and "megatron-core" in bad["message"]
+
+
+def test_one_source_is_held_out_run_by_run(tmp_path):
+    """A user's own cluster is one source: the fit holds out one run at a time and still gives
+    intervals."""
+    runs = _synthetic_runs(tmp_path, {"gemm": 0.7}, n=8)
+    text = runs.read_text().replace("mosaicml/llm-foundry benchmarking README", "my cluster")
+    text = text.replace("vTrain (MICRO'24) measured dataset", "my cluster")
+    one = tmp_path / "one.csv"
+    one.write_text(text)
+    res = fit([one])
+    assert res.profile.provenance["held_out_by"].startswith("run")
+    assert len(res.loso) == 8 and "all" in res.profile.intervals

@@ -233,12 +233,16 @@ def fit(paths: list[Path | str], name: str = "fitted", say: Callable[[str], None
         theta, sig = solve(prob, idx, theta, t0, a)
     fitted = [_predict(r, prob.row_knobs(theta, i)) for i, r in enumerate(rows)]
     sources = sorted({r.source for r in rows})
+    # one source (a user's own cluster): hold out one run at a time instead
+    by_run = len(sources) == 1
+    group = (lambda r: r.run_id) if by_run else (lambda r: r.source)
+    groups = sorted({group(r) for r in rows})
     loso_rows: list[dict[str, Any]] = []
     resid_by_row: dict[int, float] = {}
-    if loso and len(sources) > 1:
-        for s in sources:
-            train = [i for i in idx if rows[i].source != s]
-            test = [i for i in idx if rows[i].source == s]
+    if loso and len(groups) > 1:
+        for s in groups:
+            train = [i for i in idx if group(rows[i]) != s]
+            test = [i for i in idx if group(rows[i]) == s]
             say(f"leave out {s!r}: fit on {len(train)} rows, predict {len(test)}")
             th, _ = solve(prob, train, theta, t0[train], a[train])
             pred = [_predict(rows[i], prob.row_knobs(th, i)) for i in test]
@@ -267,6 +271,7 @@ def fit(paths: list[Path | str], name: str = "fitted", say: Callable[[str], None
         loso_all["interval_coverage"] = held / len(resid_by_row)
     prov = {"fitted_on": [str(p) for p in paths], "rows": len(rows), "sources": sources,
             "date": dt.date.today().isoformat(),
+            "held_out_by": "run (one source only)" if by_run else "source",
             "generations": sorted({r.system.accelerator.generation for r in rows}),
             "families": sorted({r.spec.family for r in rows}),
             "frameworks": sorted({r.fw.name for r in rows}),
@@ -303,14 +308,15 @@ def format_result(r: FitResult) -> str:
     lines = [f"{'parameter':<34}{'prior':>8}{'fitted':>9}{'+-(x)':>8}  source"]
     for t in r.table:
         lines.append(f"{t['key']:<34}{t['prior']:>8.3g}{t['fitted']:>9.3f}{math.exp(t['sigma_log']):>8.3f}  {t['source'][:60]}")
-    lines += ["", f"{'held-out source':<44}{'rows':>6}{'physics MAPE':>14}{'median':>9}{'LOSO MAPE':>11}{'median':>9}"]
+    unit = "run" if str(r.profile.provenance.get("held_out_by", "source")).startswith("run") else "source"
+    lines += ["", f"{'held-out ' + unit:<44}{'rows':>6}{'physics MAPE':>14}{'median':>9}{'held-out MAPE':>15}{'median':>9}"]
     for s in r.loso:
         lines.append(f"{s['source'][:43]:<44}{s['rows']:>6}{s['physics_mape']:>14.1%}{s['physics_median']:>+9.1%}"
-                     f"{s['loso_mape']:>11.1%}{s['loso_median']:>+9.1%}")
+                     f"{s['loso_mape']:>15.1%}{s['loso_median']:>+9.1%}")
     lines += ["", f"all rows: physics only MAPE {r.before['mape']:.1%} (median {r.before['median']:+.1%}); "
               f"fitted in sample {r.after['mape']:.1%} ({r.after['median']:+.1%})"]
     if r.loso_all.get("rows"):
-        lines.append(f"leave-one-source-out: MAPE {r.loso_all['mape']:.1%} (median {r.loso_all['median']:+.1%}); "
+        lines.append(f"leave-one-{unit}-out: MAPE {r.loso_all['mape']:.1%} (median {r.loso_all['median']:+.1%}); "
                      f"80 % interval held {r.loso_all.get('interval_coverage', float('nan')):.0%} of held-out rows")
     return "\n".join(lines)
 
