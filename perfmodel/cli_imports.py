@@ -40,6 +40,8 @@ def add_import_sweep_commands(sub: Any) -> None:
     sw.add_argument("--ray-address", default=None, help="an existing Ray cluster (default: start a local one)")
     sw.add_argument("--workers", type=int, default=None, help="local backend: processes (default: every core)")
     sw.add_argument("--no-progress", action="store_true")
+    sw.add_argument("--calibration", default=None, metavar="PROFILE|none",
+                    help="calibration profile (overrides the sweep file's `calibration:`; default: the shipped one)")
     sw.set_defaults(func=cmd_sweep)
 
 
@@ -121,6 +123,8 @@ def cmd_sweep(a: argparse.Namespace) -> int:
     from perfmodel.planning.sweep import load_sweep, run_sweep
 
     sweep = load_sweep(a.sweep)
+    if a.calibration is not None:
+        sweep = sweep.model_copy(update={"calibration": a.calibration})
     summary = run_sweep(sweep, Path(a.out), backend=a.backend, ray_address=a.ray_address, workers=a.workers,
                         progress=not a.no_progress)
     print(summary, file=sys.stderr)

@@ -81,6 +81,7 @@ class Sweep(BaseModel):
     top: int = Field(10, gt=0)
     space: SearchSpace = SearchSpace()
     des: DesStudy | None = None
+    calibration: str = Field("default", description="calibration profile: default, none or a `perfmodel fit` YAML")
 
     _as_list = field_validator("workloads", "hardware", "n_gpus", "global_batch", "seq_len", "precision",
                                mode="before")(_list)
@@ -157,7 +158,7 @@ def run_point(pt: Point, sweep: Sweep) -> pd.DataFrame:
     base = dict(zip(KEY, pt.key, strict=True)) | {"objective": sweep.objective}
     try:
         res = search(pt.spec, pt.hardware, pt.n_gpus, pt.global_batch, seq_len=pt.seq_len, precision=pt.precision,
-                     space=sweep.space, objective=sweep.objective)
+                     space=sweep.space, objective=sweep.objective, calibration=sweep.calibration)
     except (PerfmodelError, ValueError) as e:
         return pd.DataFrame([base | {"rank": -1, "status": f"error: {e}", "n_layouts": 0}])
     top = res.table.head(sweep.top).reset_index(drop=True)
@@ -175,8 +176,10 @@ def run_point(pt: Point, sweep: Sweep) -> pd.DataFrame:
 
 
 def _des_columns(df: pd.DataFrame, res: Any, des: DesStudy) -> None:
+    from perfmodel.calibration.profile import calibrated_system
     from perfmodel.engines.des import des_estimate  # no registry yet: the DES with jitter and seed
 
+    calibrated = calibrated_system(res.system, res.profile)  # the profile the layouts were ranked with
     means, mins, maxs = [], [], []
     for i in range(len(df)):
         if i >= des.top:
@@ -188,7 +191,7 @@ def _des_columns(df: pd.DataFrame, res: Any, des: DesStudy) -> None:
         straggler = None
         if des.straggler_factor is not None:
             straggler = (0 if des.straggler_stage == "first" else plan.pp - 1, des.straggler_factor)
-        times = [des_estimate(res.spec, res.system, plan, jitter_sigma=des.jitter_sigma, seed=s, straggler=straggler,
+        times = [des_estimate(res.spec, calibrated, plan, jitter_sigma=des.jitter_sigma, seed=s, straggler=straggler,
                               trace=False).step_time_s for s in des.seeds]
         means.append(sum(times) / len(times))
         mins.append(min(times))
