@@ -33,6 +33,15 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("layout")
     for name in ("dp", "tp", "pp", "cp", "ep", "vp"):
         g.add_argument(f"--{name}", type=positive_int, default=None if name == "dp" else 1)
+    g.add_argument("--etp", type=positive_int, default=1,
+                   help="expert tensor-parallel degree (MoE parallel folding: ep x etp must divide tp x cp x dp)")
+    g.add_argument("--moe-imbalance", type=positive_float, default=None,
+                   help="MoE: tokens on the busiest expert-parallel rank over the mean (default 1.23, published "
+                        "routing statistics; 1 = force-balanced routing)")
+    g.add_argument("--moe-fp8-dispatch", action="store_true", help="MoE: dispatch tokens in fp8 (with an fp8 precision)")
+    g.add_argument("--moe-shared-overlap", action="store_true", help="MoE: overlap shared experts with the all-to-alls")
+    g.add_argument("--moe-a2a-overlap", action="store_true",
+                   help="MoE: hide the all-to-alls of one micro-batch behind another's compute (combined 1F1B)")
     g.add_argument("--sp", "--sequence-parallel", dest="sp", action="store_true", help="sequence parallelism (needs tp > 1)")
     g.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO stage (3 = FSDP full shard)")
     g.add_argument("--micro-batch", type=positive_int, default=1, help="sequences per micro-batch")
@@ -63,7 +72,10 @@ def _plan(a: argparse.Namespace, n_gpus: int):
         raise UsageError(f"--n-gpus {n_gpus} but dp {dp} x tp {a.tp} x pp {a.pp} x cp {a.cp} = {dp * model_par} GPUs; "
                          f"make them agree, or give only one of --n-gpus and --dp")
     gb = a.global_batch or a.micro_batch * dp
-    return ParallelPlan(dp=dp, tp=a.tp, pp=a.pp, cp=a.cp, ep=a.ep, vp=a.vp, sequence_parallel=a.sp,
+    return ParallelPlan(dp=dp, tp=a.tp, pp=a.pp, cp=a.cp, ep=a.ep, etp=a.etp, vp=a.vp, sequence_parallel=a.sp,
+                        moe_fp8_dispatch=a.moe_fp8_dispatch, moe_shared_expert_overlap=a.moe_shared_overlap,
+                        moe_a2a_overlap=a.moe_a2a_overlap,
+                        **({"moe_imbalance": a.moe_imbalance} if a.moe_imbalance is not None else {}),
                         zero_stage=a.zero, micro_batch=a.micro_batch, global_batch=gb, seq_len=a.seq_len,
                         recompute=a.recompute, precision=a.precision, schedule=a.schedule,
                         overlap_dp_comm=not a.no_overlap, overlap_fsdp_prefetch=not a.no_overlap,

@@ -6,7 +6,8 @@ fp16 DeepSpeed), 4 B fp32 master weights and 8 B of Adam moments -> 18 B (16 B w
 grads); other optimizers keep other state (perfmodel/compute/optimizers.py: SGD with momentum
 8 B, Adafactor 4 B, Muon 8 B, 8-bit Adam 6 B, all with the master copy). ZeRO-1 shards the
 optimizer state over the data-parallel group, ZeRO-2 also the gradients, ZeRO-3 (FSDP full
-shard) also the weights. Expert weights are sharded by ep and their data-parallel group is dp·cp/ep.
+shard) also the weights. Expert weights are sharded by ep·etp and their data-parallel
+group is edp = tp·cp·dp/(ep·etp) (MoE parallel folding).
 
 Activations: the per-layer saved bytes of the graph (Korthikanti et al. 2022) times the layers
 on the stage times the micro-batches in flight on stage 0: 1 (no pipeline), min(m, p) for 1F1B
@@ -100,7 +101,7 @@ def memory_per_rank(graph: Graph, plan: ParallelPlan, stage: int = 0) -> MemoryB
     dense = sum((layer.params - layer.expert_params) * n for layer, n in layers)
     expert = sum(layer.expert_params * n for layer, n in layers)
     dp_dense = plan.dp * plan.cp
-    dp_expert = max(1, dp_dense // plan.ep)
+    dp_expert = plan.edp
     z = plan.zero_stage
 
     def shard(nbytes_per_param: float, level: int) -> float:

@@ -8,7 +8,7 @@ For m micro-batches over p pipeline stages with per-micro-batch stage times t_i 
 (Narayanan et al. 2021 §2.2; Qi et al. 2024 "Zero Bubble Pipeline Parallelism" §3.)
 Then step = T_pipe + exposed DP collectives + optimizer step.
 
-DP gradient sync (grad_bytes per element, over dp·cp ranks; expert weights over dp·cp/ep):
+DP gradient sync (grad_bytes per element, over dp·cp ranks; expert weights over edp = tp·cp·dp/(ep·etp)):
     ZeRO 0       all-reduce of the gradients after the last micro-batch's backward
     ZeRO 1, 2    reduce-scatter of gradients + all-gather of the updated bf16 weights
     ZeRO 3       per micro-batch: all-gather weights (fwd), again (bwd), reduce-scatter grads
@@ -35,6 +35,7 @@ from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.units import fmt
 from perfmodel.workload.builder import build_graph
 from perfmodel.workload.graph import Graph, Layer
+from perfmodel.workload.moe import MoEOptions
 from perfmodel.workload.spec import ModelSpec
 
 ACT_BYTES = 2
@@ -42,8 +43,13 @@ ACT_BYTES = 2
 
 @lru_cache(maxsize=512)
 def cached_graph(spec: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int, ep: int, sp: bool,
-                 precision: str, attention_impl: str) -> Graph:
-    return build_graph(spec, micro_batch, seq_len, tp, cp, ep, sp, precision, attention_impl)
+                 precision: str, attention_impl: str, moe: MoEOptions | None = None) -> Graph:
+    return build_graph(spec, micro_batch, seq_len, tp, cp, ep, sp, precision, attention_impl, moe)
+
+
+def moe_options(plan: ParallelPlan) -> MoEOptions:
+    """The MoE settings of a plan, in the builder's hashable form."""
+    return MoEOptions(plan.etp, plan.moe_imbalance, plan.moe_fp8_dispatch, plan.moe_shared_expert_overlap)
 
 
 def model_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
@@ -53,7 +59,7 @@ def model_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
 
 def plan_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
     return cached_graph(spec, plan.micro_batch, plan.seq_len or spec.seq_len, plan.tp, plan.cp, plan.ep,
-                        plan.sequence_parallel, plan.precision, plan.attention_impl)
+                        plan.sequence_parallel, plan.precision, plan.attention_impl, moe_options(plan))
 
 
 def model_flop_per_step(spec: ModelSpec, plan: ParallelPlan) -> tuple[float, float]:
@@ -124,11 +130,11 @@ def p2p_time_s(system: System, plan: ParallelPlan, graph: Graph, spec: ModelSpec
 
 
 def dp_sync_s(system: System, plan: ParallelPlan, st: dict[str, float]) -> dict[str, float]:
-    """Seconds of the data-parallel collectives of one stage, unoverlapped."""
+    """Seconds of the data-parallel collectives of one stage, unoverlapped. Expert weights reduce
+    over their expert-data-parallel group: edp = tp·cp·dp / (ep·etp) ranks, etp·ep apart."""
     g = plan.grad_bytes
     n_dense, dense_stride = group_stride(plan, "dp")
-    n_exp = max(1, n_dense // plan.ep)
-    exp_stride = plan.tp * plan.ep
+    n_exp, exp_stride = group_stride(plan, "edp")
     dense, expert = st["dense_params"], st["expert_params"]
 
     def coll(kind: str, bytes_per: float) -> float:
@@ -259,7 +265,7 @@ def analytic_estimate(spec: ModelSpec | None, system: System, plan: ParallelPlan
 
     # optimizer: local parameters after ZeRO sharding
     shard = plan.dp * plan.cp if plan.zero_stage >= 1 else 1
-    local = worst["dense_params"] / shard + worst["expert_params"] / (max(1, plan.dp * plan.cp // plan.ep) if plan.zero_stage >= 1 else 1)
+    local = worst["dense_params"] / shard + worst["expert_params"] / (plan.edp if plan.zero_stage >= 1 else 1)
     acc = system.accelerator
     optimizer = optimizers.optimizer_step_s(system, plan, local, optimizers.weight_matrices(stage_layers(model_graph(spec, plan) if spec else graph, plan.pp, i_max)))  # noqa: E501
     if spec is not None and plan.pp > 1 and spec.tied_embeddings and spec.vocab:

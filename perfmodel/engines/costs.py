@@ -89,13 +89,18 @@ class LayerTime:
 
 
 def group_stride(plan: ParallelPlan, group: str) -> tuple[int, int]:
-    """(degree, stride) of a group in Megatron rank order tp, cp, dp (ep inside), pp."""
+    """(degree, stride) of a group in Megatron rank order tp, cp, dp, pp; expert layers fold the
+    same tp·cp·dp ranks as etp, ep, edp (etp fastest: Megatron-Core's expert RankGenerator)."""
     if group == "tp":
         return plan.tp, 1
     if group == "cp":
         return plan.cp, plan.tp
+    if group == "etp":
+        return plan.etp, 1
     if group == "ep":
-        return plan.ep, plan.tp * plan.cp
+        return plan.ep, plan.etp
+    if group == "edp":
+        return plan.edp, plan.etp * plan.ep
     if group == "dp":
         return plan.dp * plan.cp, plan.tp
     if group == "pp":
@@ -113,9 +118,15 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
     fwd = bwd = core = wgrad = 0.0
     kf = kb = kcore = 0
     attn_compute = 0.0
+    prefixes = {c.hide_behind for c in layer.comms if c.overlappable and c.hide_behind}
+    behind = {p: [0.0, 0.0] for p in prefixes}  # fwd / bwd seconds of the ops a collective hides behind
     for op in layer.ops:
         f = op_cost(acc, op, "fwd", plan.fp8_recipe_name).time_s
         b = op_cost(acc, op, "bwd", plan.fp8_recipe_name).time_s
+        for p in prefixes:
+            if op.name.startswith(p):
+                behind[p][0] += f
+                behind[p][1] += b
         fwd += f
         bwd += b
         kf += op.kernels
@@ -128,8 +139,19 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
         if op.kind == "attention" or op.attn_core:
             attn_compute += f
     cf = cb = 0.0
+    ep_f = ep_b = 0.0  # expert-parallel collectives (ep, etp groups) left exposed so far
     for c in layer.comms:
         t = comm_s(system, plan, c)
+        if c.overlappable and c.hide_behind:
+            # e.g. the MoE dispatch / combine all-to-alls beside the shared experts' GEMMs
+            hf_s, hb_s = behind[c.hide_behind]
+            ep_f += max(0.0, t - hf_s) * c.fwd
+            ep_b += max(0.0, t - hb_s) * c.bwd
+            continue
+        if c.group in ("ep", "etp"):
+            ep_f += t * c.fwd
+            ep_b += t * c.bwd
+            continue
         if c.overlappable:
             # the CP ring passes K/V chunks while attention computes on the previous chunk
             t_f = max(0.0, t - attn_compute)
@@ -141,6 +163,12 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
             continue
         cf += t * c.fwd
         cb += t * c.bwd
+    if plan.moe_a2a_overlap:
+        # Megatron-Core's combined 1F1B (overlap_moe_expert_parallel_comm): one micro-batch's
+        # forward all-to-alls run beside another's backward compute of the layer, and vice versa
+        ep_f, ep_b = max(0.0, ep_f - bwd), max(0.0, ep_b - fwd)
+    cf += ep_f
+    cb += ep_b
     hf, hb = host_op_s(acc)
     rec = plan.recompute if layer.recomputable else "none"
     if rec == "full":

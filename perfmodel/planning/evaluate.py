@@ -36,6 +36,7 @@ from perfmodel.engines.analytic import (
     cached_graph,
     comm_contention_fraction,
     dp_sync_s,
+    moe_options,
     optimizer_step_s,
     p2p_time_s,
 )
@@ -96,7 +97,8 @@ class Evaluator:
         return self._base.model_copy(update=kw)
 
     def graph(self, tp: int, cp: int, ep: int, sp: int, mb: int) -> Graph:
-        return cached_graph(self.spec, mb, self.seq_len, tp, cp, ep, bool(sp), self.precision, self.attention_impl)
+        return cached_graph(self.spec, mb, self.seq_len, tp, cp, ep, bool(sp), self.precision, self.attention_impl,
+                            moe_options(self.plan()))
 
     # -- per shape: one vector entry per graph layer ----------------------------------------------
     def layer_vectors(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int) -> dict[str, np.ndarray]:
@@ -246,7 +248,7 @@ class Evaluator:
 
         dpcp = (g["dp"] * g["cp"]).astype(float)
         sharded = zero >= 1
-        local = wdense / np.where(sharded, dpcp, 1.0) + wexp / np.where(sharded, np.maximum(1.0, dpcp // g["ep"]), 1.0)
+        local = wdense / np.where(sharded, dpcp, 1.0) + wexp / np.where(sharded, np.maximum(1.0, g["tp"] * dpcp // g["ep"]), 1.0)
         opt = optimizer_step_s(self.system.accelerator, self.optimizer, local) + emb
         step = pipe + dp_exp + opt
 

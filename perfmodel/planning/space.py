@@ -3,7 +3,7 @@ schedule) a job could run with, as NumPy columns, with the invalid combinations 
 
 Validity follows `ParallelPlan` and `ParallelPlan.validate_for` (tp divides the heads and is
 divided by, or divides, the KV heads; cp divides the sequence; ep divides the experts and
-dp·cp; pp·vp chunks no more than the layers; global batch a multiple of micro-batch · dp) plus
+tp·cp·dp (MoE parallel folding, etp 1); pp·vp chunks no more than the layers; global batch a multiple of micro-batch · dp) plus
 two rules of the frameworks themselves: Megatron's interleaved schedule needs the micro-batch
 count to be a multiple of pp, and tensor parallelism stays inside one scale-up domain unless
 `tp_within_node` is off. `SearchSpace` narrows the grid (fixed degrees, choices per knob).
@@ -107,8 +107,8 @@ def layout_grid(spec: ModelSpec, system: System, gpu_counts: list[int], global_b
     if space.dp:
         cols = _keep(cols, np.isin(cols["dp"], space.dp))
     cols = _expand(cols, "ep", _ep_choices(spec, space))
-    dpcp = cols["dp"] * cols["cp"]
-    cols = _keep(cols, (cols["ep"] <= dpcp) & (dpcp % cols["ep"] == 0))
+    folded = cols["tp"] * cols["dp"] * cols["cp"]  # MoE parallel folding: ep (etp 1) over tp·cp·dp
+    cols = _keep(cols, folded % cols["ep"] == 0)
 
     cols = _expand(cols, "sp", sorted({int(s) for s in space.sequence_parallel}))
     cols = _keep(cols, (cols["sp"] == 0) | (cols["tp"] > 1))

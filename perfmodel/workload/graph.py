@@ -19,7 +19,7 @@ from typing import Literal
 
 OpKind = Literal["gemm", "bmm", "attention", "ssd", "recurrence", "elementwise", "norm", "embedding", "loss"]
 CommKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
-CommGroup = Literal["tp", "cp", "ep", "dp", "pp"]
+CommGroup = Literal["tp", "cp", "ep", "etp", "dp", "pp"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,7 @@ class Op:
     head_dim: int = 0
     seq_q: int = 0
     seq_kv: int = 0
+    grouped: bool = False  # one grouped GEMM over `batch` experts (MoE), costed per expert shape
 
     @property
     def mflop(self) -> float:
@@ -68,6 +69,7 @@ class Comm:
     fwd: int = 1  # occurrences in the forward pass
     bwd: int = 1  # occurrences in the backward pass
     overlappable: bool = False  # can hide behind independent compute (CP ring, EP pipelining)
+    hide_behind: str = ""  # overlappable: the ops (name prefix) it hides behind; "" = the attention core
 
 
 @dataclass(frozen=True)
