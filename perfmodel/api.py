@@ -8,8 +8,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
+from perfmodel.engines.registry import DEFAULT_ENGINE, run_engine
 from perfmodel.errors import LayoutError
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import System, resolve_hardware
@@ -18,7 +17,7 @@ from perfmodel.workload.catalog import get_workload
 from perfmodel.workload.graph import Graph
 from perfmodel.workload.spec import ModelSpec
 
-Engine = Literal["analytic", "des"]
+Engine = str  # a name in perfmodel.engines.registry.ENGINES
 
 
 def resolve(workload: str | ModelSpec, cluster: str | System, plan: ParallelPlan,
@@ -29,28 +28,19 @@ def resolve(workload: str | ModelSpec, cluster: str | System, plan: ParallelPlan
 
 
 def estimate(workload: str | ModelSpec, cluster: str | System, plan: ParallelPlan,
-             engine: Engine = "analytic", gpus_per_node: int | None = None) -> Estimate:
+             engine: Engine = DEFAULT_ENGINE, gpus_per_node: int | None = None) -> Estimate:
     """Predict one training step of `workload` on `cluster` (an accelerator id, a node or
     cluster id, or a resolved System) under `plan`."""
     spec, system, msgs = resolve(workload, cluster, plan, gpus_per_node)
     if plan.world > system.num_gpus:
         raise LayoutError(f"plan needs {plan.world} GPUs (dp {plan.dp} x tp {plan.tp} x pp {plan.pp} x cp {plan.cp}) "
                           f"but {system.name} has {system.num_gpus}")
-    if engine == "analytic":
-        from perfmodel.engines.analytic import analytic_estimate
-
-        return analytic_estimate(spec, system, plan, msgs)
-    if engine == "des":
-        from perfmodel.engines.des import des_estimate
-
-        return des_estimate(spec, system, plan, msgs)
-    raise ValueError(f"engine {engine!r}: expected 'analytic' or 'des'")
+    return run_engine(engine, spec, system, plan, msgs)
 
 
-def estimate_graph(graph: Graph, cluster: str | System, plan: ParallelPlan, gpus_per_node: int | None = None) -> Estimate:
+def estimate_graph(graph: Graph, cluster: str | System, plan: ParallelPlan, gpus_per_node: int | None = None,
+                   engine: Engine = DEFAULT_ENGINE) -> Estimate:
     """Predict a step of an already-built graph (e.g. `from_torch(module, inputs)`): dp and pp
     layouts only, since an imported graph is not sharded."""
-    from perfmodel.engines.analytic import analytic_estimate
-
     system, msgs = resolve_hardware(cluster, plan.world, gpus_per_node)
-    return analytic_estimate(None, system, plan, msgs, graph=graph)
+    return run_engine(engine, None, system, plan, msgs, graph=graph)

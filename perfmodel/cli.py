@@ -15,7 +15,9 @@ import warnings
 from pathlib import Path
 
 from perfmodel.cliargs import Parser, positive_float, positive_int, report_error, shape, show_warning
+from perfmodel.engines.registry import ENGINE_NAMES
 from perfmodel.errors import PerfmodelError, UsageError
+from perfmodel.parallel.schedules import SCHEDULE_NAMES
 
 PRECISIONS = ["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"]
 
@@ -49,7 +51,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seq-len", type=positive_int, default=None)
     g.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
     g.add_argument("--precision", default="bf16", choices=PRECISIONS)
-    g.add_argument("--schedule", default=None, choices=["gpipe", "1f1b", "interleaved", "zb-h1"])
+    g.add_argument("--schedule", default=None, choices=SCHEDULE_NAMES)
     g.add_argument("--optimizer", default="adam", choices=["adam", "adamw", "adam8bit", "sgd", "adafactor", "muon"],
                    help="optimizer state and step cost (sgd: with momentum; muon: Newton-Schulz on 2-D weights)")
     g.add_argument("--fp8-recipe", default=None, choices=["delayed", "current", "blockwise", "mxfp8", "nvfp4"],
@@ -287,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--hardware", "--cluster", dest="hardware", default="a100-sxm4-80gb", help="accelerator, node or cluster id")
     e.add_argument("--n-gpus", type=positive_int, default=None, help="GPUs (default: dp x tp x pp x cp)")
     e.add_argument("--gpus-per-node", type=positive_int, default=None)
-    e.add_argument("--engine", default="analytic", choices=["analytic", "des"])
+    e.add_argument("--engine", default="analytic", choices=ENGINE_NAMES)
     e.add_argument("--scale", type=_scale_arg, action="append", default=[], metavar="KEY=FACTOR",
                    help="what-if hardware, repeatable: flops, hbm_bw, intra_bw (scale-up), inter_bw (scale-out), "
                         "latency (network) or hbm_capacity times FACTOR (0.001 to 1000); measured rates and curves scale too")
@@ -308,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "the contract in docs/VALIDATION.md of the perfmodel repository.")
     v.add_argument("--runs", required=True)
     v.add_argument("--out", required=True)
-    v.add_argument("--engine", default="analytic", choices=["analytic", "des"])
+    v.add_argument("--engine", default="analytic", choices=ENGINE_NAMES)
     v.add_argument("--report", default=None, help="also write an error report (markdown, HTML, PNG) here")
     v.add_argument("--attention", default="flash", choices=["flash", "unfused"],
                    help="attention kernel of the runs' software stack (default flash)")

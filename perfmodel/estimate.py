@@ -42,6 +42,7 @@ class Estimate:
     provenance: dict[str, str] = field(default_factory=dict, compare=False)
     best_published_mfu: float | None = None
     best_published_mfu_source: str = ""
+    stage_time_s: tuple[float, ...] = ()  # per pipeline rank: seconds of one micro-batch (fwd + bwd + p2p)
 
     @property
     def tokens_per_s(self) -> float:

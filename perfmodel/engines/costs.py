@@ -30,6 +30,7 @@ from perfmodel.compute.ops import op_cost
 from perfmodel.hardware.catalog import System
 from perfmodel.hardware.specs import Accelerator
 from perfmodel.parallel.plan import ParallelPlan
+from perfmodel.parallel.ranks import group_stride
 from perfmodel.workload.graph import Comm, Layer
 
 HOST_FWD_S_PER_KERNEL = 8.1e-3 / 182  # see module docstring: B200 Llama-3.2-1B eager forward
@@ -86,26 +87,6 @@ class LayerTime:
         f = self.fwd_s - self.fwd_gpu_s - self.fwd_comm_s
         b = self.bwd_s - self.bwd_gpu_s - self.bwd_comm_s - self.recompute_gpu_s - self.recompute_comm_s
         return max(0.0, f) + max(0.0, b)
-
-
-def group_stride(plan: ParallelPlan, group: str) -> tuple[int, int]:
-    """(degree, stride) of a group in Megatron rank order tp, cp, dp, pp; expert layers fold the
-    same tp·cp·dp ranks as etp, ep, edp (etp fastest: Megatron-Core's expert RankGenerator)."""
-    if group == "tp":
-        return plan.tp, 1
-    if group == "cp":
-        return plan.cp, plan.tp
-    if group == "etp":
-        return plan.etp, 1
-    if group == "ep":
-        return plan.ep, plan.etp
-    if group == "edp":
-        return plan.edp, plan.etp * plan.ep
-    if group == "dp":
-        return plan.dp * plan.cp, plan.tp
-    if group == "pp":
-        return plan.pp, plan.tp * plan.cp * plan.dp
-    raise ValueError(group)
 
 
 def comm_s(system: System, plan: ParallelPlan, c: Comm) -> float:

@@ -7,11 +7,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfmodel.errors import LayoutError
+from perfmodel.parallel.schedules import SCHEDULE_NAMES, get_schedule
+from perfmodel.parallel.split import pipeline_split
 from perfmodel.workload.spec import ModelSpec
 
 Precision = Literal["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"]
 Recompute = Literal["none", "selective", "full"]
-Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1"]
 Fp8RecipeName = Literal["delayed", "current", "blockwise", "mxfp8", "nvfp4"]
 # which precision each recipe runs (their costs: perfmodel/compute/fp8_recipes.py), and the
 # recipe a precision gets when the plan names none: Transformer Engine's and Megatron-Core's
@@ -56,7 +57,8 @@ class ParallelPlan(BaseModel):
     fp8_recipe: Fp8RecipeName | None = Field(
         None, description="scaling recipe of fp8 / fp4 GEMMs: delayed, current, blockwise (fp8), mxfp8, nvfp4; "
         "default per precision: fp8 delayed (Transformer Engine's default), mxfp8 mxfp8, nvfp4 nvfp4")
-    schedule: Schedule | None = Field(None, description="default: 1f1b, interleaved when vp > 1")
+    schedule: str | None = Field(None, description="a pipeline schedule of perfmodel/parallel/schedules/; "
+                                 "default: 1f1b, interleaved when vp > 1")
     attention_impl: Literal["flash", "unfused"] = "flash"
     overlap_dp_comm: bool = Field(True, description="DP gradient reduction overlaps backward")
     overlap_fsdp_prefetch: bool = Field(True, description="FSDP all-gathers prefetched")
@@ -91,7 +93,7 @@ class ParallelPlan(BaseModel):
         return self.global_batch // (self.micro_batch * self.dp)
 
     @property
-    def schedule_name(self) -> Schedule:
+    def schedule_name(self) -> str:
         if self.schedule:
             return self.schedule
         return "interleaved" if self.vp > 1 else "1f1b"
@@ -124,8 +126,9 @@ class ParallelPlan(BaseModel):
             )
         if self.vp > 1 and self.pp == 1:
             raise LayoutError(f"vp {self.vp} needs pp > 1 (got pp 1)")
-        if self.schedule == "interleaved" and self.vp == 1:
-            raise LayoutError("schedule 'interleaved' needs vp > 1")
+        if self.schedule is not None and self.schedule not in SCHEDULE_NAMES:
+            raise LayoutError(f"unknown pipeline schedule {self.schedule!r}; valid: {', '.join(SCHEDULE_NAMES)}")
+        get_schedule(self.schedule_name).check(self.pp, self.vp, self.num_micro_batches)
         if self.fp8_recipe is not None and FP8_RECIPE_PRECISION[self.fp8_recipe] != self.precision:
             allowed = [r for r, p in FP8_RECIPE_PRECISION.items() if p == self.precision] or "none (16/32-bit GEMMs)"
             raise LayoutError(f"fp8_recipe {self.fp8_recipe!r} runs precision {FP8_RECIPE_PRECISION[self.fp8_recipe]}, "
@@ -152,19 +155,12 @@ class ParallelPlan(BaseModel):
                 raise LayoutError(f"cp {self.cp} does not divide seq_len {s}")
             if self.cp > 1 and (s // self.cp) % 2 and spec.causal:
                 notes.append("cp chunks of odd length: load balancing of causal attention assumed anyway")
-            chunks = self.pp * self.vp
-            if chunks > spec.num_layers:
-                raise LayoutError(f"pp {self.pp} x vp {self.vp} = {chunks} chunks > {spec.num_layers} layers of {spec.id}")
-            if spec.num_layers % chunks:
-                notes.append(
-                    f"{spec.num_layers} layers over pp {self.pp} x vp {self.vp} = {chunks} chunks is uneven: "
-                    f"the slowest stage holds {-(-spec.num_layers // chunks)} layers per chunk"
-                )
+            notes += self.pipeline_notes(spec.num_layers, spec.id)
         elif self.tp > 1 or self.cp > 1 or self.ep > 1 or self.etp > 1:
             raise LayoutError(f"{spec.family} model {spec.id}: tp/cp/ep/etp need a transformer "
                               f"(got tp {self.tp}, cp {self.cp}, ep {self.ep}, etp {self.etp})")
-        elif self.pp > spec.num_layers:
-            raise LayoutError(f"pp {self.pp} > {spec.num_layers} layers of {spec.id}")
+        else:
+            notes += self.pipeline_notes(spec.num_layers, spec.id)
         if spec.family == "moe":
             E = spec.num_experts or 1
             if E % self.ep:
@@ -179,6 +175,18 @@ class ParallelPlan(BaseModel):
         elif self.ep > 1 or self.etp > 1:
             raise LayoutError(f"ep {self.ep} / etp {self.etp} > 1 but {spec.id} has no experts")
         return notes
+
+
+    def pipeline_notes(self, num_layers: int, model_id: str) -> list[str]:
+        """Megatron's split of `num_layers` over pp x vp (a LayoutError if it has none) and what
+        the schedule says about this layout."""
+        if self.pp == 1:
+            return []
+        try:
+            note = pipeline_split(num_layers, self.pp, self.vp).note
+        except LayoutError as e:
+            raise LayoutError(f"{model_id}: {e}") from None
+        return ([note] if note else []) + get_schedule(self.schedule_name).check(self.pp, self.vp, self.num_micro_batches)
 
 
 def _divisors(n: int) -> list[int]:

@@ -23,9 +23,9 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from perfmodel.api import estimate
 from perfmodel.compute.ops import gemm_precision
-from perfmodel.engines.analytic import model_flop_per_step
+from perfmodel.engines.registry import DEFAULT_ENGINE, run_engine
+from perfmodel.engines.stages import model_flop_per_step
 from perfmodel.errors import LayoutError
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import System
@@ -80,12 +80,12 @@ class SearchResult:
                               f"(global batch {self.global_batch}, {self.n_layouts} layouts tried)")
         return row_plan(self.table.iloc[rank], self.global_batch, self.seq_len, self.precision)
 
-    def best(self, engine: Literal["analytic", "des"] = "analytic") -> Estimate:
-        return estimate(self.spec, self.system, self.plan(0), engine=engine)
+    def best(self, engine: str = DEFAULT_ENGINE) -> Estimate:
+        return run_engine(engine, self.spec, self.system, self.plan(0))
 
-    def estimates(self, k: int = 5, engine: Literal["analytic", "des"] = "analytic") -> list[Estimate]:
+    def estimates(self, k: int = 5, engine: str = DEFAULT_ENGINE) -> list[Estimate]:
         """Full estimates of the top k (engine="des" re-scores them with the event simulation)."""
-        return [estimate(self.spec, self.system, self.plan(i), engine=engine) for i in range(min(k, len(self.table)))]
+        return [run_engine(engine, self.spec, self.system, self.plan(i)) for i in range(min(k, len(self.table)))]
 
     def pareto_memory(self) -> pd.DataFrame:
         """Layouts no other layout beats on both step time and memory headroom."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from perfmodel.engines.registry import get_engine, run_engine
 from perfmodel.errors import MAX_QUOTE, PerfmodelError, clip
 from perfmodel.validation.runs import OUTPUT_COLUMNS, RowError, check_encoding, printable, read_rows, row_run
 from perfmodel.workload.catalog import load_workloads
@@ -29,14 +30,7 @@ def predict_row(row: dict[str, str], workloads: dict, engine: str = "analytic", 
         if attention_impl != run.plan.attention_impl:
             run.plan = run.plan.model_copy(update={"attention_impl": attention_impl})
             run.notes.append(f"attention {attention_impl} (--attention)")
-        if engine == "des":
-            from perfmodel.engines.des import des_estimate
-
-            est = des_estimate(run.spec, run.system, run.plan, run.notes)
-        else:
-            from perfmodel.engines.analytic import analytic_estimate
-
-            est = analytic_estimate(run.spec, run.system, run.plan, run.notes)
+        est = run_engine(engine, run.spec, run.system, run.plan, run.notes)
     except (PerfmodelError, RowError, ValueError, KeyError, ArithmeticError) as e:
         return _error(out, f"{type(e).__name__}: {e}")
     except Exception as e:
@@ -63,6 +57,7 @@ def validate_file(runs: Path | str, out: Path | str, engine: str = "analytic", a
     """Predict every row of `runs` into `out`. `attention_impl` is the attention kernel the
     runs' software used: 'flash' (FlashAttention, the default) or 'unfused' (Megatron's
     baddbmm + fused softmax + bmm, before FlashAttention)."""
+    get_engine(engine)  # an unknown engine is an error before any row is read
     rows = read_rows(runs)
     workloads = load_workloads()
     first: dict[str, int] = {}

@@ -1,0 +1,53 @@
+"""What a pipeline schedule is: an order of work per stage (the DES plays it), a closed-form
+bubble and the micro-batches whose activations it holds (the analytic engine and the planner
+evaluate them, on floats and on NumPy columns alike).
+
+Units: seconds for times, micro-batches for `in_flight`. `idle_s` is Σ_s t_s − max_s t_s, the
+1F1B bubble of stages taking t_s per micro-batch (Narayanan et al. 2021 §2.2); a schedule's
+bubble is a function of it and of the averaged per-stage forward / backward / weight-gradient
+seconds (the weight-gradient part is inside bwd_s).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+Work = tuple[str, int, int]  # (kind F / B / W, micro-batch, model chunk)
+Num = float | npt.NDArray[np.float64]
+
+
+class PipelineSchedule:
+    """One schedule. Subclasses set the class variables and override the three methods."""
+
+    name: ClassVar[str]
+    chunked: ClassVar[bool] = False  # runs vp > 1 model chunks per rank
+    defers_wgrad: ClassVar[bool] = False  # splits backward into B (input grads) and W (weight grads)
+
+    def order(self, p: int, m: int, v: int, s: int) -> list[Work]:
+        """Stage s's sequence of work for m micro-batches over p ranks with v chunks each."""
+        raise NotImplementedError
+
+    def bubble_s(self, idle_s: Num, m: Num, p: Num, v: Num, fwd_s: Num, bwd_s: Num, wgrad_s: Num) -> Num:
+        """Pipeline seconds beyond m·max_s t_s (see the module docstring)."""
+        raise NotImplementedError
+
+    def in_flight(self, m: Num, p: Num, v: Num) -> Num:
+        """Micro-batches of a whole rank's activations held at the peak, for p > 1."""
+        raise NotImplementedError
+
+    def check(self, pp: int, vp: int, m: int) -> list[str]:
+        """Notes on a layout this schedule runs with caveats; a LayoutError if it cannot run it."""
+        from perfmodel.errors import LayoutError
+
+        if vp > 1 and not self.chunked:
+            raise LayoutError(f"schedule {self.name!r} runs one model chunk per pipeline rank: vp must be 1 (got vp {vp}); "
+                              "use schedule 'interleaved' for virtual stages")
+        if self.chunked and vp == 1:
+            raise LayoutError(f"schedule {self.name!r} needs vp > 1 (got vp 1)")
+        return []
+
+
+__all__ = ["Num", "PipelineSchedule", "Work"]
