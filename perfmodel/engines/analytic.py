@@ -20,13 +20,13 @@ from perfmodel.workload.graph import Graph
 from perfmodel.workload.spec import ModelSpec
 
 
-def pipeline_time_s(stage_s: list[float], m: int, vp: int, schedule: str, fwd_s: float = 0.0,
-                    bwd_s: float = 0.0, wgrad_s: float = 0.0) -> tuple[float, float]:
-    """(pipeline seconds, bubble seconds) for m micro-batches over stages taking `stage_s` each
-    per micro-batch; fwd_s, bwd_s and wgrad_s are the per-stage averages the schedule may read."""
+def pipeline_time_s(stage_s: list[float], m: int, vp: int, schedule: str, wgrad_s: float = 0.0) -> tuple[float, float]:
+    """(pipeline seconds, bubble seconds) for m micro-batches over ranks taking `stage_s` each per
+    micro-batch (the schedule's stage time plus p2p); wgrad_s is the mean weight-gradient phase."""
     t_max = max(stage_s)
     p = len(stage_s)
-    bubble = float(get_schedule(schedule).bubble_s(sum(stage_s) - t_max, m, p, vp, fwd_s, bwd_s, wgrad_s)) if p > 1 else 0.0
+    t_sum = sum(stage_s)
+    bubble = float(get_schedule(schedule).bubble_s(t_sum - t_max, m, p, vp, t_sum / p, wgrad_s)) if p > 1 else 0.0
     return float(cf.pipeline_s(t_max, m, bubble)), bubble
 
 
@@ -34,13 +34,11 @@ def step_from_inputs(inp: StepInputs) -> Estimate:
     plan, system = inp.plan, inp.system
     m, p = plan.num_micro_batches, plan.pp
     hops = inp.hops_s
-    t = [r.t_s + hops for r in inp.ranks]
+    t = inp.stage_time_s
     i_max = max(range(p), key=t.__getitem__)
     worst = inp.ranks[i_max]
-    avg_f = sum(r.fwd_s for r in inp.ranks) / p
-    avg_b = sum(r.bwd_s for r in inp.ranks) / p
     avg_w = sum(r.wgrad_s for r in inp.ranks) / p
-    pipe, bubble = pipeline_time_s(t, m, plan.vp, plan.schedule_name, avg_f, avg_b, avg_w)
+    pipe, bubble = pipeline_time_s(list(t), m, plan.vp, plan.schedule_name, avg_w)
     dp = dp_collectives(system, plan, worst.dense_params, worst.expert_params)
     dp_exposed = float(cf.dp_exposed_s(plan.zero_stage, m, worst.fwd_s, worst.bwd_s, worst.layers, dp.all_reduce_s,
                                        dp.reduce_scatter_s, dp.all_gather_s, plan.overlap_dp_comm,

@@ -55,32 +55,47 @@ def host_op_s(acc: Accelerator) -> tuple[float, float]:
 
 @dataclass(frozen=True, slots=True)
 class LayerTime:
-    """Seconds for one instance of a layer on one rank, one micro-batch."""
+    """Seconds for one instance of a layer on one rank, one micro-batch. The backward is two
+    phases: input (data) gradients, on the pipeline's critical path, and weight gradients,
+    which zero-bubble schedules defer (each with its own GPU seconds and host kernels)."""
 
     fwd_gpu_s: float
-    bwd_gpu_s: float
+    bwd_gpu_s: float  # both phases
     recompute_gpu_s: float
     fwd_comm_s: float  # exposed collectives (tp, ep, cp) in the forward pass
     bwd_comm_s: float
     recompute_comm_s: float
     fwd_host_s: float
-    bwd_host_s: float
+    bwd_host_s: float  # both phases
     recompute_host_s: float
-    wgrad_s: float  # the weight-gradient GEMMs inside bwd_gpu_s (zero-bubble schedules defer them)
+    wgrad_gpu_s: float = 0.0  # the weight-gradient part of bwd_gpu_s
+    wgrad_host_s: float = 0.0  # host seconds issuing the weight-gradient kernels (part of bwd_host_s)
 
     host_serial: bool = False  # CPU: the dispatching thread also computes, times add
 
+    def _run(self, gpu: float, host: float) -> float:
+        return gpu + host if self.host_serial else max(gpu, host)
+
     @property
     def fwd_s(self) -> float:
-        gpu = self.fwd_gpu_s + self.fwd_comm_s
-        return gpu + self.fwd_host_s if self.host_serial else max(gpu, self.fwd_host_s)
+        return self._run(self.fwd_gpu_s + self.fwd_comm_s, self.fwd_host_s)
 
     @property
     def bwd_s(self) -> float:
         """Backward including recompute (recompute runs right before the layer's backward)."""
         gpu = self.bwd_gpu_s + self.bwd_comm_s + self.recompute_gpu_s + self.recompute_comm_s
-        host = self.bwd_host_s + self.recompute_host_s
-        return gpu + host if self.host_serial else max(gpu, host)
+        return self._run(gpu, self.bwd_host_s + self.recompute_host_s)
+
+    @property
+    def wgrad_s(self) -> float:
+        """The weight-gradient phase run on its own (as ZB-H1's W)."""
+        return self._run(self.wgrad_gpu_s, self.wgrad_host_s)
+
+    @property
+    def bwd_input_s(self) -> float:
+        """The backward without its weight-gradient phase (ZB-H1's B), recompute included."""
+        gpu = self.bwd_gpu_s - self.wgrad_gpu_s + self.bwd_comm_s + self.recompute_gpu_s + self.recompute_comm_s
+        return self._run(gpu, self.bwd_host_s - self.wgrad_host_s + self.recompute_host_s)
 
     @property
     def host_exposed_s(self) -> float:
@@ -97,7 +112,7 @@ def comm_s(system: System, plan: ParallelPlan, c: Comm) -> float:
 def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
     acc = system.accelerator
     fwd = bwd = core = wgrad = 0.0
-    kf = kb = kcore = 0
+    kf = kb = kcore = kw = 0
     attn_compute = 0.0
     prefixes = {c.hide_behind for c in layer.comms if c.overlappable and c.hide_behind}
     behind = {p: [0.0, 0.0] for p in prefixes}  # fwd / bwd seconds of the ops a collective hides behind
@@ -112,8 +127,10 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
         bwd += b
         kf += op.kernels
         kb += op.bwd_kernels
-        if op.has_weight_grad and op.kind == "gemm":
-            wgrad += b / 2
+        if op.wgrad_factor > 0 and op.bwd_flop_factor > 0:
+            # the weight-gradient GEMM's share of the backward's seconds (its FLOP share)
+            wgrad += b * op.wgrad_factor / op.bwd_flop_factor
+        kw += op.wgrad_kernel_count
         if op.attn_core:
             core += f
             kcore += op.kernels
@@ -158,4 +175,6 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
         r_gpu, r_comm, r_host = core, 0.0, kcore * hf
     else:
         r_gpu = r_comm = r_host = 0.0
-    return LayerTime(fwd, bwd, r_gpu, cf, cb, r_comm, kf * hf, kb * hb, r_host, wgrad, acc.kind == "cpu")
+    return LayerTime(fwd_gpu_s=fwd, bwd_gpu_s=bwd, recompute_gpu_s=r_gpu, fwd_comm_s=cf, bwd_comm_s=cb,
+                     recompute_comm_s=r_comm, fwd_host_s=kf * hf, bwd_host_s=kb * hb, recompute_host_s=r_host,
+                     wgrad_gpu_s=wgrad, wgrad_host_s=kw * hb, host_serial=acc.kind == "cpu")

@@ -93,7 +93,6 @@ def chunk_costs(inp: StepInputs) -> list[list[ChunkCost]]:
         row = []
         for c in range(v):
             st = inp.chunks[c * p + s]
-            w = st.wgrad_s if zb else 0.0
             dp = dp_collectives(system, plan, st.dense_params, st.expert_params)
             fsdp = 0.0
             if plan.zero_stage == 3:
@@ -102,7 +101,10 @@ def chunk_costs(inp: StepInputs) -> list[list[ChunkCost]]:
                                              can_overlap(system), contention))
             grad_s = dp.all_reduce_s if plan.zero_stage == 0 else dp.reduce_scatter_s if plan.zero_stage < 3 else 0.0
             buckets = _buckets(system, plan, graph, c * p + s, grad_s, zb, overlap)
-            row.append(ChunkCost(st.fwd_s, st.bwd_s - w, w, fsdp, buckets, st))
+            if zb:  # input- and weight-gradient phases run apart (LayerTime.bwd_input_s, wgrad_s)
+                row.append(ChunkCost(st.fwd_s, st.bwd_input_s, st.wgrad_s, fsdp, buckets, st))
+            else:
+                row.append(ChunkCost(st.fwd_s, st.bwd_s, 0.0, fsdp, buckets, st))
         out.append(row)
     return out
 
@@ -361,7 +363,7 @@ def _breakdown(res: RankResult, row: list[ChunkCost]) -> dict[str, float]:
     tot = row[0].stage
     for c in row[1:]:
         tot = tot + c.stage
-    share = res.busy_s / (tot.t_s or 1.0)
+    share = res.busy_s / (sum(c.fwd_s + c.bwd_s + c.wgrad_s for c in row) or 1.0)
     idle = max(0.0, res.compute_end_s - res.busy_s - res.fsdp_s - res.send_wait_s)
     return {
         "compute_fwd_s": share * tot.fwd_gpu_s,

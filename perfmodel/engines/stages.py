@@ -109,7 +109,8 @@ class StageCost:
 
     fwd_s: float = 0.0  # forward, host limit included
     bwd_s: float = 0.0  # backward incl. recompute, host limit included
-    wgrad_s: float = 0.0  # the weight-gradient GEMMs inside bwd_s
+    bwd_input_s: float = 0.0  # the backward without its weight-gradient phase, run on its own (ZB-H1's B)
+    wgrad_s: float = 0.0  # the weight-gradient phase, run on its own (ZB-H1's W)
     fwd_gpu_s: float = 0.0
     bwd_gpu_s: float = 0.0
     recompute_s: float = 0.0
@@ -123,7 +124,7 @@ class StageCost:
         return StageCost(*(a + b for a, b in zip(self._astuple(), other._astuple(), strict=True)))
 
     def _astuple(self) -> tuple[float, ...]:
-        return (self.fwd_s, self.bwd_s, self.wgrad_s, self.fwd_gpu_s, self.bwd_gpu_s, self.recompute_s, self.comm_s,
+        return (self.fwd_s, self.bwd_s, self.bwd_input_s, self.wgrad_s, self.fwd_gpu_s, self.bwd_gpu_s, self.recompute_s, self.comm_s,
                 self.host_s, self.dense_params, self.expert_params, self.layers)
 
     @property
@@ -133,11 +134,12 @@ class StageCost:
 
 def layers_cost(system: System, plan: ParallelPlan, layers: list[tuple[Layer, float]]) -> StageCost:
     """The StageCost of `layers` ((layer, instances) pairs) on one rank."""
-    f = b = w = fg = bg = rc = cm = h = dense = expert = n_total = 0.0
+    f = b = bi = w = fg = bg = rc = cm = h = dense = expert = n_total = 0.0
     for layer, n in layers:
         lt = cached_layer_time(system, plan, layer)
         f += n * lt.fwd_s
         b += n * lt.bwd_s
+        bi += n * lt.bwd_input_s
         w += n * lt.wgrad_s
         fg += n * lt.fwd_gpu_s
         bg += n * lt.bwd_gpu_s
@@ -147,7 +149,7 @@ def layers_cost(system: System, plan: ParallelPlan, layers: list[tuple[Layer, fl
         dense += n * (layer.params - layer.expert_params)
         expert += n * layer.expert_params
         n_total += n
-    return StageCost(f, b, w, fg, bg, rc, cm, h, dense, expert, n_total)
+    return StageCost(f, b, bi, w, fg, bg, rc, cm, h, dense, expert, n_total)
 
 
 _CHUNK_CACHE: dict[tuple[System, ParallelPlan, int], tuple[Graph, tuple[StageCost, ...]]] = {}

@@ -27,6 +27,7 @@ from perfmodel.hardware.catalog import System
 from perfmodel.hardware.derating import estimate_context
 from perfmodel.memory import peak_memory
 from perfmodel.parallel.plan import ParallelPlan
+from perfmodel.parallel.schedules import get_schedule
 from perfmodel.units import fmt
 from perfmodel.workload.graph import Graph
 from perfmodel.workload.spec import ModelSpec
@@ -47,6 +48,13 @@ class StepInputs:
     def hops_s(self) -> float:
         """p2p seconds per micro-batch on a rank: activation out and gradient back, per chunk."""
         return 2 * self.plan.vp * self.p2p_s
+
+    @property
+    def stage_time_s(self) -> tuple[float, ...]:
+        """Per rank, seconds of one micro-batch under the plan's schedule, p2p included."""
+        sched = get_schedule(self.plan.schedule_name)
+        hops = self.hops_s
+        return tuple(float(sched.stage_s(r.fwd_s, r.bwd_s, r.bwd_input_s, r.wgrad_s)) + hops for r in self.ranks)
 
     def optimizer_s(self, rank: int) -> float:
         """Optimizer step of pipeline rank `rank`, with the tied-embedding sync."""
@@ -89,7 +97,7 @@ def finish(inp: StepInputs, engine: str, step_time_s: float, breakdown_s: dict[s
         engine=engine, step_time_s=float(step_time_s), breakdown_s=breakdown_s, memory=mem, hbm_bytes=acc.hbm_bytes,
         tokens_per_step=float(tokens), model_flop_per_step=model_flop, hardware_flop_per_step=hw_flop,
         peak_flop_per_s=acc.matrix_peak_flop_per_s(gemm_precision(plan.precision)), n_gpus=plan.world,
-        messages=tuple(msgs), timeline=timeline, stage_time_s=tuple(r.t_s + inp.hops_s for r in inp.ranks),
+        messages=tuple(msgs), timeline=timeline, stage_time_s=inp.stage_time_s,
         **estimate_context(inp.system, plan.precision),  # type: ignore[arg-type]
     )
 

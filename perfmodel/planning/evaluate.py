@@ -53,10 +53,8 @@ FULL = RECOMPUTES.index("full")
 class StageTable:
     """Per (shape, pp, vp): what the closed forms need from the ranks, unrolled to scalars."""
 
-    t_max_s: float  # max over ranks of fwd + bwd (no p2p), per micro-batch
+    t_max_s: float  # max over ranks of the schedule's stage time (no p2p), per micro-batch
     t_sum_s: float
-    avg_fwd_s: float
-    avg_bwd_s: float
     avg_wgrad_s: float
     worst_fwd_s: float
     worst_bwd_s: float
@@ -73,8 +71,6 @@ class LayoutCosts(NamedTuple):
 
     t_max_s: float
     t_sum_s: float
-    avg_fwd_s: float
-    avg_bwd_s: float
     avg_wgrad_s: float
     worst_fwd_s: float
     worst_bwd_s: float
@@ -139,6 +135,7 @@ class Evaluator:
             self._layers[key] = {
                 "fwd": np.array([lt.fwd_s for lt in lts]),
                 "bwd": np.array([lt.bwd_s for lt in lts]),
+                "bwd_in": np.array([lt.bwd_input_s for lt in lts]),
                 "wgrad": np.array([lt.wgrad_s for lt in lts]),
                 "dense": np.array([layer.params - layer.expert_params for layer in g.layers]),
                 "expert": np.array([layer.expert_params for layer in g.layers]),
@@ -159,19 +156,20 @@ class Evaluator:
             self._counts[key] = c
         return self._counts[key]
 
-    def stages(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int, pp: int, vp: int) -> StageTable:
-        key = (tp, cp, ep, sp, mb, rec, pp, vp)
+    def stages(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int, pp: int, vp: int,
+               split_wgrad: int = 0) -> StageTable:
+        """`split_wgrad`: the schedule runs the weight-gradient phase apart (schedule.defers_wgrad)."""
+        key = (tp, cp, ep, sp, mb, rec, pp, vp, split_wgrad)
         if key in self._stages:
             return self._stages[key]
         v = self.layer_vectors(tp, cp, ep, sp, mb, rec)
         c = self.stage_counts(self.graph(tp, cp, ep, sp, mb), pp, vp)
         f, b, w = c @ v["fwd"], c @ v["bwd"], c @ v["wgrad"]
-        t = f + b
+        t = f + c @ v["bwd_in"] + w if split_wgrad else f + b
         i = int(np.argmax(t))
         stages = memory_stages(pp)
         tab = StageTable(
-            t_max_s=float(t[i]), t_sum_s=float(t.sum()), avg_fwd_s=float(f.sum()) / pp, avg_bwd_s=float(b.sum()) / pp,
-            avg_wgrad_s=float(w.sum()) / pp, worst_fwd_s=float(f[i]), worst_bwd_s=float(b[i]),
+            t_max_s=float(t[i]), t_sum_s=float(t.sum()), avg_wgrad_s=float(w.sum()) / pp, worst_fwd_s=float(f[i]), worst_bwd_s=float(b[i]),
             worst_dense_params=float(c[i] @ v["dense"]), worst_expert_params=float(c[i] @ v["expert"]),
             worst_layers=float(c[i].sum()),
             act_per_mb_bytes=tuple(float(c[s] @ v["act"]) for s in stages),
@@ -206,18 +204,19 @@ class Evaluator:
             self._mem[key] = tuple(_pad(r, 3) for r in rows)
         return self._mem[key]
 
-    def layout_costs(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int, pp: int, vp: int, dp: int) -> LayoutCosts:
-        key = (tp, cp, ep, sp, mb, rec, pp, vp, dp)
+    def layout_costs(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int, pp: int, vp: int, dp: int,
+                     split_wgrad: int) -> LayoutCosts:
+        key = (tp, cp, ep, sp, mb, rec, pp, vp, dp, split_wgrad)
         if key in self._costs:
             return self._costs[key]
-        st = self.stages(tp, cp, ep, sp, mb, rec, pp, vp)
+        st = self.stages(tp, cp, ep, sp, mb, rec, pp, vp, split_wgrad)
         coll_key = ("dp", tp, cp, ep, pp, dp, st.worst_dense_params, st.worst_expert_params)
         if coll_key not in self._coll:
             plan = self.plan(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp)
             self._coll[coll_key] = dp_collectives(self.system, plan, st.worst_dense_params, st.worst_expert_params)  # type: ignore[assignment]
         dpc: Any = self._coll[coll_key]
         out = LayoutCosts(
-            st.t_max_s, st.t_sum_s, st.avg_fwd_s, st.avg_bwd_s, st.avg_wgrad_s, st.worst_fwd_s, st.worst_bwd_s,
+            st.t_max_s, st.t_sum_s, st.avg_wgrad_s, st.worst_fwd_s, st.worst_bwd_s,
             st.worst_dense_params, st.worst_expert_params, st.worst_layers, dpc.all_reduce_s, dpc.reduce_scatter_s,
             dpc.all_gather_s, self.p2p(tp, cp, pp, dp, mb), self.tied_embedding(tp, cp, pp, dp))
         self._costs[key] = out
@@ -242,7 +241,8 @@ class Evaluator:
         """step_time_s and memory_bytes for every row of `grid` (space.layout_grid's columns)."""
         g = grid
         n = len(g["tp"])
-        uniq, inv = unique_rows([g[c] for c in ("tp", "cp", "ep", "sp", "mb", "rec", "pp", "vp", "dp")])
+        split = np.array([SCHEDULES[name].defers_wgrad for name in SCHEDULE_LIST], dtype=np.int64)[g["sched"]]
+        uniq, inv = unique_rows([g[c] for c in ("tp", "cp", "ep", "sp", "mb", "rec", "pp", "vp", "dp")] + [split])
         c = _columns([self.layout_costs(*row) for row in uniq.tolist()], inv)
 
         m, pp, vp = (g[k].astype(float) for k in ("m", "pp", "vp"))
@@ -254,8 +254,9 @@ class Evaluator:
         for k, name in enumerate(SCHEDULE_LIST):
             rows = (sched == k) & (pp > 1)
             if rows.any():
-                bubble[rows] = SCHEDULES[name].bubble_s(idle[rows], m[rows], pp[rows], vp[rows], c["avg_fwd_s"][rows],
-                                                        c["avg_bwd_s"][rows], c["avg_wgrad_s"][rows])
+                t_avg = (c["t_sum_s"][rows] + pp[rows] * hops[rows]) / pp[rows]
+                bubble[rows] = SCHEDULES[name].bubble_s(idle[rows], m[rows], pp[rows], vp[rows], t_avg,
+                                                        c["avg_wgrad_s"][rows])
         pipe = cf.pipeline_s(t_max, m, bubble)
         dp_exp = cf.dp_exposed_s(zero, m, c["worst_fwd_s"], c["worst_bwd_s"], c["worst_layers"], c["all_reduce_s"],
                                  c["reduce_scatter_s"], c["all_gather_s"], overlap_dp_comm, overlap_fsdp_prefetch,
@@ -274,7 +275,7 @@ class Evaluator:
     def _memory(self, g: dict[str, np.ndarray], uniq: np.ndarray, inv: np.ndarray, m: np.ndarray, pp: np.ndarray,
                 vp: np.ndarray, sched: np.ndarray, zero: np.ndarray) -> np.ndarray:
         """memory.peak_memory over the grid: max over the memory stages (first, second, last)."""
-        per = np.array([self.memory_rows(*row) for row in uniq.tolist()])  # (distinct, 6, k)
+        per = np.array([self.memory_rows(*row[:-1]) for row in uniq.tolist()])  # (distinct, 6, k)
         s = per[inv, zero]  # (n, k): static bytes of the row's ZeRO stage
         a = per[inv, 4:]  # (n, 2, k): activations per micro-batch, working set
         flight_p = np.zeros(len(m))

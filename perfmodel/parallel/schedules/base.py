@@ -2,10 +2,11 @@
 bubble and the micro-batches whose activations it holds (the analytic engine and the planner
 evaluate them, on floats and on NumPy columns alike).
 
-Units: seconds for times, micro-batches for `in_flight`. `idle_s` is Σ_s t_s − max_s t_s, the
-1F1B bubble of stages taking t_s per micro-batch (Narayanan et al. 2021 §2.2); a schedule's
-bubble is a function of it and of the averaged per-stage forward / backward / weight-gradient
-seconds (the weight-gradient part is inside bwd_s).
+Units: seconds for times, micro-batches for `in_flight`. A rank's time per micro-batch t_s is
+`stage_s` (forward + backward, or forward + input-gradient + weight-gradient phases for a
+schedule that splits them) plus its p2p sends; `idle_s` is Σ_s t_s − max_s t_s, the 1F1B bubble
+(Narayanan et al. 2021 §2.2), and a schedule's bubble is a function of it, of the mean t_s
+(`t_avg_s`) and of the mean weight-gradient phase (`wgrad_avg_s`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,11 @@ class PipelineSchedule:
         """Stage s's sequence of work for m micro-batches over p ranks with v chunks each."""
         raise NotImplementedError
 
-    def bubble_s(self, idle_s: Num, m: Num, p: Num, v: Num, fwd_s: Num, bwd_s: Num, wgrad_s: Num) -> Num:
+    def stage_s(self, fwd_s: Num, bwd_s: Num, bwd_input_s: Num, wgrad_s: Num) -> Num:
+        """A rank's compute seconds per micro-batch under this schedule (p2p excluded)."""
+        return fwd_s + bwd_s
+
+    def bubble_s(self, idle_s: Num, m: Num, p: Num, v: Num, t_avg_s: Num, wgrad_avg_s: Num) -> Num:
         """Pipeline seconds beyond m·max_s t_s (see the module docstring)."""
         raise NotImplementedError
 

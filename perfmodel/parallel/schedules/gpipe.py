@@ -12,7 +12,7 @@ class GPipe(PipelineSchedule):
     def order(self, p: int, m: int, v: int, s: int) -> list[Work]:
         return [("F", j, 0) for j in range(m)] + [("B", j, 0) for j in reversed(range(m))]
 
-    def bubble_s(self, idle_s: Num, m: Num, p: Num, v: Num, fwd_s: Num, bwd_s: Num, wgrad_s: Num) -> Num:
+    def bubble_s(self, idle_s: Num, m: Num, p: Num, v: Num, t_avg_s: Num, wgrad_avg_s: Num) -> Num:
         return idle_s
 
     def in_flight(self, m: Num, p: Num, v: Num) -> Num:

@@ -1,13 +1,18 @@
 """ZB-H1 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism" §3.1): 1F1B's F and B order with
 the backward split into B (input gradients, on the critical path) and W (weight gradients,
-deferred). Stage s runs W(j) after B(j + s), so it holds at most p activations (1F1B's peak)
-and the deferred W's fill the drain.
+deferred), each run as a phase of its own (`LayerTime.bwd_input_s`, `wgrad_s`). Stage s runs
+W(j) after B(j + s), so it holds at most p activations (1F1B's peak) and the deferred W's fill
+the drain.
 
-On uniform stages with f, b (incl. w) and w per micro-batch and t = f + b, m >= p:
-    T = m·t + (p − 1)·(t − 2w)          (paper Fig. 3: (p − 1)(F + B − W), B without W)
-so the bubble is the 1F1B idle time scaled by (t − 2w)/t. Stage s can defer only the W's of
-micro-batches it has (s of them, at most m), so with fewer micro-batches than stages the bubble
-shrinks by less: see `bubble_s`.
+On uniform stages of t = f + B + W per micro-batch (p2p included in t):
+    T = (m + p − 1)·t − (2(p − 1) − max(0, p − m))·W
+For m >= p this is the paper's m·t + (p − 1)·(t − 2W) (Fig. 3: (p − 1)(F + B − W)); with fewer
+micro-batches than stages, stage s can defer only the W's it has, and the DES order gives
+(p − m)·W back (one micro-batch: the F and B chain through every stage, then the last W).
+As a factor of the 1F1B idle time (p − 1)·t:
+    bubble = idle·(1 − c·W/t),  c = (2(p − 1) − max(0, p − m))/(p − 1)
+In T every cost enters with a positive weight (W with m − p + 1 + max(0, p − m) >= 1), so
+faster hardware never slows the step.
 """
 
 from __future__ import annotations
@@ -32,11 +37,13 @@ class ZeroBubbleH1(PipelineSchedule):
                 n_w += 1
         return order + [("W", j, 0) for j in range(n_w, m)]
 
-    def bubble_s(self, idle_s: Num, m: Num, p: Num, v: Num, fwd_s: Num, bwd_s: Num, wgrad_s: Num) -> Num:
-        t = fwd_s + bwd_s
-        with np.errstate(invalid="ignore", divide="ignore"):
-            factor = np.where(t > 0, np.maximum(0.0, t - 2 * wgrad_s) / np.where(t > 0, t, 1.0), 1.0)
-        return idle_s * factor
+    def stage_s(self, fwd_s: Num, bwd_s: Num, bwd_input_s: Num, wgrad_s: Num) -> Num:
+        return fwd_s + bwd_input_s + wgrad_s
+
+    def bubble_s(self, idle_s: Num, m: Num, p: Num, v: Num, t_avg_s: Num, wgrad_avg_s: Num) -> Num:
+        c = (2 * (p - 1) - np.maximum(0, p - m)) / np.maximum(p - 1, 1)
+        t = np.where(t_avg_s > 0, t_avg_s, 1.0)
+        return np.maximum(0.0, idle_s * (1 - c * wgrad_avg_s / t))
 
     def in_flight(self, m: Num, p: Num, v: Num) -> Num:
         return np.minimum(m, p)
