@@ -85,3 +85,18 @@ def test_cpu_dp_collectives_never_hide() -> None:
     ev = Evaluator(spec, system, spec.seq_len, "bf16")
     on, off = ev.evaluate(g, True, True), ev.evaluate(g, False, False)
     np.testing.assert_array_equal(on["step_time_s"], off["step_time_s"])
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "adam8bit", "sgd", "adafactor", "muon"])
+def test_planner_equals_estimate_for_every_optimizer(optimizer: str) -> None:
+    """The optimizer step (element-wise update per local parameter, and Muon's Newton-Schulz on
+    the slowest rank's full 2-D weights with its gathers) is the same in both."""
+    spec = perfmodel.get_workload("gpt3-1.3b")
+    system = resolve_system("h100-sxm5-80gb", None, 32)[0]
+    g = layout_grid(spec, system, [32], 64, spec.seq_len, SearchSpace())
+    out = Evaluator(spec, system, spec.seq_len, "bf16", optimizer=optimizer).evaluate(g)
+    for i in _sample(g, np.random.default_rng(11), 10):
+        plan = _plan(g, i, 64, spec.seq_len, "bf16", optimizer=optimizer)
+        est = perfmodel.estimate(spec, system, plan)
+        assert out["step_time_s"][i] == pytest.approx(est.step_time_s, rel=REL), plan
+        assert out["memory_bytes"][i] == pytest.approx(est.memory.total_bytes, rel=REL), plan

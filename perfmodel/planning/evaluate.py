@@ -33,6 +33,7 @@ from perfmodel.engines.stages import (
     comm_contention_fraction,
     dp_collectives,
     moe_options,
+    optimizer_matrix_s,
     optimizer_s_per_param,
     p2p_time_s,
     tied_embedding_sync_s,
@@ -61,6 +62,7 @@ class StageTable:
     worst_dense_params: float  # parameters of the slowest rank
     worst_expert_params: float
     worst_layers: float
+    worst_rank: int
     act_per_mb_bytes: tuple[float, ...]  # per memory stage: activation bytes per in-flight micro-batch
     act_working_bytes: tuple[float, ...]
 
@@ -81,7 +83,7 @@ class LayoutCosts(NamedTuple):
     reduce_scatter_s: float
     all_gather_s: float
     p2p_s: float
-    tied_embedding_s: float
+    optimizer_extra_s: float  # tied-embedding sync and the non-element-wise optimizer work (Muon)
 
 
 def _columns(rows: list[LayoutCosts], inv: np.ndarray) -> dict[str, np.ndarray]:
@@ -171,7 +173,7 @@ class Evaluator:
         tab = StageTable(
             t_max_s=float(t[i]), t_sum_s=float(t.sum()), avg_wgrad_s=float(w.sum()) / pp, worst_fwd_s=float(f[i]), worst_bwd_s=float(b[i]),
             worst_dense_params=float(c[i] @ v["dense"]), worst_expert_params=float(c[i] @ v["expert"]),
-            worst_layers=float(c[i].sum()),
+            worst_layers=float(c[i].sum()), worst_rank=i,
             act_per_mb_bytes=tuple(float(c[s] @ v["act"]) for s in stages),
             act_working_bytes=tuple(float(np.max(v["work"] * (c[s] > 0), initial=0.0)) for s in stages),
         )
@@ -218,7 +220,8 @@ class Evaluator:
         out = LayoutCosts(
             st.t_max_s, st.t_sum_s, st.avg_wgrad_s, st.worst_fwd_s, st.worst_bwd_s,
             st.worst_dense_params, st.worst_expert_params, st.worst_layers, dpc.all_reduce_s, dpc.reduce_scatter_s,
-            dpc.all_gather_s, self.p2p(tp, cp, pp, dp, mb), self.tied_embedding(tp, cp, pp, dp))
+            dpc.all_gather_s, self.p2p(tp, cp, pp, dp, mb),
+            self.tied_embedding(tp, cp, pp, dp) + self.optimizer_matrix(tp, cp, pp, vp, dp, st.worst_rank))
         self._costs[key] = out
         return out
 
@@ -233,6 +236,15 @@ class Evaluator:
         key = ("emb", tp, cp, pp > 1, dp)
         if key not in self._coll:
             self._coll[key] = tied_embedding_sync_s(self.system, self.plan(tp=tp, cp=cp, pp=pp, dp=dp), self.spec)
+        return self._coll[key]
+
+    def optimizer_matrix(self, tp: int, cp: int, pp: int, vp: int, dp: int, rank: int) -> float:
+        if self.optimizer != "muon":
+            return 0.0
+        key = ("opt", tp, cp, pp, vp, dp, rank)
+        if key not in self._coll:
+            plan = self.plan(tp=tp, cp=cp, pp=pp, vp=vp, dp=dp)
+            self._coll[key] = optimizer_matrix_s(self.system, plan, self.spec, self.graph(tp, cp, 1, 0, 1), rank)
         return self._coll[key]
 
     # -- the vectorised pass ---------------------------------------------------------------------
@@ -265,7 +277,7 @@ class Evaluator:
         local = cf.local_params(zero, c["worst_dense_params"], c["worst_expert_params"], (g["dp"] * g["cp"]).astype(float),
                                 (folded // g["ep"]).astype(float))
         opt = cf.optimizer_step_s(local, optimizer_s_per_param(self.system.accelerator, self.optimizer),
-                                  c["tied_embedding_s"])
+                                  c["optimizer_extra_s"])
         step = np.asarray(pipe + dp_exp + opt)
 
         mem = self._memory(g, uniq, inv, m, pp, vp, sched, zero)
