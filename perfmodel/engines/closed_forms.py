@@ -20,9 +20,33 @@ Memory per rank: static bytes + activations per micro-batch · in flight + worki
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from perfmodel.parallel.schedules.base import Num
+
+_SCALARS = (float, int, bool, np.floating, np.integer, np.bool_)
+
+
+def _maximum(a: Any, b: Any) -> Any:
+    """np.maximum, without NumPy's dispatch cost when both are plain numbers."""
+    if isinstance(a, _SCALARS) and isinstance(b, _SCALARS):
+        return a if a >= b else b
+    return np.maximum(a, b)
+
+
+def _where(cond: Any, a: Any, b: Any) -> Any:
+    """np.where, without NumPy's dispatch cost when the condition is a plain truth value."""
+    if isinstance(cond, _SCALARS):
+        return a if cond else b
+    return np.where(cond, a, b)
+
+
+def _and(a: Any, b: Any) -> Any:
+    if isinstance(a, _SCALARS) and isinstance(b, _SCALARS):
+        return bool(a) and bool(b)
+    return np.logical_and(a, b)
 
 
 def pipeline_s(t_max_s: Num, m: Num, bubble_s: Num) -> Num:
@@ -34,25 +58,25 @@ def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_red
                  all_gather_s: Num, overlap_dp_comm: Num, overlap_fsdp_prefetch: Num, can_overlap: Num,
                  contention: Num) -> Num:
     """Exposed data-parallel seconds of one step plus the compute slowed by the hidden part."""
-    L = np.maximum(1.0, layers)
+    L = _maximum(1.0, layers)
     ag, rs = all_gather_s, reduce_scatter_s
-    grad = np.where(zero == 0, all_reduce_s, np.where(zero < 3, rs, 0.0))
-    param = np.where((zero == 1) | (zero == 2), ag, 0.0)
-    over = np.logical_and(overlap_dp_comm, can_overlap)
-    z012 = np.where(over, np.maximum(grad - bwd_s, grad / L), grad) + param_gather_exposed_s(param, fwd_s, L, over)
-    pre = np.logical_and(overlap_fsdp_prefetch, can_overlap)
-    z3_pre = m * (np.maximum(0.0, ag - fwd_s) + ag / L + np.maximum(0.0, ag + rs - bwd_s) + rs / L)
+    grad = _where(zero == 0, all_reduce_s, _where(zero < 3, rs, 0.0))
+    param = _where(_and(zero >= 1, zero <= 2), ag, 0.0)
+    over = _and(overlap_dp_comm, can_overlap)
+    z012 = _where(over, _maximum(grad - bwd_s, grad / L), grad) + param_gather_exposed_s(param, fwd_s, L, over)
+    pre = _and(overlap_fsdp_prefetch, can_overlap)
+    z3_pre = m * (_maximum(0.0, ag - fwd_s) + ag / L + _maximum(0.0, ag + rs - bwd_s) + rs / L)
     z3_total = m * (2 * ag + rs)
-    z3 = np.where(pre, z3_pre, z3_total)
-    exposed = np.where(zero == 3, z3, z012)
-    total = np.where(zero == 3, z3_total, grad + param)
-    return exposed + np.maximum(0.0, total - exposed) * contention
+    z3 = _where(pre, z3_pre, z3_total)
+    exposed = _where(zero == 3, z3, z012)
+    total = _where(zero == 3, z3_total, grad + param)
+    return exposed + _maximum(0.0, total - exposed) * contention
 
 
 def param_gather_exposed_s(param_s: Num, fwd_s: Num, layers: Num, overlap: Num) -> Num:
     """ZeRO-1/2 all-gather of the updated weights: hides behind the next forward except one
     layer's share when overlapped."""
-    return np.where(overlap, np.where(param_s > 0, np.maximum(param_s - fwd_s, param_s / np.maximum(1.0, layers)), 0.0),
+    return _where(overlap, _where(param_s > 0, _maximum(param_s - fwd_s, param_s / _maximum(1.0, layers)), 0.0),
                     param_s)
 
 
@@ -60,7 +84,7 @@ def local_params(zero: Num, dense_params: Num, expert_params: Num, dpcp: Num, ed
     """Parameters whose optimizer state this rank updates: ZeRO >= 1 shards dense ones over the
     dp·cp ranks, expert ones over their expert-data-parallel group (edp, MoE parallel folding)."""
     sharded = zero >= 1
-    return dense_params / np.where(sharded, dpcp, 1.0) + expert_params / np.where(sharded, np.maximum(1.0, edp), 1.0)
+    return dense_params / _where(sharded, dpcp, 1.0) + expert_params / _where(sharded, _maximum(1.0, edp), 1.0)
 
 
 def optimizer_step_s(local: Num, s_per_param: Num, tied_embedding_s: Num = 0.0) -> Num:
@@ -69,7 +93,7 @@ def optimizer_step_s(local: Num, s_per_param: Num, tied_embedding_s: Num = 0.0) 
 
 def in_flight(pp: Num, flight_when_pipelined: Num) -> Num:
     """Micro-batches in flight: 1 without a pipeline, else what the schedule holds."""
-    return np.where(pp == 1, 1.0, flight_when_pipelined)
+    return _where(pp == 1, 1.0, flight_when_pipelined)
 
 
 def rank_memory_bytes(static_bytes: Num, act_per_mb_bytes: Num, flight: Num, working_bytes: Num,

@@ -56,6 +56,7 @@ def plan_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
                         plan.sequence_parallel, plan.precision, plan.attention_impl, moe_options(plan))
 
 
+@lru_cache(maxsize=1024)
 def model_flop_per_step(spec: ModelSpec, plan: ParallelPlan) -> tuple[float, float]:
     """(model FLOPs, hardware FLOPs) of one optimizer step, whole job. Hardware FLOPs are the
     model FLOPs plus the forward FLOPs recomputed, counted in the same (model) convention, as

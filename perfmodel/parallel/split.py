@@ -49,20 +49,26 @@ class PipelineSplit:
     @property
     def note(self) -> str | None:
         """What a user should be told about an uneven split (None when even)."""
-        chunks = self.pp * self.vp
-        head = f"{self.num_layers} layers over pp {self.pp} x vp {self.vp} = {chunks} model chunks is uneven: "
-        per_rank = [self.rank_layers(s) for s in range(self.pp)]
-        if self.rule == "embedding+loss":
-            return head + ("Megatron's split counting the embedding and the loss as a layer each "
-                           f"(account_for_embedding/loss_in_pipeline_split): {max(self.chunk_layers)} layers per chunk, "
-                           f"the first and last chunks {max(self.chunk_layers) - 1}; layers per stage {_runs(per_rank)}")
-        if self.rule == "loss":
-            return head + ("Megatron's split counting the loss as a layer (account_for_loss_in_pipeline_split): "
-                           f"the last chunk holds one layer fewer; layers per stage {_runs(per_rank)}")
-        if self.rule == "first/last":
-            return head + (f"Megatron's uneven first/last stages (decoder_first_pipeline_num_layers {per_rank[0]}, "
-                           f"decoder_last_pipeline_num_layers {per_rank[-1]}); layers per stage {_runs(per_rank)}")
-        return None
+        return _note(self)
+
+
+@lru_cache(maxsize=4096)
+def _note(split: PipelineSplit) -> str | None:
+    """The note of an uneven split, made once per split."""
+    chunks = split.pp * split.vp
+    head = f"{split.num_layers} layers over pp {split.pp} x vp {split.vp} = {chunks} model chunks is uneven: "
+    per_rank = [split.rank_layers(s) for s in range(split.pp)]
+    if split.rule == "embedding+loss":
+        return head + ("Megatron's split counting the embedding and the loss as a layer each "
+                       f"(account_for_embedding/loss_in_pipeline_split): {max(split.chunk_layers)} layers per chunk, "
+                       f"the first and last chunks {max(split.chunk_layers) - 1}; layers per stage {_runs(per_rank)}")
+    if split.rule == "loss":
+        return head + ("Megatron's split counting the loss as a layer (account_for_loss_in_pipeline_split): "
+                       f"the last chunk holds one layer fewer; layers per stage {_runs(per_rank)}")
+    if split.rule == "first/last":
+        return head + (f"Megatron's uneven first/last stages (decoder_first_pipeline_num_layers {per_rank[0]}, "
+                       f"decoder_last_pipeline_num_layers {per_rank[-1]}); layers per stage {_runs(per_rank)}")
+    return None
 
 
 def _runs(xs: list[int]) -> str:

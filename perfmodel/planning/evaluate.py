@@ -86,9 +86,32 @@ class LayoutCosts(NamedTuple):
     optimizer_extra_s: float  # tied-embedding sync and the non-element-wise optimizer work (Muon)
 
 
-def _columns(rows: list[LayoutCosts], inv: np.ndarray) -> dict[str, np.ndarray]:
-    """{field: its column over the grid} from the per-distinct-layout records."""
-    table = np.array(rows, dtype=float).reshape(len(rows), len(LayoutCosts._fields))[inv]
+class _RowTable:
+    """Records computed once per key, kept as the rows of one growing NumPy array, so a grid
+    takes its rows by index instead of converting Python records on every pass."""
+
+    def __init__(self) -> None:
+        self.index: dict[tuple[Any, ...], int] = {}
+        self.rows: list[Any] = []
+        self._array: np.ndarray | None = None
+
+    def lookup(self, keys: list[tuple[Any, ...]], make: Any) -> np.ndarray:
+        """Row numbers of `keys`, computing `make(*key)` for the keys not seen before."""
+        index = self.index
+        for key in keys:
+            if key not in index:
+                index[key] = len(self.rows)
+                self.rows.append(make(*key))
+        return np.fromiter((index[key] for key in keys), dtype=np.int64, count=len(keys))
+
+    def array(self) -> np.ndarray:
+        if self._array is None or len(self._array) != len(self.rows):
+            self._array = np.array(self.rows, dtype=float)
+        return self._array
+
+
+def _columns(table: np.ndarray) -> dict[str, np.ndarray]:
+    """{field: its column} of a table whose rows are LayoutCosts."""
     return {name: table[:, j] for j, name in enumerate(LayoutCosts._fields)}
 
 
@@ -111,6 +134,8 @@ class Evaluator:
     _costs: dict[tuple[Any, ...], LayoutCosts] = field(default_factory=dict, repr=False)
     _coll: dict[tuple[Any, ...], float] = field(default_factory=dict, repr=False)
     _mem: dict[tuple[Any, ...], tuple[tuple[float, ...], ...]] = field(default_factory=dict, repr=False)
+    _cost_rows: _RowTable = field(default_factory=_RowTable, repr=False)
+    _mem_rows: _RowTable = field(default_factory=_RowTable, repr=False)
 
     # -- plans the shared functions read (validated grids need no pydantic pass) ---------------
     def plan(self, **kw: Any) -> ParallelPlan:
@@ -255,7 +280,8 @@ class Evaluator:
         n = len(g["tp"])
         split = np.array([SCHEDULES[name].defers_wgrad for name in SCHEDULE_LIST], dtype=np.int64)[g["sched"]]
         uniq, inv = unique_rows([g[c] for c in ("tp", "cp", "ep", "sp", "mb", "rec", "pp", "vp", "dp")] + [split])
-        c = _columns([self.layout_costs(*row) for row in uniq.tolist()], inv)
+        idx = self._cost_rows.lookup([tuple(row) for row in uniq.tolist()], self.layout_costs)
+        c = _columns(self._cost_rows.array()[idx[inv]])
 
         m, pp, vp = (g[k].astype(float) for k in ("m", "pp", "vp"))
         sched, zero = g["sched"], g["zero"]
@@ -287,7 +313,8 @@ class Evaluator:
     def _memory(self, g: dict[str, np.ndarray], uniq: np.ndarray, inv: np.ndarray, m: np.ndarray, pp: np.ndarray,
                 vp: np.ndarray, sched: np.ndarray, zero: np.ndarray) -> np.ndarray:
         """memory.peak_memory over the grid: max over the memory stages (first, second, last)."""
-        per = np.array([self.memory_rows(*row[:-1]) for row in uniq.tolist()])  # (distinct, 6, k)
+        idx = self._mem_rows.lookup([tuple(row[:-1]) for row in uniq.tolist()], self.memory_rows)
+        per = self._mem_rows.array()[idx]  # (distinct, 6, k)
         s = per[inv, zero]  # (n, k): static bytes of the row's ZeRO stage
         a = per[inv, 4:]  # (n, 2, k): activations per micro-batch, working set
         flight_p = np.zeros(len(m))

@@ -141,7 +141,8 @@ def layout_grid(spec: ModelSpec, system: System, gpu_counts: list[int], global_b
     inter = (pp > 1) & (vp > 1) & chunked & np.isin(sched, allowed) & np.isin(vp, space.vp) & (cols["m"] % pp == 0)
     cols = _keep(cols, one_stage | flat | inter)
     # pp x vp must split the layers as Megatron can (parallel/split.py)
-    pairs = {(int(p), int(v)) for p, v in zip(cols["pp"].tolist(), cols["vp"].tolist(), strict=True) if p > 1}
+    codes = np.unique(cols["pp"] * 4096 + cols["vp"])
+    pairs = {(int(c) // 4096, int(c) % 4096) for c in codes if c // 4096 > 1}
     bad = [pv for pv in pairs if not splittable(spec.num_layers, *pv)]
     if bad:
         drop = np.zeros(len(cols["pp"]), dtype=bool)
