@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfmodel.errors import LayoutError
-from perfmodel.parallel.schedules import SCHEDULE_NAMES, get_schedule
+from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.split import pipeline_split
 from perfmodel.workload.spec import ModelSpec
 
@@ -126,8 +126,6 @@ class ParallelPlan(BaseModel):
             )
         if self.vp > 1 and self.pp == 1:
             raise LayoutError(f"vp {self.vp} needs pp > 1 (got pp 1)")
-        if self.schedule is not None and self.schedule not in SCHEDULE_NAMES:
-            raise LayoutError(f"unknown pipeline schedule {self.schedule!r}; valid: {', '.join(SCHEDULE_NAMES)}")
         get_schedule(self.schedule_name).check(self.pp, self.vp, self.num_micro_batches)
         if self.fp8_recipe is not None and FP8_RECIPE_PRECISION[self.fp8_recipe] != self.precision:
             allowed = [r for r, p in FP8_RECIPE_PRECISION.items() if p == self.precision] or "none (16/32-bit GEMMs)"

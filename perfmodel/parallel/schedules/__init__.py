@@ -29,7 +29,7 @@ def get_schedule(name: str) -> PipelineSchedule:
     try:
         return SCHEDULES[name]
     except KeyError:
-        raise LayoutError(f"unknown pipeline schedule {name!r}; valid: {', '.join(SCHEDULE_NAMES)}") from None
+        raise LayoutError(f"unknown pipeline schedule {name!r}; valid: {', '.join(SCHEDULES)}") from None
 
 
 __all__ = ["SCHEDULES", "SCHEDULE_NAMES", "Num", "PipelineSchedule", "Work", "get_schedule"]
