@@ -194,13 +194,15 @@ class Evaluator:
         f, b, w = c @ v["fwd"], c @ v["bwd"], c @ v["wgrad"]
         t = f + c @ v["bwd_in"] + w if split_wgrad else f + b
         i = int(np.argmax(t))
-        stages = memory_stages(pp)
+        cs = c[list(memory_stages(pp))]
+        acts = (cs @ v["act"]).tolist()
+        work = np.max((cs > 0) * v["work"], axis=1, initial=0.0).tolist()
         tab = StageTable(
-            t_max_s=float(t[i]), t_sum_s=float(t.sum()), avg_wgrad_s=float(w.sum()) / pp, worst_fwd_s=float(f[i]), worst_bwd_s=float(b[i]),
+            t_max_s=float(t[i]), t_sum_s=float(t.sum()), avg_wgrad_s=float(w.sum()) / pp, worst_fwd_s=float(f[i]),
+            worst_bwd_s=float(b[i]),
             worst_dense_params=float(c[i] @ v["dense"]), worst_expert_params=float(c[i] @ v["expert"]),
             worst_layers=float(c[i].sum()), worst_rank=i,
-            act_per_mb_bytes=tuple(float(c[s] @ v["act"]) for s in stages),
-            act_working_bytes=tuple(float(np.max(v["work"] * (c[s] > 0), initial=0.0)) for s in stages),
+            act_per_mb_bytes=tuple(acts), act_working_bytes=tuple(work),
         )
         self._stages[key] = tab
         return tab
