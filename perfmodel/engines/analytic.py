@@ -49,7 +49,9 @@ def step_from_inputs(inp: StepInputs) -> Estimate:
         "compute_bwd_s": m * worst.bwd_gpu_s,
         "recompute_s": m * worst.recompute_s,
         "tp_ep_cp_comm_s": m * worst.comm_s,
-        "host_overhead_s": m * worst.host_s,
+        # a schedule that runs the weight-gradient phase apart loses the host / GPU overlap
+        # between the two phases: that difference is host time too
+        "host_overhead_s": m * (worst.host_s + t[i_max] - hops - (worst.fwd_s + worst.bwd_s)),
         "pp_bubble_s": bubble,
         "pp_p2p_s": m * hops,
         "dp_comm_exposed_s": dp_exposed,

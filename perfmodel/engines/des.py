@@ -363,14 +363,15 @@ def _breakdown(res: RankResult, row: list[ChunkCost]) -> dict[str, float]:
     tot = row[0].stage
     for c in row[1:]:
         tot = tot + c.stage
-    share = res.busy_s / (sum(c.fwd_s + c.bwd_s + c.wgrad_s for c in row) or 1.0)
+    run = sum(c.fwd_s + c.bwd_s + c.wgrad_s for c in row)  # as the schedule runs them (ZB-H1: B and W apart)
+    share = res.busy_s / (run or 1.0)
     idle = max(0.0, res.compute_end_s - res.busy_s - res.fsdp_s - res.send_wait_s)
     return {
         "compute_fwd_s": share * tot.fwd_gpu_s,
         "compute_bwd_s": share * tot.bwd_gpu_s,
         "recompute_s": share * tot.recompute_s,
         "tp_ep_cp_comm_s": share * tot.comm_s,
-        "host_overhead_s": share * tot.host_s,
+        "host_overhead_s": share * (tot.host_s + run - tot.t_s),
         "pp_bubble_s": idle,
         "pp_p2p_s": res.send_wait_s,
         "dp_comm_exposed_s": res.dp_tail_s + res.fsdp_s,
