@@ -133,11 +133,16 @@ class StageCost:
         return self.fwd_s + self.bwd_s
 
 
-def layers_cost(system: System, plan: ParallelPlan, layers: list[tuple[Layer, float]]) -> StageCost:
-    """The StageCost of `layers` ((layer, instances) pairs) on one rank."""
+def layers_cost(system: System, plan: ParallelPlan, layers: list[tuple[Layer, float]],
+                memo: dict[int, LayerTime] | None = None) -> StageCost:
+    """The StageCost of `layers` ((layer, instances) pairs) on one rank; `memo` (by layer
+    identity) spares re-hashing the same layers for every chunk of one plan."""
     f = b = bi = w = fg = bg = rc = cm = h = dense = expert = n_total = 0.0
+    memo = {} if memo is None else memo
     for layer, n in layers:
-        lt = cached_layer_time(system, plan, layer)
+        lt = memo.get(id(layer))
+        if lt is None:
+            lt = memo[id(layer)] = cached_layer_time(system, plan, layer)
         f += n * lt.fwd_s
         b += n * lt.bwd_s
         bi += n * lt.bwd_input_s
@@ -165,7 +170,8 @@ def chunk_costs(system: System, plan: ParallelPlan, graph: Graph) -> tuple[Stage
     if hit is not None and hit[0] is graph:
         return hit[1]
     p, v = plan.pp, plan.vp
-    out = tuple(layers_cost(system, plan, chunk_layers(graph, p, v, vs)) for vs in range(p * v))
+    memo: dict[int, LayerTime] = {}
+    out = tuple(layers_cost(system, plan, chunk_layers(graph, p, v, vs), memo) for vs in range(p * v))
     if len(_CHUNK_CACHE) >= _CHUNK_CACHE_SIZE:
         _CHUNK_CACHE.pop(next(iter(_CHUNK_CACHE)))
     _CHUNK_CACHE[key] = (graph, out)
