@@ -60,7 +60,7 @@ def _note(split: PipelineSplit) -> str | None:
     per_rank = [split.rank_layers(s) for s in range(split.pp)]
     if split.rule == "embedding+loss":
         return head + ("Megatron's split counting the embedding and the loss as a layer each "
-                       f"(account_for_embedding/loss_in_pipeline_split): {max(split.chunk_layers)} layers per chunk, "
+                       f"(account_for_embedding/loss_in_pipeline_split): {_layers(max(split.chunk_layers))} per chunk, "
                        f"the first and last chunks {max(split.chunk_layers) - 1}; layers per stage {_runs(per_rank)}")
     if split.rule == "loss":
         return head + ("Megatron's split counting the loss as a layer (account_for_loss_in_pipeline_split): "
@@ -69,6 +69,10 @@ def _note(split: PipelineSplit) -> str | None:
         return head + (f"Megatron's uneven first/last stages (decoder_first_pipeline_num_layers {per_rank[0]}, "
                        f"decoder_last_pipeline_num_layers {per_rank[-1]}); layers per stage {_runs(per_rank)}")
     return None
+
+
+def _layers(n: int) -> str:
+    return f"{n} layer" + ("" if n == 1 else "s")
 
 
 def _runs(xs: list[int]) -> str:
