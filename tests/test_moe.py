@@ -11,10 +11,12 @@ import pytest
 import perfmodel
 from perfmodel import ParallelPlan
 from perfmodel.compute.ops import grouped_gemm_cost, op_cost
-from perfmodel.engines.analytic import analytic_estimate, dp_sync_s, moe_options, plan_graph
-from perfmodel.engines.costs import comm_s, group_stride, layer_time
+from perfmodel.engines.analytic import analytic_estimate
+from perfmodel.engines.costs import comm_s, layer_time
+from perfmodel.engines.stages import dp_collectives, moe_options, plan_graph
 from perfmodel.errors import LayoutError
 from perfmodel.memory import memory_per_rank
+from perfmodel.parallel.ranks import group_stride
 from perfmodel.validation.predict import validate_file
 from perfmodel.workload.builder import build_graph
 from perfmodel.workload.catalog import load_workloads
@@ -102,9 +104,8 @@ def test_folded_groups_and_expert_data_parallel_reduction() -> None:
     assert z0.optimizer_bytes - z1.optimizer_bytes == pytest.approx(12 * (dense * (1 - 1 / 8) + expert * (1 - 1 / 2)))
     # the expert gradient all-reduce runs over edp = 2 ranks 8 apart (the first 8 ranks hold one copy)
     sys_ = h100(16 * 4)
-    st = {"dense_params": 0.0, "expert_params": 1e9}
     from perfmodel.comm.collectives import collective_time_s
-    assert dp_sync_s(sys_, plan, st)["grad"] == pytest.approx(collective_time_s(sys_, "all_reduce", 4e9, 2, 8))
+    assert dp_collectives(sys_, plan, 0.0, 1e9).all_reduce_s == pytest.approx(collective_time_s(sys_, "all_reduce", 4e9, 2, 8))
 
 
 def test_runs_file_with_folded_ep_and_etp_column_is_predicted(tmp_path) -> None:
