@@ -20,7 +20,9 @@ import streamlit as st
 
 from perfmodel import app_charts as charts
 from perfmodel.app_fixes import LayoutProblem, diagnose, field_of
+from perfmodel.engines.registry import ENGINE_NAMES
 from perfmodel.errors import PerfmodelError
+from perfmodel.parallel.schedules import SCHEDULE_NAMES
 
 ROOT = Path(__file__).resolve().parent
 RUNS_PUBLIC = ROOT / "validation" / "runs_public.csv"
@@ -165,7 +167,7 @@ def sidebar() -> dict[str, Any] | None:
         sb.caption(f"**{names.get(system, system)}**")
     gpus = _bound(sb.number_input, "GPUs (total)", "gpus", min_value=1, max_value=1_000_000, value=1024, step=8)
     slots = {"gpus": sb.container()}
-    engine = _bound(sb.radio, "Engine", "engine", options=["analytic", "des"], horizontal=True,
+    engine = _bound(sb.radio, "Engine", "engine", options=list(ENGINE_NAMES), horizontal=True,
                     help="analytic: closed form, instant; des: discrete-event simulation with a timeline")
     calibration = _bound(sb.radio, "Calibration", "calibration", options=["default", "none"], horizontal=True,
                          help="default: the shipped profile fitted on the public runs (docs/CALIBRATION.md), with an 80 % "
@@ -193,8 +195,8 @@ def sidebar() -> dict[str, Any] | None:
     recompute = _bound(c1.selectbox, "recompute", "recompute", options=["none", "selective", "full"], index=1)
     precision = _bound(c2.selectbox, "precision", "precision", options=["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"])
     c1, c2 = sb.columns(2)
-    schedule = _bound(c1.selectbox, "schedule", "schedule", options=list(SCHEDULE_LABELS),
-                      help="; ".join(f"{k}: {v}" for k, v in SCHEDULE_LABELS.items()))
+    schedule = _bound(c1.selectbox, "schedule", "schedule", options=["auto", *SCHEDULE_NAMES],
+                      help="; ".join(f"{k}: {SCHEDULE_LABELS.get(k, k)}" for k in ["auto", *SCHEDULE_NAMES]))
     sp = _bound(c2.checkbox, "seq. parallel", "sp", value=True, help="sequence parallelism (needs tp > 1)")
     return dict(page=page, workload=workload, acc=acc, system=None if system == REFERENCE else system, gpus=int(gpus),
                 engine=engine, calibration=calibration, tp=int(tp), pp=int(pp), cp=int(cp), ep=int(ep), vp=int(vp),

@@ -1,7 +1,7 @@
 """How long one discrete-event estimate takes.
 
     python benchmarks/bench_des.py
-Prints the median wall time per `des_estimate` (the analytic estimate it starts from included)
+Prints the median wall time per `des_estimate` (its shared stage costs included; it no longer runs the analytic engine first)
 and the compute ops simulated, for GPT-3 175B 1F1B over 8 stages with 192 micro-batches, and the
 issue's speed targets on a uniform synthetic graph with p2p transfers: 16 stages x 256
 micro-batches (< 1 s) and 64 x 1,024 (< 10 s).

@@ -14,7 +14,7 @@ import sys
 import time
 
 import perfmodel
-from perfmodel.engines.analytic import cached_graph
+from perfmodel.engines.stages import cached_graph
 from perfmodel.planning.evaluate import Evaluator
 from perfmodel.planning.search import resolve_hardware, search
 from perfmodel.planning.space import SearchSpace, layout_grid

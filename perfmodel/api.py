@@ -8,11 +8,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from perfmodel.calibration.frameworks import apply_framework
 from perfmodel.calibration.frameworks import framework as get_framework
 from perfmodel.calibration.profile import Profile, calibrated_system, load_profile, with_interval
+from perfmodel.engines.registry import DEFAULT_ENGINE, run_engine
 from perfmodel.errors import LayoutError
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import System, resolve_hardware
@@ -21,7 +20,7 @@ from perfmodel.workload.catalog import get_workload
 from perfmodel.workload.graph import Graph
 from perfmodel.workload.spec import ModelSpec
 
-Engine = Literal["analytic", "des"]
+Engine = str  # a name in perfmodel.engines.registry.ENGINES
 
 
 def resolve(workload: str | ModelSpec, cluster: str | System, plan: ParallelPlan,
@@ -32,7 +31,7 @@ def resolve(workload: str | ModelSpec, cluster: str | System, plan: ParallelPlan
 
 
 def estimate(workload: str | ModelSpec, cluster: str | System, plan: ParallelPlan,
-             engine: Engine = "analytic", gpus_per_node: int | None = None,
+             engine: Engine = DEFAULT_ENGINE, gpus_per_node: int | None = None,
              calibration: str | Profile | None = "default", framework: str | None = None) -> Estimate:
     """Predict one training step of `workload` on `cluster` (an accelerator id, a node or
     cluster id, or a resolved System) under `plan`.
@@ -46,29 +45,18 @@ def estimate(workload: str | ModelSpec, cluster: str | System, plan: ParallelPla
     if fw is not None:
         plan = apply_framework(plan, fw)
     spec, system, msgs = resolve(workload, cluster, plan, gpus_per_node)
-    raw = system
-    system = calibrated_system(system, prof, fw)
     if plan.world > system.num_gpus:
         raise LayoutError(f"plan needs {plan.world} GPUs (dp {plan.dp} x tp {plan.tp} x pp {plan.pp} x cp {plan.cp}) "
                           f"but {system.name} has {system.num_gpus}")
-    if engine == "analytic":
-        from perfmodel.engines.analytic import analytic_estimate
-
-        return with_interval(analytic_estimate(spec, system, plan, msgs), prof, raw, spec)
-    if engine == "des":
-        from perfmodel.engines.des import des_estimate
-
-        return with_interval(des_estimate(spec, system, plan, msgs), prof, raw, spec)
-    raise ValueError(f"engine {engine!r}: expected 'analytic' or 'des'")
+    est = run_engine(engine, spec, calibrated_system(system, prof, fw), plan, msgs)
+    return with_interval(est, prof, system, spec)
 
 
 def estimate_graph(graph: Graph, cluster: str | System, plan: ParallelPlan, gpus_per_node: int | None = None,
-                   calibration: str | Profile | None = "default") -> Estimate:
+                   engine: Engine = DEFAULT_ENGINE, calibration: str | Profile | None = "default") -> Estimate:
     """Predict a step of an already-built graph (e.g. `from_torch(module, inputs)`): dp and pp
     layouts only, since an imported graph is not sharded."""
-    from perfmodel.engines.analytic import analytic_estimate
-
     prof = load_profile(calibration)
     system, msgs = resolve_hardware(cluster, plan.world, gpus_per_node)
-    est = analytic_estimate(None, calibrated_system(system, prof), plan, msgs, graph=graph)
+    est = run_engine(engine, None, calibrated_system(system, prof), plan, msgs, graph=graph)
     return with_interval(est, prof, system, None)

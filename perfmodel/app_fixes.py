@@ -82,23 +82,74 @@ MAX_UPLOAD_BYTES = 1_000_000
 
 
 def parse_uploaded_workload(name: str, data: bytes) -> Any:
-    """A workload YAML uploaded in the explorer, validated like a file in workloads/; errors name
-    the uploaded file (not a temporary path) and the field."""
+    """A workload uploaded in the explorer, validated like a file in workloads/: a workload YAML,
+    or a Hugging Face config.json (detected by content, as the CLI does). Errors name the uploaded
+    file (not a temporary path) and the field."""
     import tempfile
     from pathlib import Path
 
     from perfmodel.errors import SpecError
     from perfmodel.workload.catalog import load_workload_file
+    from perfmodel.workload.hf_config import is_hf_config, load_hf_config
 
     if len(data) > MAX_UPLOAD_BYTES:
-        raise SpecError("(file)", f"{len(data):,} bytes", f"a workload YAML under {MAX_UPLOAD_BYTES:,} bytes", name)
+        raise SpecError("(file)", f"{len(data):,} bytes", f"a file under {MAX_UPLOAD_BYTES:,} bytes", name)
+    stem = Path(name).stem if Path(name).stem != "config" else "uploaded-config"
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / (Path(name).stem + ".yaml")
+        path = Path(tmp) / (stem + Path(name).suffix.lower() if Path(name).suffix else stem + ".yaml")
         path.write_bytes(data)
         try:
+            if is_hf_config(path):
+                return load_hf_config(path, model_id=stem)
             return load_workload_file(path)
         except SpecError as e:
             raise SpecError(e.field, e.problem.replace(str(path), name), e.expected, name) from None
+        except ValueError as e:  # the HF importer's errors (unknown model_type or field) name the feature
+            raise SpecError("(file)", str(e).replace(str(path), name), "a workload YAML or a supported config.json",
+                            name) from None
 
 
-__all__ = ["LayoutProblem", "diagnose", "field_of", "parse_uploaded_workload"]
+HARDWARE_KINDS = {"matrix_peak": "accelerators", "intra_node": "nodes", "num_nodes": "clusters", "per_hop_latency": "fabrics"}
+
+
+def add_uploaded_hardware(name: str, data: bytes, root: Any) -> tuple[str, str]:
+    """An uploaded hardware YAML (accelerator, node, cluster or fabric, detected by its fields) added
+    to the catalogue through a user specs directory `root` (perfmodel.hardware.catalog.add_specs_dir).
+    Returns (kind, id); a file the catalogue rejects raises its error, naming the upload and field."""
+    from pathlib import Path
+
+    import yaml
+
+    from perfmodel.errors import SpecError
+    from perfmodel.hardware import catalog
+    from perfmodel.hardware.catalog import add_specs_dir, load_catalog
+
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise SpecError("(file)", f"{len(data):,} bytes", f"a file under {MAX_UPLOAD_BYTES:,} bytes", name)
+    try:
+        doc = yaml.safe_load(data.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as e:
+        raise SpecError("(file)", f"not readable YAML ({str(e)[:160]})", "a UTF-8 YAML mapping", name) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("id"), str):
+        raise SpecError("id", "missing", "a YAML mapping with an `id` like the files in hardware_specs/", name)
+    kind = next((k for field, k in HARDWARE_KINDS.items() if field in doc), None)
+    if kind is None:
+        raise SpecError("(file)", "neither an accelerator, node, cluster nor fabric spec",
+                        f"one of the fields {sorted(HARDWARE_KINDS)} (see hardware_specs/)", name)
+    ident = doc["id"]
+    target = Path(root) / kind / f"{ident}.yaml"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+    catalog._load.cache_clear()  # a new file in a directory already added: read the directory again
+    problems = add_specs_dir(root)
+    for p in problems:
+        if p.file and Path(p.file).resolve() == target.resolve():
+            target.unlink()
+            raise SpecError(p.field, p.problem, p.expected, name)
+    if ident not in getattr(load_catalog(), kind):
+        target.unlink()
+        raise SpecError("id", f"{ident!r} was not added (an id the built-in catalogue already has?)", "a new id", name)
+    return kind, ident
+
+
+__all__ = ["LayoutProblem", "add_uploaded_hardware", "diagnose", "field_of", "parse_uploaded_workload"]

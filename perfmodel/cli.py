@@ -15,7 +15,9 @@ import warnings
 from pathlib import Path
 
 from perfmodel.cliargs import Parser, positive_float, positive_int, report_error, shape, show_warning
+from perfmodel.engines.registry import ENGINE_NAMES
 from perfmodel.errors import PerfmodelError, UsageError
+from perfmodel.parallel.schedules import SCHEDULE_NAMES
 
 PRECISIONS = ["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"]
 
@@ -33,6 +35,15 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("layout")
     for name in ("dp", "tp", "pp", "cp", "ep", "vp"):
         g.add_argument(f"--{name}", type=positive_int, default=None if name == "dp" else 1)
+    g.add_argument("--etp", type=positive_int, default=1,
+                   help="expert tensor-parallel degree (MoE parallel folding: ep x etp must divide tp x cp x dp)")
+    g.add_argument("--moe-imbalance", type=positive_float, default=None,
+                   help="MoE: tokens on the busiest expert-parallel rank over the mean (default 1.23, published "
+                        "routing statistics; 1 = force-balanced routing)")
+    g.add_argument("--moe-fp8-dispatch", action="store_true", help="MoE: dispatch tokens in fp8 (with an fp8 precision)")
+    g.add_argument("--moe-shared-overlap", action="store_true", help="MoE: overlap shared experts with the all-to-alls")
+    g.add_argument("--moe-a2a-overlap", action="store_true",
+                   help="MoE: hide the all-to-alls of one micro-batch behind another's compute (combined 1F1B)")
     g.add_argument("--sp", "--sequence-parallel", dest="sp", action="store_true", help="sequence parallelism (needs tp > 1)")
     g.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO stage (3 = FSDP full shard)")
     g.add_argument("--micro-batch", type=positive_int, default=1, help="sequences per micro-batch")
@@ -40,7 +51,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seq-len", type=positive_int, default=None)
     g.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
     g.add_argument("--precision", default="bf16", choices=PRECISIONS)
-    g.add_argument("--schedule", default=None, choices=["gpipe", "1f1b", "interleaved", "zb-h1"])
+    g.add_argument("--schedule", default=None, choices=SCHEDULE_NAMES)
     g.add_argument("--optimizer", default="adam", choices=["adam", "adamw", "adam8bit", "sgd", "adafactor", "muon"],
                    help="optimizer state and step cost (sgd: with momentum; muon: Newton-Schulz on 2-D weights)")
     g.add_argument("--fp8-recipe", default=None, choices=["delayed", "current", "blockwise", "mxfp8", "nvfp4"],
@@ -74,7 +85,10 @@ def _plan(a: argparse.Namespace, n_gpus: int):
         raise UsageError(f"--n-gpus {n_gpus} but dp {dp} x tp {a.tp} x pp {a.pp} x cp {a.cp} = {dp * model_par} GPUs; "
                          f"make them agree, or give only one of --n-gpus and --dp")
     gb = a.global_batch or a.micro_batch * dp
-    return ParallelPlan(dp=dp, tp=a.tp, pp=a.pp, cp=a.cp, ep=a.ep, vp=a.vp, sequence_parallel=a.sp,
+    return ParallelPlan(dp=dp, tp=a.tp, pp=a.pp, cp=a.cp, ep=a.ep, etp=a.etp, vp=a.vp, sequence_parallel=a.sp,
+                        moe_fp8_dispatch=a.moe_fp8_dispatch, moe_shared_expert_overlap=a.moe_shared_overlap,
+                        moe_a2a_overlap=a.moe_a2a_overlap,
+                        **({"moe_imbalance": a.moe_imbalance} if a.moe_imbalance is not None else {}),
                         zero_stage=a.zero, micro_batch=a.micro_batch, global_batch=gb, seq_len=a.seq_len,
                         recompute=a.recompute, precision=a.precision, schedule=a.schedule,
                         overlap_dp_comm=not a.no_overlap, overlap_fsdp_prefetch=not a.no_overlap,
@@ -241,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--hardware", "--cluster", dest="hardware", default="a100-sxm4-80gb", help="accelerator, node or cluster id")
     e.add_argument("--n-gpus", type=positive_int, default=None, help="GPUs (default: dp x tp x pp x cp)")
     e.add_argument("--gpus-per-node", type=positive_int, default=None)
-    e.add_argument("--engine", default="analytic", choices=["analytic", "des"])
+    e.add_argument("--engine", default="analytic", choices=ENGINE_NAMES)
     e.add_argument("--scale", type=_scale_arg, action="append", default=[], metavar="KEY=FACTOR",
                    help="what-if hardware, repeatable: flops, hbm_bw, intra_bw (scale-up), inter_bw (scale-out), "
                         "latency (network) or hbm_capacity times FACTOR (0.001 to 1000); measured rates and curves scale too")
@@ -263,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "the contract in docs/VALIDATION.md of the perfmodel repository.")
     v.add_argument("--runs", required=True)
     v.add_argument("--out", required=True)
-    v.add_argument("--engine", default="analytic", choices=["analytic", "des"])
+    v.add_argument("--engine", default="analytic", choices=ENGINE_NAMES)
     v.add_argument("--report", default=None, help="also write an error report (markdown, HTML, PNG) here")
     v.add_argument("--attention", default=None, choices=["flash", "unfused"],
                    help="override the attention kernel every row's framework selects")

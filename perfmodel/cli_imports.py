@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfmodel.errors import LayoutError
-
 if TYPE_CHECKING:  # the parser is built without loading pydantic models
     from perfmodel.workload.spec import ModelSpec
 
@@ -87,13 +85,9 @@ def estimate_inputs(a: argparse.Namespace) -> tuple[ModelSpec, argparse.Namespac
 
 
 def _apply_layout(a: argparse.Namespace, lay: dict[str, Any]) -> argparse.Namespace:
-    from perfmodel.parallel.plan import ParallelPlan
-
-    if lay.get("etp", 1) > 1 and "etp" not in ParallelPlan.model_fields:
-        raise LayoutError(f"expert tensor parallelism etp {lay['etp']} is not modelled by this perfmodel's ParallelPlan; "
-                          "allowed: etp 1")
     b = argparse.Namespace(**vars(a))
     b.tp, b.pp, b.cp, b.ep, b.vp, b.sp = lay["tp"], lay["pp"], lay["cp"], lay["ep"], lay["vp"], lay["sp"]
+    b.etp = lay.get("etp", 1)
     b.zero, b.micro_batch, b.seq_len = lay["zero"], lay["micro_batch"], lay["seq_len"]
     b.recompute, b.precision = lay["recompute"], lay["precision"]
     b.fp8_recipe, b.optimizer = lay.get("fp8_recipe"), lay.get("optimizer", a.optimizer)

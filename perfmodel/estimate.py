@@ -42,6 +42,7 @@ class Estimate:
     provenance: dict[str, str] = field(default_factory=dict, compare=False)
     best_published_mfu: float | None = None
     best_published_mfu_source: str = ""
+    stage_time_s: tuple[float, ...] = ()  # per pipeline rank: seconds of one micro-batch (fwd + bwd + p2p)
     calibration: str = "none"  # the calibration profile the step time was computed with
     step_time_lo_s: float | None = None  # 80 % prediction interval of the step time (None: no interval)
     step_time_hi_s: float | None = None
@@ -114,7 +115,8 @@ class Estimate:
         lines = [
             f"{self.workload} on {self.n_gpus} x {self.accelerator} ({self.system}), {self.engine} engine",
             f"  layout  dp {self.plan.dp} tp {self.plan.tp} pp {self.plan.pp} cp {self.plan.cp} ep {self.plan.ep}"
-            f" vp {self.plan.vp} zero {self.plan.zero_stage} mb {self.plan.micro_batch} gb {self.plan.global_batch}"
+            + (f" etp {self.plan.etp}" if self.plan.etp > 1 else "")
+            + f" vp {self.plan.vp} zero {self.plan.zero_stage} mb {self.plan.micro_batch} gb {self.plan.global_batch}"
             f" recompute {self.plan.recompute} {self.plan.precision}",
             f"  step    {self.step_time_s:.4g} s   {self.tokens_per_s:,.0f} tokens/s   "
             f"{self.tflops_per_gpu:.1f} TFLOP/s/GPU   MFU {self.mfu:.1%}",

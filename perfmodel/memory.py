@@ -6,13 +6,16 @@ fp16 DeepSpeed), 4 B fp32 master weights and 8 B of Adam moments -> 18 B (16 B w
 grads); other optimizers keep other state (perfmodel/compute/optimizers.py: SGD with momentum
 8 B, Adafactor 4 B, Muon 8 B, 8-bit Adam 6 B, all with the master copy). ZeRO-1 shards the
 optimizer state over the data-parallel group, ZeRO-2 also the gradients, ZeRO-3 (FSDP full
-shard) also the weights. Expert weights are sharded by ep and their data-parallel group is dp·cp/ep.
+shard) also the weights. Expert weights are sharded by ep·etp and their data-parallel
+group is edp = tp·cp·dp/(ep·etp) (MoE parallel folding).
 
 Activations: the per-layer saved bytes of the graph (Korthikanti et al. 2022) times the layers
-on the stage times the micro-batches in flight on stage 0: 1 (no pipeline), min(m, p) for 1F1B
-and ZB-H1, m for GPipe, p·(1 + (p-1)/(p·v)) for the interleaved schedule (Narayanan et al. 2021
-§2.2.2). Full recompute keeps only each layer's input plus one layer's working set; selective
-recompute drops the attention core (softmax, dropout, scores).
+on the stage times the micro-batches in flight on stage 0, which the schedule states
+(perfmodel/parallel/schedules/: 1 without a pipeline, min(m, p) for 1F1B and ZB-H1, m for GPipe,
+p·(1 + (p-1)/(p·v)) for the interleaved schedule, Narayanan et al. 2021 §2.2.2). Full recompute
+keeps only each layer's input plus one layer's working set; selective recompute drops the
+attention core (softmax, dropout, scores). The layers on a stage are Megatron's split
+(perfmodel/parallel/split.py); the peak is taken over MEMORY_STAGES.
 
 Runtime: CUDA context, cuBLAS / NCCL workspaces and allocator slack, RUNTIME_BYTES below.
 """
@@ -23,6 +26,8 @@ from dataclasses import dataclass
 
 from perfmodel.compute.optimizers import state_bytes_per_param
 from perfmodel.parallel.plan import ParallelPlan
+from perfmodel.parallel.schedules import get_schedule
+from perfmodel.parallel.split import stage_layers
 from perfmodel.workload.graph import Graph, Layer
 
 # CUDA context (~0.5 GiB on Hopper with lazy module loading), cuBLAS workspace (32 MiB per
@@ -51,15 +56,16 @@ class MemoryBreakdown:
 
 
 def in_flight_micro_batches(plan: ParallelPlan) -> float:
-    p, m, v = plan.pp, plan.num_micro_batches, plan.vp
-    if p == 1:
+    if plan.pp == 1:
         return 1.0
-    sched = plan.schedule_name
-    if sched == "gpipe":
-        return float(m)
-    if sched == "interleaved":
-        return min(float(m), p * (1.0 + (p - 1) / (p * v)))
-    return float(min(m, p))
+    return float(get_schedule(plan.schedule_name).in_flight(plan.num_micro_batches, plan.pp, plan.vp))
+
+
+def memory_stages(pp: int) -> tuple[int, ...]:
+    """Stages whose memory can be the peak: the first (embedding, the most micro-batches in
+    flight), the second (a middle stage: with uneven splits or dense-then-MoE layers it can
+    hold the most weights) and the last (output layer)."""
+    return tuple(sorted({0, min(1, pp - 1), pp - 1}))
 
 
 def layer_activation_bytes(layer: Layer, recompute: str) -> float:
@@ -70,37 +76,12 @@ def layer_activation_bytes(layer: Layer, recompute: str) -> float:
     return layer.input_bytes
 
 
-def stage_layers(graph: Graph, pp: int, stage: int) -> list[tuple[Layer, float]]:
-    """(layer, instances) on pipeline `stage`: body layers split evenly (ceil on the slowest
-    stage), the embedding on the first stage and the head on the last."""
-    out: list[tuple[Layer, float]] = []
-    body = [layer for layer in graph.layers if layer.kind not in ("embedding", "head")]
-    total = sum(layer.count for layer in body)
-    per = -(-total // pp)
-    lo, hi = stage * per, min(total, (stage + 1) * per)
-    pos = 0
-    for layer in graph.layers:
-        if layer.kind == "embedding":
-            if stage == 0:
-                out.append((layer, 1.0))
-            continue
-        if layer.kind == "head":
-            if stage == pp - 1:
-                out.append((layer, 1.0))
-            continue
-        a, b = max(lo, pos), min(hi, pos + layer.count)
-        if b > a:
-            out.append((layer, float(b - a)))
-        pos += layer.count
-    return out
-
-
 def memory_per_rank(graph: Graph, plan: ParallelPlan, stage: int = 0) -> MemoryBreakdown:
-    layers = stage_layers(graph, plan.pp, stage)
+    layers = stage_layers(graph, plan.pp, stage, plan.vp)
     dense = sum((layer.params - layer.expert_params) * n for layer, n in layers)
     expert = sum(layer.expert_params * n for layer, n in layers)
     dp_dense = plan.dp * plan.cp
-    dp_expert = max(1, dp_dense // plan.ep)
+    dp_expert = plan.edp
     z = plan.zero_stage
 
     def shard(nbytes_per_param: float, level: int) -> float:
@@ -125,3 +106,18 @@ def memory_per_rank(graph: Graph, plan: ParallelPlan, stage: int = 0) -> MemoryB
             working = max(working, layer.saved_bytes)
     acts = acts * in_flight_micro_batches(plan) + working
     return MemoryBreakdown(weights, grads, optimizer, acts, RUNTIME_BYTES)
+
+
+_PEAK_CACHE: dict[tuple[ParallelPlan, int], tuple[Graph, MemoryBreakdown]] = {}
+
+
+def peak_memory(graph: Graph, plan: ParallelPlan) -> MemoryBreakdown:
+    """The largest memory_per_rank over MEMORY_STAGES (memoised on plan and graph object)."""
+    hit = _PEAK_CACHE.get((plan, id(graph)))
+    if hit is not None and hit[0] is graph:
+        return hit[1]
+    out = max((memory_per_rank(graph, plan, s) for s in memory_stages(plan.pp)), key=lambda x: x.total_bytes)
+    if len(_PEAK_CACHE) >= 1024:
+        _PEAK_CACHE.pop(next(iter(_PEAK_CACHE)))
+    _PEAK_CACHE[(plan, id(graph))] = (graph, out)
+    return out

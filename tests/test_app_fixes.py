@@ -48,3 +48,42 @@ def test_uploaded_workload_is_validated_and_errors_name_the_upload():
     assert "mine.yaml" in str(e.value) and "bogus_field" in str(e.value) and "/tmp" not in str(e.value)
     with pytest.raises(SpecError, match="under 1,000,000 bytes"):
         parse_uploaded_workload("big.yaml", b"#" * 2_000_000)
+
+
+def test_uploaded_hf_config_is_a_workload():
+    from pathlib import Path
+
+    from perfmodel.app_fixes import parse_uploaded_workload
+
+    data = (Path(__file__).parent / "data" / "hf" / "llama-3.1-8b.json").read_bytes()
+    spec = parse_uploaded_workload("config.json", data)
+    assert spec.id == "uploaded-config" and spec.num_layers == 32 and spec.hidden == 4096
+
+
+def test_uploaded_hardware_joins_the_catalogue_and_bad_files_name_the_field(tmp_path):
+    from pathlib import Path
+
+    import pytest
+
+    from perfmodel.app_fixes import add_uploaded_hardware
+    from perfmodel.errors import SpecError
+    from perfmodel.hardware.catalog import clear_added_specs
+
+    root = Path(__file__).resolve().parents[1]
+    src = (root / "hardware_specs" / "accelerators" / "h100-sxm5-80gb.yaml").read_text()
+    faster = src.replace("id: h100-sxm5-80gb", "id: test-h100-faster").replace(
+        "bf16: {value: 794.5 TFLOP/s", "bf16: {value: 1589 TFLOP/s").replace("bf16: {value: 989.4 TFLOP/s", "bf16: {value: 1978.8 TFLOP/s")
+    try:
+        assert add_uploaded_hardware("mine.yaml", faster.encode(), tmp_path) == ("accelerators", "test-h100-faster")
+        plan = perfmodel.ParallelPlan(dp=8, global_batch=64, micro_batch=8)
+        fast = perfmodel.estimate("gpt3-1.3b", "test-h100-faster", plan)
+        base = perfmodel.estimate("gpt3-1.3b", "h100-sxm5-80gb", plan)
+        assert fast.step_time_s < base.step_time_s  # twice the achievable GEMM rate: a faster step
+        bad = faster.replace("test-h100-faster", "test-h100-bad").replace("hbm_capacity: {value: 80 GB", "hbm_capacity: {value: 80 GHz")
+        with pytest.raises(SpecError) as e:
+            add_uploaded_hardware("broken.yaml", bad.encode(), tmp_path)
+        assert "broken.yaml" in str(e.value) and "hbm_capacity" in str(e.value)
+        with pytest.raises(SpecError, match="neither an accelerator"):
+            add_uploaded_hardware("x.yaml", b"id: nothing\nname: x\n", tmp_path)
+    finally:
+        clear_added_specs()

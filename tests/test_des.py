@@ -11,7 +11,8 @@ import perfmodel
 from perfmodel import ParallelPlan
 from perfmodel.cli import main as cli_main
 from perfmodel.engines.analytic import analytic_estimate
-from perfmodel.engines.des import SCHEDULES, des_estimate, stream_utilisation
+from perfmodel.engines.des import des_estimate, stream_utilisation
+from perfmodel.parallel.schedules import SCHEDULES
 from perfmodel.workload.graph import Graph, Layer, Op
 
 GPT3 = "gpt3-175b"
@@ -150,7 +151,7 @@ def test_every_op_scheduled_once(schedule):
     p, m = 4, 8
     v = 2 if schedule == "interleaved" else 1
     for s in range(p):
-        order = SCHEDULES[schedule](p, m, v, s)
+        order = SCHEDULES[schedule].order(p, m, v, s)
         kinds = ("F", "B", "W") if schedule == "zb-h1" else ("F", "B")
         assert sorted(order) == sorted((k, j, c) for k in kinds for j in range(m) for c in range(v))
 

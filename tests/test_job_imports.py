@@ -123,14 +123,16 @@ def test_cli_estimate_from_megatron_and_torchtitan(capsys: pytest.CaptureFixture
     assert (plan["dp"], plan["tp"], plan["zero_stage"], plan["recompute"], plan["seq_len"]) == (8, 8, 3, "full", 8192)
 
 
-def test_cli_etp_refused_when_not_modelled(capsys: pytest.CaptureFixture[str]) -> None:
-    from perfmodel.parallel.plan import ParallelPlan
-
+def test_cli_megatron_etp_reaches_the_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    """--expert-tensor-parallel-size becomes the plan's etp (MoE parallel folding); unset, it is
+    the tp size, as Megatron-LM's arguments.py sets it."""
+    assert load_megatron_args_file(MEG / "mixtral-8x7b.args").layout["etp"] == 1  # tp 1
     args = (MEG / "mixtral-8x7b.args").read_text() + "\n--expert-tensor-parallel-size 2\n"
-    assert load_megatron_args_file(MEG / "mixtral-8x7b.args").layout["etp"] == 1
-    rc = main(["estimate", "--megatron-args", args, "--n-gpus", "64", "--hardware", "h100-sxm5-80gb"])
-    if "etp" not in ParallelPlan.model_fields:
-        assert rc == 2 and "etp 2" in capsys.readouterr().err
+    rc = main(["estimate", "--megatron-args", args, "--n-gpus", "64", "--hardware", "h100-sxm5-80gb", "--json"])
+    assert rc == 0
+    assert json.loads(capsys.readouterr().out)["plan"]["etp"] == 2
+    tp2 = (MEG / "mixtral-8x7b.args").read_text().replace("--tensor-model-parallel-size 1", "--tensor-model-parallel-size 2")
+    assert parse_megatron_args(tp2).layout["etp"] == 2
 
 
 def test_megatron_bash_arrays_continuations_and_unresolved_paths() -> None:

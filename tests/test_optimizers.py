@@ -15,9 +15,10 @@ from perfmodel.compute.optimizers import (
     newton_schulz_s,
     weight_matrices,
 )
-from perfmodel.engines.analytic import model_graph
-from perfmodel.memory import RUNTIME_BYTES, stage_layers
+from perfmodel.engines.stages import model_graph
+from perfmodel.memory import RUNTIME_BYTES
 from perfmodel.parallel.plan import ParallelPlan
+from perfmodel.parallel.split import stage_layers
 from perfmodel.workload.catalog import get_workload
 
 

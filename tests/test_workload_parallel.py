@@ -8,6 +8,7 @@ from perfmodel.errors import LayoutError
 from perfmodel.workload.builder import build_graph
 from perfmodel.workload.catalog import load_workloads
 from perfmodel.workload.graph import Comm, Graph, Layer
+from perfmodel.workload.moe import MoEOptions
 
 WL = load_workloads()
 
@@ -30,12 +31,13 @@ def test_tp_divides_layer_gemm_flop(wid: str, tp: int) -> None:
     spec = WL[wid]
     kind = "moe" if spec.family == "moe" else "transformer"
     full = build_graph(spec, micro_batch=2, seq_len=2048)
-    shard = build_graph(spec, micro_batch=2, seq_len=2048, tp=tp)
-    router = lambda g: sum(o.flop for o in layer_of(g, kind).ops if o.name == "router")  # noqa: E731  replicated
-    assert gemm_flop(layer_of(shard, kind)) - router(shard) == pytest.approx(
-        (gemm_flop(layer_of(full, kind)) - router(full)) / tp, rel=1e-12)
-    assert layer_of(shard, kind).params == pytest.approx(
-        layer_of(full, kind).params / tp, rel=0.01)  # norms and row-parallel biases stay replicated
+    # experts split by tp as well (etp = tp: Megatron-Core's default expert layout); each tp rank
+    # routes its own 1/tp of the tokens, so the router's FLOPs divide too
+    shard = build_graph(spec, micro_batch=2, seq_len=2048, tp=tp, moe=MoEOptions(etp=tp))
+    assert gemm_flop(layer_of(shard, kind)) == pytest.approx(gemm_flop(layer_of(full, kind)) / tp, rel=1e-12)
+    router = sum(o.weight_params for o in layer_of(full, kind).ops if o.name == "router")  # replicated
+    assert layer_of(shard, kind).params - router == pytest.approx(
+        (layer_of(full, kind).params - router) / tp, rel=0.01)  # norms and row-parallel biases stay replicated
 
 
 def test_tp_all_reduces_megatron() -> None:

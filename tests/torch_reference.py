@@ -163,6 +163,38 @@ class MoEFFN(nn.Module):
         return y.view(b, s, h)
 
 
+class PermutedMoEFFN(nn.Module):
+    """The MoE FFN the way Megatron-Core's token dispatcher runs it: fp32 router, sigmoid or
+    softmax scores, top-k, token copies permuted into expert order (index_select), each expert
+    on its contiguous chunk, then un-permuted with a weighted scatter-add (index_add_). Routing
+    is forced balanced (copy j goes to expert j mod E) so the chunk sizes are known on 'meta'."""
+
+    def __init__(self, h: int, experts: int, top_k: int, ffn: int, shared: int = 0, score: str = "softmax"):
+        super().__init__()
+        self.E, self.k, self.score = experts, top_k, score
+        self.router = nn.Linear(h, experts, bias=False)
+        self.experts = nn.ModuleList(SwiGLU(h, ffn) for _ in range(experts))
+        self.shared = SwiGLU(h, ffn * shared) if shared else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        t = x.reshape(b * s, h)
+        logits = F.linear(t.float(), self.router.weight.float())
+        scores = logits.sigmoid() if self.score == "sigmoid" else logits.softmax(-1)
+        probs = scores.topk(self.k, dim=-1).values.reshape(-1)  # [T·k]
+        copies = torch.arange(b * s * self.k, device=x.device)
+        expert = copies % self.E
+        order = torch.sort(expert, stable=True).indices  # permutation into expert order
+        token = copies[order] // self.k
+        routed = t.index_select(0, token)  # permute: gather T·k rows
+        per = routed.shape[0] // self.E
+        out = torch.cat([self.experts[e](routed[e * per:(e + 1) * per]) for e in range(self.E)])
+        y = torch.zeros_like(t).index_add_(0, token, out * probs[order, None].to(out.dtype))  # unpermute
+        if self.shared is not None:
+            y = y + self.shared(t)
+        return y.view(b, s, h)
+
+
 class MLAAttention(nn.Module):
     """DeepSeek-V2/V3 multi-head latent attention (training form: K/V up-projected per head)."""
 

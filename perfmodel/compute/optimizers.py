@@ -120,17 +120,18 @@ def optimizer_step_s(system: System, plan: ParallelPlan, local_params: float, ma
     if plan.optimizer != "muon":
         return t
     from perfmodel.comm.collectives import collective_time_s
+    from perfmodel.parallel.ranks import group_stride
 
     mats = list(matrices)
-    dp = plan.dp * plan.cp
+    dp, dp_stride = group_stride(plan, "dp")  # dp x cp ranks
+    tp, tp_stride = group_stride(plan, "tp")
     t += sum(newton_schulz_s(acc, m) for m in mats) / dp
     full_bytes = sum(m.rows * m.cols * m.count for m in mats) * plan.grad_bytes
-    # groups in Megatron rank order tp, cp, dp: tp ranks adjacent (stride 1), the data-parallel
-    # group (dp x cp ranks) strided by tp
+    # the groups where Megatron's rank order puts them (perfmodel/parallel/ranks.py)
     if dp > 1:
-        t += collective_time_s(system, "all_gather", full_bytes / plan.tp, dp, plan.tp)
-    if plan.tp > 1:
-        t += collective_time_s(system, "all_gather", full_bytes / dp, plan.tp, 1)
+        t += collective_time_s(system, "all_gather", full_bytes / tp, dp, dp_stride)
+    if tp > 1:
+        t += collective_time_s(system, "all_gather", full_bytes / dp, tp, tp_stride)
     return t
 
 

@@ -30,6 +30,7 @@ from perfmodel.compute.ops import op_cost
 from perfmodel.hardware.catalog import System
 from perfmodel.hardware.specs import Accelerator
 from perfmodel.parallel.plan import ParallelPlan
+from perfmodel.parallel.ranks import group_stride
 from perfmodel.workload.graph import Comm, Layer
 
 HOST_FWD_S_PER_KERNEL = 8.1e-3 / 182  # see module docstring: B200 Llama-3.2-1B eager forward
@@ -54,53 +55,53 @@ def host_op_s(acc: Accelerator) -> tuple[float, float]:
 
 @dataclass(frozen=True, slots=True)
 class LayerTime:
-    """Seconds for one instance of a layer on one rank, one micro-batch."""
+    """Seconds for one instance of a layer on one rank, one micro-batch. The backward is two
+    phases: input (data) gradients, on the pipeline's critical path, and weight gradients,
+    which zero-bubble schedules defer (each with its own GPU seconds and host kernels)."""
 
     fwd_gpu_s: float
-    bwd_gpu_s: float
+    bwd_gpu_s: float  # both phases
     recompute_gpu_s: float
     fwd_comm_s: float  # exposed collectives (tp, ep, cp) in the forward pass
     bwd_comm_s: float
     recompute_comm_s: float
     fwd_host_s: float
-    bwd_host_s: float
+    bwd_host_s: float  # both phases
     recompute_host_s: float
-    wgrad_s: float  # the weight-gradient GEMMs inside bwd_gpu_s (zero-bubble schedules defer them)
+    wgrad_gpu_s: float = 0.0  # the weight-gradient part of bwd_gpu_s
+    wgrad_host_s: float = 0.0  # host seconds issuing the weight-gradient kernels (part of bwd_host_s)
 
     host_serial: bool = False  # CPU: the dispatching thread also computes, times add
 
+    def _run(self, gpu: float, host: float) -> float:
+        return gpu + host if self.host_serial else max(gpu, host)
+
     @property
     def fwd_s(self) -> float:
-        gpu = self.fwd_gpu_s + self.fwd_comm_s
-        return gpu + self.fwd_host_s if self.host_serial else max(gpu, self.fwd_host_s)
+        return self._run(self.fwd_gpu_s + self.fwd_comm_s, self.fwd_host_s)
 
     @property
     def bwd_s(self) -> float:
         """Backward including recompute (recompute runs right before the layer's backward)."""
         gpu = self.bwd_gpu_s + self.bwd_comm_s + self.recompute_gpu_s + self.recompute_comm_s
-        host = self.bwd_host_s + self.recompute_host_s
-        return gpu + host if self.host_serial else max(gpu, host)
+        return self._run(gpu, self.bwd_host_s + self.recompute_host_s)
+
+    @property
+    def wgrad_s(self) -> float:
+        """The weight-gradient phase run on its own (as ZB-H1's W)."""
+        return self._run(self.wgrad_gpu_s, self.wgrad_host_s)
+
+    @property
+    def bwd_input_s(self) -> float:
+        """The backward without its weight-gradient phase (ZB-H1's B), recompute included."""
+        gpu = self.bwd_gpu_s - self.wgrad_gpu_s + self.bwd_comm_s + self.recompute_gpu_s + self.recompute_comm_s
+        return self._run(gpu, self.bwd_host_s - self.wgrad_host_s + self.recompute_host_s)
 
     @property
     def host_exposed_s(self) -> float:
         f = self.fwd_s - self.fwd_gpu_s - self.fwd_comm_s
         b = self.bwd_s - self.bwd_gpu_s - self.bwd_comm_s - self.recompute_gpu_s - self.recompute_comm_s
         return max(0.0, f) + max(0.0, b)
-
-
-def group_stride(plan: ParallelPlan, group: str) -> tuple[int, int]:
-    """(degree, stride) of a group in Megatron rank order tp, cp, dp (ep inside), pp."""
-    if group == "tp":
-        return plan.tp, 1
-    if group == "cp":
-        return plan.cp, plan.tp
-    if group == "ep":
-        return plan.ep, plan.tp * plan.cp
-    if group == "dp":
-        return plan.dp * plan.cp, plan.tp
-    if group == "pp":
-        return plan.pp, plan.tp * plan.cp * plan.dp
-    raise ValueError(group)
 
 
 def comm_s(system: System, plan: ParallelPlan, c: Comm) -> float:
@@ -111,25 +112,44 @@ def comm_s(system: System, plan: ParallelPlan, c: Comm) -> float:
 def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
     acc = system.accelerator
     fwd = bwd = core = wgrad = 0.0
-    kf = kb = kcore = 0
+    kf = kb = kcore = kw = 0
     attn_compute = 0.0
+    prefixes = {c.hide_behind for c in layer.comms if c.overlappable and c.hide_behind}
+    behind = {p: [0.0, 0.0] for p in prefixes}  # fwd / bwd seconds of the ops a collective hides behind
     for op in layer.ops:
         f = op_cost(acc, op, "fwd", plan.fp8_recipe_name).time_s
         b = op_cost(acc, op, "bwd", plan.fp8_recipe_name).time_s
+        for p in prefixes:
+            if op.name.startswith(p):
+                behind[p][0] += f
+                behind[p][1] += b
         fwd += f
         bwd += b
         kf += op.kernels
         kb += op.bwd_kernels
-        if op.has_weight_grad and op.kind == "gemm":
-            wgrad += b / 2
+        if op.wgrad_factor > 0 and op.bwd_flop_factor > 0:
+            # the weight-gradient GEMM's share of the backward's seconds (its FLOP share)
+            wgrad += b * op.wgrad_factor / op.bwd_flop_factor
+        kw += op.wgrad_kernel_count
         if op.attn_core:
             core += f
             kcore += op.kernels
         if op.kind == "attention" or op.attn_core:
             attn_compute += f
     cf = cb = 0.0
+    ep_f = ep_b = 0.0  # expert-parallel collectives (ep, etp groups) left exposed so far
     for c in layer.comms:
         t = comm_s(system, plan, c)
+        if c.overlappable and c.hide_behind:
+            # e.g. the MoE dispatch / combine all-to-alls beside the shared experts' GEMMs
+            hf_s, hb_s = behind[c.hide_behind]
+            ep_f += max(0.0, t - hf_s) * c.fwd
+            ep_b += max(0.0, t - hb_s) * c.bwd
+            continue
+        if c.group in ("ep", "etp"):
+            ep_f += t * c.fwd
+            ep_b += t * c.bwd
+            continue
         if c.overlappable:
             # the CP ring passes K/V chunks while attention computes on the previous chunk
             t_f = max(0.0, t - attn_compute)
@@ -141,6 +161,12 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
             continue
         cf += t * c.fwd
         cb += t * c.bwd
+    if plan.moe_a2a_overlap:
+        # Megatron-Core's combined 1F1B (overlap_moe_expert_parallel_comm): one micro-batch's
+        # forward all-to-alls run beside another's backward compute of the layer, and vice versa
+        ep_f, ep_b = max(0.0, ep_f - bwd), max(0.0, ep_b - fwd)
+    cf += ep_f
+    cb += ep_b
     hf, hb = host_op_s(acc)
     rec = plan.recompute if layer.recomputable else "none"
     if rec == "full":
@@ -149,4 +175,6 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
         r_gpu, r_comm, r_host = core, 0.0, kcore * hf
     else:
         r_gpu = r_comm = r_host = 0.0
-    return LayerTime(fwd, bwd, r_gpu, cf, cb, r_comm, kf * hf, kb * hb, r_host, wgrad, acc.kind == "cpu")
+    return LayerTime(fwd_gpu_s=fwd, bwd_gpu_s=bwd, recompute_gpu_s=r_gpu, fwd_comm_s=cf, bwd_comm_s=cb,
+                     recompute_comm_s=r_comm, fwd_host_s=kf * hf, bwd_host_s=kb * hb, recompute_host_s=r_host,
+                     wgrad_gpu_s=wgrad, wgrad_host_s=kw * hb, host_serial=acc.kind == "cpu")

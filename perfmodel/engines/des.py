@@ -14,11 +14,13 @@ pipeline when variability asks for them):
                      last micro-batch's B, or W under ZB-H1) reduced as backward produces them;
                      a bucket starts when every replica has produced it
     optimizer        after the stage's DP sync, the same optimizer seconds as the analytic engine
-All durations come from the shared costs: `stage_times` per (virtual) stage, `p2p_time_s`,
-`dp_sync_s`, `dp_exposed_s` (ZeRO-3 gathers per micro-batch) and `comm_contention_fraction`
-(compute slowed by NCCL SMs while a collective hides), so a cost-model change moves both engines.
+All durations come from the shared stage costs (`engines/stages.py`: per virtual stage, the p2p
+send, the DP collectives, the contention fraction); the closed forms give only what is not
+simulated (ZeRO-3 gathers per micro-batch, the ZeRO-1/2 parameter gather, the optimizer step).
+The DES never runs or imports the analytic engine: it is the independent check.
 
-Schedules emit each stage's order of F and B (`SCHEDULES`); the engine resolves dependencies:
+Schedules (perfmodel/parallel/schedules/) emit each stage's order of F, B and W; the engine
+resolves dependencies:
     gpipe        all forwards, then all backwards (reverse micro-batch order)
     1f1b         p-s-1 warm-up forwards, then one forward one backward (Narayanan et al. 2021)
     interleaved  Megatron's virtual-pipeline order: micro-batches in groups of p, chunk-major;
@@ -39,85 +41,35 @@ in microseconds, pid = replica·p + stage, tid = stream) that opens in Perfetto.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import simpy
 
-from perfmodel.engines.analytic import (
-    analytic_estimate,
+from perfmodel.engines import closed_forms as cf
+from perfmodel.engines.stages import (
+    StageCost,
     cached_layer_time,
+    can_overlap,
     comm_contention_fraction,
-    dp_exposed_s,
-    dp_sync_s,
-    p2p_time_s,
-    plan_graph,
-    stage_times,
+    dp_collectives,
 )
+from perfmodel.engines.step import StepInputs, finish, prepare
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import System
-from perfmodel.memory import stage_layers
 from perfmodel.parallel.plan import ParallelPlan
+from perfmodel.parallel.schedules import Work, get_schedule
+from perfmodel.parallel.split import chunk_layers
 from perfmodel.workload.graph import Graph
 from perfmodel.workload.spec import ModelSpec
 
-Work = tuple[str, int, int]  # (kind F/B/W, micro-batch, model chunk)
 STREAMS = {"compute": 0, "p2p next": 1, "p2p prev": 2, "dp": 3}
 US = 1e6  # trace times are microseconds
 
 
-# ---- schedules: per stage, the order of forward and backward work -------------------------
-
-def gpipe_order(p: int, m: int, v: int, s: int) -> list[Work]:
-    return [("F", j, 0) for j in range(m)] + [("B", j, 0) for j in reversed(range(m))]
-
-
-def one_f_one_b_order(p: int, m: int, v: int, s: int) -> list[Work]:
-    warm = min(p - s - 1, m)
-    order: list[Work] = [("F", j, 0) for j in range(warm)]
-    for j in range(m - warm):
-        order += [("F", warm + j, 0), ("B", j, 0)]
-    return order + [("B", j, 0) for j in range(m - warm, m)]
-
-
-def interleaved_order(p: int, m: int, v: int, s: int) -> list[Work]:
-    """Megatron-LM's interleaved 1F1B (schedules.py, forward_backward_pipelining_with_interleaving)."""
-    fwd = [(j, c) for g in range(0, m, p) for c in range(v) for j in range(g, min(m, g + p))]
-    total = m * v
-    # Megatron needs m a multiple of p; otherwise its order can deadlock, so all forwards go first
-    warm = total if m == p or m % p else min(2 * (p - s - 1) + (v - 1) * p, total)
-    order: list[Work] = [("F", j, c) for j, c in fwd[:warm]]
-    for k in range(total - warm):
-        j, c = fwd[warm + k]
-        jb, cb = fwd[k]
-        order += [("F", j, c), ("B", jb, v - 1 - cb)]
-    return order + [("B", j, v - 1 - c) for j, c in fwd[total - warm:]]
-
-
-def zb_h1_order(p: int, m: int, v: int, s: int) -> list[Work]:
-    """1F1B's F and B, each W right after its B on the first stage and s micro-batches later on
-    stage s: stage s then holds at most p - s + s = p activations, 1F1B's peak (stage 0's), and
-    the deferred W's fill the drain. Uniform stages with m >= p give the closed form
-    m(f+b+w) + (p-1)(f+b-w) exactly (Qi et al. 2024, Fig. 3 and §3.1)."""
-    order: list[Work] = []
-    n_w = 0
-    for work in one_f_one_b_order(p, m, v, s):
-        order.append(work)
-        if work[0] == "B" and work[1] - s >= 0:
-            order.append(("W", work[1] - s, 0))
-            n_w += 1
-    return order + [("W", j, 0) for j in range(n_w, m)]
-
-
-SCHEDULES: dict[str, Callable[[int, int, int, int], list[Work]]] = {
-    "gpipe": gpipe_order, "1f1b": one_f_one_b_order, "interleaved": interleaved_order, "zb-h1": zb_h1_order,
-}
-
-
-# ---- costs of one (stage, chunk), all from the shared cost functions ------------------------
+# ---- costs of one (stage, chunk), all from the shared stage costs ----------------------------
 
 @dataclass(frozen=True, slots=True)
 class ChunkCost:
@@ -126,25 +78,33 @@ class ChunkCost:
     wgrad_s: float  # deferred weight-gradient part (ZB-H1), else 0
     fsdp_s: float  # ZeRO-3 all-gather / reduce-scatter exposed per micro-batch
     buckets: tuple[tuple[float, float], ...]  # (fraction of the grad-final op done when ready, DP seconds)
-    st: dict[str, float]
+    stage: StageCost
 
 
-def chunk_costs(system: System, plan: ParallelPlan, graph: Graph, zb: bool) -> list[list[ChunkCost]]:
+def chunk_costs(inp: StepInputs) -> list[list[ChunkCost]]:
     """[stage][chunk]: virtual stage c·p + s holds chunk c of rank s (Megatron's layout)."""
+    system, plan, graph = inp.system, inp.plan, inp.graph
     p, v = plan.pp, plan.vp
-    vplan = plan if v == 1 else plan.model_copy(update={"pp": p * v})
-    sts = stage_times(system, vplan, graph)
+    zb = get_schedule(plan.schedule_name).defers_wgrad
+    overlap = bool(plan.overlap_dp_comm and can_overlap(system))
+    contention = comm_contention_fraction(system)
     out: list[list[ChunkCost]] = []
     for s in range(p):
         row = []
         for c in range(v):
-            # (a stage left without layers by the ceil split lacks the params keys)
-            st = {"dense_params": 0.0, "expert_params": 0.0, **sts[c * p + s]}
-            w = st["wgrad"] if zb else 0.0
-            dp = dp_sync_s(system, plan, st)
-            fsdp = dp_exposed_s(system, plan, st, 1) if plan.zero_stage == 3 else 0.0
-            buckets = _buckets(system, vplan, graph, c * p + s, dp["grad"], zb, plan.overlap_dp_comm)
-            row.append(ChunkCost(st["fwd"], st["bwd"] - w, w, fsdp, buckets, st))
+            st = inp.chunks[c * p + s]
+            dp = dp_collectives(system, plan, st.dense_params, st.expert_params)
+            fsdp = 0.0
+            if plan.zero_stage == 3:
+                fsdp = float(cf.dp_exposed_s(3, 1, st.fwd_s, st.bwd_s, st.layers, dp.all_reduce_s, dp.reduce_scatter_s,
+                                             dp.all_gather_s, plan.overlap_dp_comm, plan.overlap_fsdp_prefetch,
+                                             can_overlap(system), contention))
+            grad_s = dp.all_reduce_s if plan.zero_stage == 0 else dp.reduce_scatter_s if plan.zero_stage < 3 else 0.0
+            buckets = _buckets(system, plan, graph, c * p + s, grad_s, zb, overlap)
+            if zb:  # input- and weight-gradient phases run apart (LayerTime.bwd_input_s, wgrad_s)
+                row.append(ChunkCost(st.fwd_s, st.bwd_input_s, st.wgrad_s, fsdp, buckets, st))
+            else:
+                row.append(ChunkCost(st.fwd_s, st.bwd_s, 0.0, fsdp, buckets, st))
         out.append(row)
     return out
 
@@ -155,7 +115,7 @@ def _buckets(system: System, plan: ParallelPlan, graph: Graph, vstage: int, grad
     if grad_s <= 0:
         return ()
     inst = []
-    for layer, n in reversed(stage_layers(graph, plan.pp, vstage)):
+    for layer, n in reversed(chunk_layers(graph, plan.pp, plan.vp, vstage)):
         lt = cached_layer_time(system, plan, layer)
         inst += [(lt.wgrad_s if zb else lt.bwd_s, layer.params)] * int(n)
     t_sum = sum(t for t, _ in inst) or 1.0
@@ -189,7 +149,7 @@ class PipelineSim:
                  straggler: tuple[int, float] | None = None, replicas: int = 1, trace: bool = True,
                  overlap_p2p: bool = False) -> None:
         self.p, self.m, self.v = plan.pp, plan.num_micro_batches, plan.vp
-        self.zb = plan.schedule_name == "zb-h1"
+        self.zb = get_schedule(plan.schedule_name).defers_wgrad
         self.grad_kind = "W" if self.zb else "B"  # the op after which a chunk's gradients are final
         self.costs, self.p2p_s, self.optimizer_s = costs, p2p_s, optimizer_s
         self.param_exposed_s, self.param_hidden_s = param_s
@@ -200,7 +160,8 @@ class PipelineSim:
         self.events: dict[tuple[Any, ...], simpy.Event] = {}
         self.links = {(r, s, d): simpy.Resource(self.env, 1) for r in range(replicas) for s in range(self.p)
                       for d in {(s + 1) % self.p, (s - 1) % self.p}}
-        self.orders = [SCHEDULES[plan.schedule_name](self.p, self.m, self.v, s) for s in range(self.p)]
+        sched = get_schedule(plan.schedule_name)
+        self.orders = [sched.order(self.p, self.m, self.v, s) for s in range(self.p)]
         self.records: list[tuple[str, float, float, int, int]] = []
         self.result = [[RankResult() for _ in range(self.p)] for _ in range(replicas)]
         self.sync_end = [0.0] * self.p
@@ -358,12 +319,8 @@ def des_estimate(spec: ModelSpec | None, system: System, plan: ParallelPlan, mes
                  graph: Graph | None = None, jitter_sigma: float = 0.0, seed: int = 0,
                  straggler: tuple[int, float] | None = None, replicas: int = 1, trace: bool = True,
                  overlap_p2p: bool = False) -> Estimate:
-    """Simulate one step; the estimate's memory, FLOPs and messages are the analytic engine's,
-    its step time, breakdown and timeline the simulation's (see the module docstring)."""
-    base = analytic_estimate(spec, system, plan, messages, graph=graph)
-    if spec is not None:
-        graph = plan_graph(spec, plan)
-    assert graph is not None
+    """Simulate one step; memory, FLOPs and messages come from the shared `step.finish`, the
+    step time, breakdown and timeline from the simulation (see the module docstring)."""
     if not 1 <= replicas <= plan.dp:
         raise ValueError(f"replicas {replicas} must be between 1 and dp {plan.dp}")
     if straggler is not None and not (0 <= straggler[0] < plan.pp and straggler[1] > 0):
@@ -371,47 +328,50 @@ def des_estimate(spec: ModelSpec | None, system: System, plan: ParallelPlan, mes
                          f"stage must be in 0..{plan.pp - 1}, factor > 0")
     if jitter_sigma < 0:
         raise ValueError(f"jitter_sigma {jitter_sigma} must be >= 0")
-    sched = plan.schedule_name
-    costs = chunk_costs(system, plan, graph, sched == "zb-h1")
-    p2p = p2p_time_s(system, plan, graph, spec)
-    param_s = _param_gather(system, plan, costs)
-    sim = PipelineSim(plan, costs, p2p, base.breakdown_s["optimizer_s"], param_s, comm_contention_fraction(system),
+    inp = prepare(spec, system, plan, messages, graph)
+    costs = chunk_costs(inp)
+    param_s = _param_gather(inp, costs)
+    optimizer_s = max(inp.optimizer_s(r) for r in range(plan.pp))
+    sim = PipelineSim(plan, costs, inp.p2p_s, optimizer_s, param_s, comm_contention_fraction(system),
                       jitter_sigma=jitter_sigma, seed=seed, straggler=straggler, replicas=replicas, trace=trace,
                       overlap_p2p=overlap_p2p)
     sim.run()
     r, s = max(((r, s) for r in range(replicas) for s in range(plan.pp)), key=lambda rs: sim.result[rs[0]][rs[1]].finish_s)
     res = sim.result[r][s]
-    breakdown = _breakdown(res, costs[s])
-    return dataclasses.replace(base, engine="des", step_time_s=res.finish_s, breakdown_s=breakdown,
-                               timeline=sim.timeline() if trace else None)
+    return finish(inp, "des", res.finish_s, _breakdown(res, costs[s]), sim.timeline() if trace else None)
 
 
-def _param_gather(system: System, plan: ParallelPlan, costs: list[list[ChunkCost]]) -> tuple[float, float]:
+def _param_gather(inp: StepInputs, costs: list[list[ChunkCost]]) -> tuple[float, float]:
     """ZeRO-1/2 all-gather of the updated weights, (exposed, hidden) on the slowest stage, by the
-    analytic rule: it hides behind the next step's forward except one layer's share."""
+    closed form (`closed_forms.param_gather_exposed_s`)."""
+    plan = inp.plan
     if plan.zero_stage not in (1, 2):
         return 0.0, 0.0
+    overlap = bool(plan.overlap_dp_comm and can_overlap(inp.system))
     best = (0.0, 0.0)
     for row in costs:
-        param = sum(dp_sync_s(system, plan, c.st)["param"] for c in row)
+        param = sum(dp_collectives(inp.system, plan, c.stage.dense_params, c.stage.expert_params).all_gather_s for c in row)
         fwd = sum(c.fwd_s for c in row)
-        layers = max(1.0, sum(c.st["layers"] for c in row))
-        exposed = max(param - fwd, param / layers) if plan.overlap_dp_comm else param
+        layers = sum(c.stage.layers for c in row)
+        exposed = float(cf.param_gather_exposed_s(param, fwd, layers, overlap))
         best = max(best, (exposed, param - exposed))
     return best
 
 
 def _breakdown(res: RankResult, row: list[ChunkCost]) -> dict[str, float]:
     """The analytic engine's keys; they add up to the rank's finish time."""
-    tot = {k: sum(c.st[k] for c in row) for k in ("fwd_gpu", "bwd_gpu", "recompute", "comm", "host", "fwd", "bwd")}
-    share = res.busy_s / ((tot["fwd"] + tot["bwd"]) or 1.0)
+    tot = row[0].stage
+    for c in row[1:]:
+        tot = tot + c.stage
+    run = sum(c.fwd_s + c.bwd_s + c.wgrad_s for c in row)  # as the schedule runs them (ZB-H1: B and W apart)
+    share = res.busy_s / (run or 1.0)
     idle = max(0.0, res.compute_end_s - res.busy_s - res.fsdp_s - res.send_wait_s)
     return {
-        "compute_fwd_s": share * tot["fwd_gpu"],
-        "compute_bwd_s": share * tot["bwd_gpu"],
-        "recompute_s": share * tot["recompute"],
-        "tp_ep_cp_comm_s": share * tot["comm"],
-        "host_overhead_s": share * tot["host"],
+        "compute_fwd_s": share * tot.fwd_gpu_s,
+        "compute_bwd_s": share * tot.bwd_gpu_s,
+        "recompute_s": share * tot.recompute_s,
+        "tp_ep_cp_comm_s": share * tot.comm_s,
+        "host_overhead_s": share * (tot.host_s + run - tot.t_s),
         "pp_bubble_s": idle,
         "pp_p2p_s": res.send_wait_s,
         "dp_comm_exposed_s": res.dp_tail_s + res.fsdp_s,
@@ -429,4 +389,4 @@ def stream_utilisation(timeline: list[dict[str, Any]]) -> dict[tuple[int, int], 
     return {k: b / end for k, b in busy.items()}
 
 
-__all__ = ["SCHEDULES", "PipelineSim", "chunk_costs", "des_estimate", "stream_utilisation"]
+__all__ = ["PipelineSim", "chunk_costs", "des_estimate", "stream_utilisation"]

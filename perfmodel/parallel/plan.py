@@ -7,11 +7,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfmodel.errors import LayoutError
+from perfmodel.parallel.schedules import get_schedule
+from perfmodel.parallel.split import pipeline_split
 from perfmodel.workload.spec import ModelSpec
 
 Precision = Literal["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"]
 Recompute = Literal["none", "selective", "full"]
-Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1"]
 Fp8RecipeName = Literal["delayed", "current", "blockwise", "mxfp8", "nvfp4"]
 # which precision each recipe runs (their costs: perfmodel/compute/fp8_recipes.py), and the
 # recipe a precision gets when the plan names none: Transformer Engine's and Megatron-Core's
@@ -20,9 +21,19 @@ FP8_RECIPE_PRECISION: dict[str, str] = {"delayed": "fp8", "current": "fp8", "blo
                                         "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 DEFAULT_FP8_RECIPE: dict[str, str] = {"fp8": "delayed", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 
+# Tokens on the busiest expert-parallel rank over the mean, as trained MoEs route: on GLM-5's MoE
+# layers (128 experts, ep 8, H100, no auxiliary loss) the wait for the busiest rank wastes 18.6 %
+# of the GPU time of each MoE layer on average (Qi, Liu, Zhao 2026, "FEPLB", arXiv 2604.19654,
+# Fig. 1b), i.e. 1 - mean/max = 0.186 -> max/mean = 1 / (1 - 0.186) = 1.23. Benchmarks that
+# force-balance the routing (the NeMo / Megatron-Bridge performance tables say they do) set 1.
+MOE_IMBALANCE_DEFAULT = 1.0 / (1.0 - 0.186)
+
 
 class ParallelPlan(BaseModel):
-    """Degrees multiply to the GPU count: dp·tp·pp·cp (ep splits experts inside dp·cp)."""
+    """Degrees multiply to the GPU count: dp·tp·pp·cp. Expert layers fold onto the same ranks
+    (Megatron-Core MoE parallel folding, Liu et al. 2025 "MoE Parallel Folding", arXiv 2504.14960):
+    each pipeline stage's tp·cp·dp ranks are laid out as etp x ep x edp for the experts (etp
+    fastest in rank order, then ep, then edp), so ep·etp must divide tp·cp·dp."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -30,7 +41,8 @@ class ParallelPlan(BaseModel):
     tp: int = Field(1, gt=0)
     pp: int = Field(1, gt=0)
     cp: int = Field(1, gt=0)
-    ep: int = Field(1, gt=0)
+    ep: int = Field(1, gt=0, description="expert-parallel degree (experts split over ep ranks)")
+    etp: int = Field(1, gt=0, description="expert tensor-parallel degree (each expert's FFN width split etp ways)")
     vp: int = Field(1, gt=0, description="virtual stages per pipeline rank (interleaving)")
     sequence_parallel: bool = False
     zero_stage: Literal[0, 1, 2, 3] = 0
@@ -45,11 +57,20 @@ class ParallelPlan(BaseModel):
     fp8_recipe: Fp8RecipeName | None = Field(
         None, description="scaling recipe of fp8 / fp4 GEMMs: delayed, current, blockwise (fp8), mxfp8, nvfp4; "
         "default per precision: fp8 delayed (Transformer Engine's default), mxfp8 mxfp8, nvfp4 nvfp4")
-    schedule: Schedule | None = Field(None, description="default: 1f1b, interleaved when vp > 1")
+    schedule: str | None = Field(None, description="a pipeline schedule of perfmodel/parallel/schedules/; "
+                                 "default: 1f1b, interleaved when vp > 1")
     attention_impl: Literal["flash", "unfused"] = "flash"
     overlap_dp_comm: bool = Field(True, description="DP gradient reduction overlaps backward")
     overlap_fsdp_prefetch: bool = Field(True, description="FSDP all-gathers prefetched")
     overlap_tp_comm: bool = Field(False, description="TP collectives overlapped with GEMMs")
+    moe_imbalance: float = Field(MOE_IMBALANCE_DEFAULT, ge=1.0, description=(
+        "MoE: tokens on the busiest expert-parallel rank over the mean (1 = balanced routing; default 1.23, "
+        "see MOE_IMBALANCE_DEFAULT)"))
+    moe_fp8_dispatch: bool = Field(False, description="MoE: tokens dispatched in fp8 (DeepSeek-V3, DeepEP) under fp8 GEMMs")
+    moe_shared_expert_overlap: bool = Field(False, description="MoE: shared experts run beside the dispatch/combine all-to-alls")
+    moe_a2a_overlap: bool = Field(False, description=(
+        "MoE: expert-parallel all-to-alls of one micro-batch hide behind another's compute (Megatron-Core "
+        "overlap_moe_expert_parallel_comm, the combined 1F1B schedule)"))
     grad_reduce_bytes: int | None = Field(None, description="bytes per gradient element reduced; default 4 (fp32) for bf16/fp8, 2 for fp16")
 
     def __init__(self, **data: object) -> None:
@@ -63,11 +84,16 @@ class ParallelPlan(BaseModel):
         return self.dp * self.tp * self.pp * self.cp
 
     @property
+    def edp(self) -> int:
+        """Expert data-parallel degree: the replicas of each expert shard, tp·cp·dp / (ep·etp)."""
+        return self.tp * self.cp * self.dp // (self.ep * self.etp)
+
+    @property
     def num_micro_batches(self) -> int:
         return self.global_batch // (self.micro_batch * self.dp)
 
     @property
-    def schedule_name(self) -> Schedule:
+    def schedule_name(self) -> str:
         if self.schedule:
             return self.schedule
         return "interleaved" if self.vp > 1 else "1f1b"
@@ -91,12 +117,16 @@ class ParallelPlan(BaseModel):
                 f" = {self.micro_batch * self.dp}; nearest valid global batches: "
                 f"{_nearest_multiples(self.global_batch, self.micro_batch * self.dp)}"
             )
-        if self.ep > self.dp * self.cp or (self.dp * self.cp) % self.ep:
-            raise LayoutError(f"ep {self.ep} must divide dp x cp = {self.dp} x {self.cp} = {self.dp * self.cp}")
+        folded = self.tp * self.cp * self.dp
+        if folded % (self.ep * self.etp):
+            valid = [e for e in _divisors(folded) if (folded // e) % self.etp == 0]
+            raise LayoutError(
+                f"ep {self.ep} x etp {self.etp} = {self.ep * self.etp} must divide tp {self.tp} x cp {self.cp} x dp {self.dp}"
+                f" = {folded} (MoE parallel folding); valid ep with etp {self.etp}: {valid}"
+            )
         if self.vp > 1 and self.pp == 1:
             raise LayoutError(f"vp {self.vp} needs pp > 1 (got pp 1)")
-        if self.schedule == "interleaved" and self.vp == 1:
-            raise LayoutError("schedule 'interleaved' needs vp > 1")
+        get_schedule(self.schedule_name).check(self.pp, self.vp, self.num_micro_batches)
         if self.fp8_recipe is not None and FP8_RECIPE_PRECISION[self.fp8_recipe] != self.precision:
             allowed = [r for r, p in FP8_RECIPE_PRECISION.items() if p == self.precision] or "none (16/32-bit GEMMs)"
             raise LayoutError(f"fp8_recipe {self.fp8_recipe!r} runs precision {FP8_RECIPE_PRECISION[self.fp8_recipe]}, "
@@ -123,25 +153,38 @@ class ParallelPlan(BaseModel):
                 raise LayoutError(f"cp {self.cp} does not divide seq_len {s}")
             if self.cp > 1 and (s // self.cp) % 2 and spec.causal:
                 notes.append("cp chunks of odd length: load balancing of causal attention assumed anyway")
-            chunks = self.pp * self.vp
-            if chunks > spec.num_layers:
-                raise LayoutError(f"pp {self.pp} x vp {self.vp} = {chunks} chunks > {spec.num_layers} layers of {spec.id}")
-            if spec.num_layers % chunks:
-                notes.append(
-                    f"{spec.num_layers} layers over pp {self.pp} x vp {self.vp} = {chunks} chunks is uneven: "
-                    f"the slowest stage holds {-(-spec.num_layers // chunks)} layers per chunk"
-                )
-        elif self.tp > 1 or self.cp > 1 or self.ep > 1:
-            raise LayoutError(f"{spec.family} model {spec.id}: tp/cp/ep need a transformer (got tp {self.tp}, cp {self.cp}, ep {self.ep})")
-        elif self.pp > spec.num_layers:
-            raise LayoutError(f"pp {self.pp} > {spec.num_layers} layers of {spec.id}")
+            notes += self.pipeline_notes(spec.num_layers, spec.id)
+        elif self.tp > 1 or self.cp > 1 or self.ep > 1 or self.etp > 1:
+            raise LayoutError(f"{spec.family} model {spec.id}: tp/cp/ep/etp need a transformer "
+                              f"(got tp {self.tp}, cp {self.cp}, ep {self.ep}, etp {self.etp})")
+        else:
+            notes += self.pipeline_notes(spec.num_layers, spec.id)
         if spec.family == "moe":
             E = spec.num_experts or 1
             if E % self.ep:
                 raise LayoutError(f"ep {self.ep} does not divide num_experts {E} of {spec.id}; valid ep: {_divisors(E)}")
-        elif self.ep > 1:
-            raise LayoutError(f"ep {self.ep} > 1 but {spec.id} has no experts")
+            width = spec.moe_ffn_hidden or spec.hidden
+            if width % self.etp:
+                raise LayoutError(f"etp {self.etp} does not divide moe_ffn_hidden {width} of {spec.id}; "
+                                  f"valid etp: {[d for d in _divisors(width) if d <= 64]}")
+            if self.tp > 1 and not self.sequence_parallel:
+                notes.append("MoE with tp > 1 and no sequence parallelism: Megatron-Core requires it; "
+                             "each tp rank routes 1/tp of the tokens as with it")
+        elif self.ep > 1 or self.etp > 1:
+            raise LayoutError(f"ep {self.ep} / etp {self.etp} > 1 but {spec.id} has no experts")
         return notes
+
+
+    def pipeline_notes(self, num_layers: int, model_id: str) -> list[str]:
+        """Megatron's split of `num_layers` over pp x vp (a LayoutError if it has none) and what
+        the schedule says about this layout."""
+        if self.pp == 1:
+            return []
+        try:
+            note = pipeline_split(num_layers, self.pp, self.vp).note
+        except LayoutError as e:
+            raise LayoutError(f"{model_id}: {e}") from None
+        return ([note] if note else []) + get_schedule(self.schedule_name).check(self.pp, self.vp, self.num_micro_batches)
 
 
 def _divisors(n: int) -> list[int]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from perfmodel.calibration.profile import Profile
-from perfmodel.engines.analytic import cached_graph
+from perfmodel.engines.stages import cached_graph
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.catalog import System
 from perfmodel.planning.goodput import checkpoint_bytes, goodput

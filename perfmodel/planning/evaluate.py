@@ -1,71 +1,118 @@
-"""Step time and memory of a whole layout grid at once, from the analytic engine's own costs.
+"""Step time and memory of a whole layout grid at once, from the engines' own stage costs and
+closed forms.
 
-The analytic engine's step (perfmodel/engines/analytic.py) splits into two kinds of terms:
+The analytic engine's step splits into two kinds of terms:
 
 * costs that depend on a few shape parameters only: per-layer forward / backward / weight-grad
-  seconds (`costs.layer_time`, a function of tp, cp, ep, sp, micro-batch, recompute and precision),
-  the stage a layer lands on (`memory.stage_layers`, a function of pp), the collectives of the
-  data-parallel group (`analytic.dp_sync_s`), the pipeline send (`analytic.p2p_time_s`) and the
-  bytes a rank holds (`memory.memory_per_rank`). These are computed by those same scalar
-  functions, once per distinct combination, and cached;
-* the closed forms that combine them (pipeline bubble, DP exposure, optimizer step, activations
-  in flight), which are evaluated here with NumPy over every layout of the grid:
+  seconds (`stages.cached_layer_time`, a function of tp, cp, ep, sp, micro-batch, recompute and
+  precision), the layers on each rank (`parallel.split.stage_layers`, a function of pp and vp),
+  the data-parallel collectives (`stages.dp_collectives`), the pipeline send
+  (`stages.p2p_time_s`) and the bytes a rank holds (`memory.memory_per_rank`). These are computed
+  by those same scalar functions, once per distinct combination, and cached;
+* the closed forms that combine them (`engines/closed_forms.py`: DP exposure, optimizer step,
+  memory; the schedules' bubble and in-flight micro-batches), which are the very functions the
+  analytic engine calls, here with one NumPy entry per layout.
 
-    T_pipe  = m·(t_max + 2v·t_p2p) + B,   B = (Σt − t_max + (p−1)·2v·t_p2p) · {1, 1/v, (f+b−2w)/(f+b)}
-    T_dp    = ZeRO 0-2: max(G − b_w, G/L) + max(P − f_w, P/L);  ZeRO 3: m·(max(0, A − f_w) + A/L
-              + max(0, A + R − b_w) + R/L)
-              plus (total − exposed) · analytic.comm_contention_fraction (SMs lost to NCCL while hidden)
-    T_opt   = local params · bytes per param / achieved HBM bandwidth (+ tied-embedding all-reduce)
-    step    = T_pipe + T_dp + T_opt
-    memory  = static(ZeRO) + activations per micro-batch · in-flight(schedule, m, p, v) + working
-
-so a change to a GEMM, attention or collective cost moves the search and the engine together;
-`tests/test_planning.py` holds the two equal on random layouts.
+So a change to a GEMM, attention or collective cost, or to a closed form, moves the search and
+the engine together; `tests/test_planning.py` holds the two equal to 1e-9 on random layouts of
+every accelerator kind, schedule, ZeRO stage, overlap flag, recompute and precision.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from perfmodel.comm.collectives import collective_time_s
-from perfmodel.engines.analytic import (
-    ACT_BYTES,
+from perfmodel.engines import closed_forms as cf
+from perfmodel.engines.stages import (
     cached_graph,
+    cached_layer_time,
+    can_overlap,
     comm_contention_fraction,
-    dp_sync_s,
-    optimizer_step_s,
+    dp_collectives,
+    moe_options,
+    optimizer_matrix_s,
+    optimizer_s_per_param,
     p2p_time_s,
+    tied_embedding_sync_s,
 )
-from perfmodel.engines.costs import layer_time
 from perfmodel.hardware.catalog import System
-from perfmodel.memory import RUNTIME_BYTES, layer_activation_bytes, memory_per_rank, stage_layers
+from perfmodel.memory import RUNTIME_BYTES, layer_activation_bytes, memory_per_rank, memory_stages
 from perfmodel.parallel.plan import ParallelPlan
-from perfmodel.planning.space import GPIPE, INTERLEAVED, RECOMPUTES, ZB_H1
+from perfmodel.parallel.schedules import SCHEDULES
+from perfmodel.parallel.split import stage_layers
+from perfmodel.planning.space import RECOMPUTES, SCHEDULE_LIST
 from perfmodel.workload.graph import Graph
 from perfmodel.workload.spec import ModelSpec
 
 FULL = RECOMPUTES.index("full")
 
 
-@dataclass
+@dataclass(frozen=True)
 class StageTable:
-    """Per (shape, pp): what the closed forms need from the stages, unrolled to scalars."""
+    """Per (shape, pp, vp): what the closed forms need from the ranks, unrolled to scalars."""
 
-    t_max: float  # max over stages of fwd + bwd (no p2p), per micro-batch
-    t_sum: float
-    avg_fwd: float
-    avg_bwd: float
-    avg_wgrad: float
-    worst_fwd: float
-    worst_bwd: float
-    worst_dense: float  # parameters of the slowest stage
-    worst_expert: float
+    t_max_s: float  # max over ranks of the schedule's stage time (no p2p), per micro-batch
+    t_sum_s: float
+    avg_wgrad_s: float
+    worst_fwd_s: float
+    worst_bwd_s: float
+    worst_dense_params: float  # parameters of the slowest rank
+    worst_expert_params: float
     worst_layers: float
-    act_per_mb: tuple[float, float]  # (first, last stage) activation bytes per in-flight micro-batch
-    act_working: tuple[float, float]
+    worst_rank: int
+    act_per_mb_bytes: tuple[float, ...]  # per memory stage: activation bytes per in-flight micro-batch
+    act_working_bytes: tuple[float, ...]
+
+
+class LayoutCosts(NamedTuple):
+    """Per distinct (tp, cp, ep, sp, mb, rec, pp, vp, dp): the shared costs of that layout (a
+    NamedTuple: its rows stack into a table without a per-field copy, columns come out by name)."""
+
+    t_max_s: float
+    t_sum_s: float
+    avg_wgrad_s: float
+    worst_fwd_s: float
+    worst_bwd_s: float
+    worst_dense_params: float
+    worst_expert_params: float
+    worst_layers: float
+    all_reduce_s: float
+    reduce_scatter_s: float
+    all_gather_s: float
+    p2p_s: float
+    optimizer_extra_s: float  # tied-embedding sync and the non-element-wise optimizer work (Muon)
+
+
+class _RowTable:
+    """Records computed once per key, kept as the rows of one growing NumPy array, so a grid
+    takes its rows by index instead of converting Python records on every pass."""
+
+    def __init__(self) -> None:
+        self.index: dict[tuple[Any, ...], int] = {}
+        self.rows: list[Any] = []
+        self._array: np.ndarray | None = None
+
+    def lookup(self, keys: list[tuple[Any, ...]], make: Any) -> np.ndarray:
+        """Row numbers of `keys`, computing `make(*key)` for the keys not seen before."""
+        index = self.index
+        for key in keys:
+            if key not in index:
+                index[key] = len(self.rows)
+                self.rows.append(make(*key))
+        return np.fromiter((index[key] for key in keys), dtype=np.int64, count=len(keys))
+
+    def array(self) -> np.ndarray:
+        if self._array is None or len(self._array) != len(self.rows):
+            self._array = np.array(self.rows, dtype=float)
+        return self._array
+
+
+def _columns(table: np.ndarray) -> dict[str, np.ndarray]:
+    """{field: its column} of a table whose rows are LayoutCosts."""
+    return {name: table[:, j] for j, name in enumerate(LayoutCosts._fields)}
 
 
 @dataclass
@@ -78,12 +125,17 @@ class Evaluator:
     precision: str
     attention_impl: str = "flash"
     optimizer: str = "adam"
+    grad_reduce_bytes: int | None = None
     _base: ParallelPlan | None = field(default=None, repr=False)
     _layers: dict[tuple[Any, ...], dict[str, np.ndarray]] = field(default_factory=dict, repr=False)
     _counts: dict[tuple[Any, ...], np.ndarray] = field(default_factory=dict, repr=False)
     _stages: dict[tuple[Any, ...], StageTable] = field(default_factory=dict, repr=False)
-    _static: dict[tuple[Any, ...], tuple[float, float]] = field(default_factory=dict, repr=False)
+    _static: dict[tuple[Any, ...], tuple[float, ...]] = field(default_factory=dict, repr=False)
+    _costs: dict[tuple[Any, ...], LayoutCosts] = field(default_factory=dict, repr=False)
     _coll: dict[tuple[Any, ...], float] = field(default_factory=dict, repr=False)
+    _mem: dict[tuple[Any, ...], tuple[tuple[float, ...], ...]] = field(default_factory=dict, repr=False)
+    _cost_rows: _RowTable = field(default_factory=_RowTable, repr=False)
+    _mem_rows: _RowTable = field(default_factory=_RowTable, repr=False)
 
     # -- plans the shared functions read (validated grids need no pydantic pass) ---------------
     def plan(self, **kw: Any) -> ParallelPlan:
@@ -91,12 +143,13 @@ class Evaluator:
         `model_copy` costs a microsecond where validation costs tens."""
         if self._base is None:
             self._base = ParallelPlan(seq_len=self.seq_len, precision=self.precision, attention_impl=self.attention_impl,
-                                      optimizer=self.optimizer)
+                                      optimizer=self.optimizer, grad_reduce_bytes=self.grad_reduce_bytes)
         kw.setdefault("global_batch", kw.get("micro_batch", 1) * kw.get("dp", 1))
         return self._base.model_copy(update=kw)
 
     def graph(self, tp: int, cp: int, ep: int, sp: int, mb: int) -> Graph:
-        return cached_graph(self.spec, mb, self.seq_len, tp, cp, ep, bool(sp), self.precision, self.attention_impl)
+        return cached_graph(self.spec, mb, self.seq_len, tp, cp, ep, bool(sp), self.precision, self.attention_impl,
+                            moe_options(self.plan()))
 
     # -- per shape: one vector entry per graph layer ----------------------------------------------
     def layer_vectors(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int) -> dict[str, np.ndarray]:
@@ -105,10 +158,11 @@ class Evaluator:
             g = self.graph(tp, cp, ep, sp, mb)
             plan = self.plan(tp=tp, cp=cp, ep=ep, dp=ep, sequence_parallel=bool(sp), micro_batch=mb,
                              recompute=RECOMPUTES[rec])
-            lts = [layer_time(self.system, plan, layer) for layer in g.layers]
+            lts = [cached_layer_time(self.system, plan, layer) for layer in g.layers]
             self._layers[key] = {
                 "fwd": np.array([lt.fwd_s for lt in lts]),
                 "bwd": np.array([lt.bwd_s for lt in lts]),
+                "bwd_in": np.array([lt.bwd_input_s for lt in lts]),
                 "wgrad": np.array([lt.wgrad_s for lt in lts]),
                 "dense": np.array([layer.params - layer.expert_params for layer in g.layers]),
                 "expert": np.array([layer.expert_params for layer in g.layers]),
@@ -117,70 +171,86 @@ class Evaluator:
             }
         return self._layers[key]
 
-    def stage_counts(self, g: Graph, pp: int) -> np.ndarray:
-        """C[stage, layer] = instances of graph layer `layer` on pipeline `stage` (memory.stage_layers)."""
-        key = (tuple((layer.kind, layer.count) for layer in g.layers), pp)
+    def stage_counts(self, g: Graph, pp: int, vp: int) -> np.ndarray:
+        """C[rank, layer] = instances of graph layer `layer` on pipeline rank `rank` (parallel.split)."""
+        key = (tuple((layer.kind, layer.count) for layer in g.layers), pp, vp)
         if key not in self._counts:
             index = {id(layer): i for i, layer in enumerate(g.layers)}
             c = np.zeros((pp, len(g.layers)))
             for s in range(pp):
-                for layer, n in stage_layers(g, pp, s):
+                for layer, n in stage_layers(g, pp, s, vp):
                     c[s, index[id(layer)]] = n
             self._counts[key] = c
         return self._counts[key]
 
-    def stages(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int, pp: int) -> StageTable:
-        key = (tp, cp, ep, sp, mb, rec, pp)
+    def stages(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int, pp: int, vp: int,
+               split_wgrad: int = 0) -> StageTable:
+        """`split_wgrad`: the schedule runs the weight-gradient phase apart (schedule.defers_wgrad)."""
+        key = (tp, cp, ep, sp, mb, rec, pp, vp, split_wgrad)
         if key in self._stages:
             return self._stages[key]
         v = self.layer_vectors(tp, cp, ep, sp, mb, rec)
-        g = self.graph(tp, cp, ep, sp, mb)
-        c = self.stage_counts(g, pp)
+        c = self.stage_counts(self.graph(tp, cp, ep, sp, mb), pp, vp)
         f, b, w = c @ v["fwd"], c @ v["bwd"], c @ v["wgrad"]
-        t = f + b
+        t = f + c @ v["bwd_in"] + w if split_wgrad else f + b
         i = int(np.argmax(t))
-        acts, working = self._activations(v, c, pp)
+        cs = c[list(memory_stages(pp))]
+        acts = (cs @ v["act"]).tolist()
+        work = np.max((cs > 0) * v["work"], axis=1, initial=0.0).tolist()
         tab = StageTable(
-            t_max=float(t[i]), t_sum=float(t.sum()), avg_fwd=float(f.sum()) / pp, avg_bwd=float(b.sum()) / pp,
-            avg_wgrad=float(w.sum()) / pp, worst_fwd=float(f[i]), worst_bwd=float(b[i]),
-            worst_dense=float(c[i] @ v["dense"]), worst_expert=float(c[i] @ v["expert"]), worst_layers=float(c[i].sum()),
-            act_per_mb=acts, act_working=working,
+            t_max_s=float(t[i]), t_sum_s=float(t.sum()), avg_wgrad_s=float(w.sum()) / pp, worst_fwd_s=float(f[i]),
+            worst_bwd_s=float(b[i]),
+            worst_dense_params=float(c[i] @ v["dense"]), worst_expert_params=float(c[i] @ v["expert"]),
+            worst_layers=float(c[i].sum()), worst_rank=i,
+            act_per_mb_bytes=tuple(acts), act_working_bytes=tuple(work),
         )
         self._stages[key] = tab
         return tab
 
-    def _activations(self, v: dict[str, np.ndarray], c: np.ndarray, pp: int) -> tuple[tuple[float, float], tuple[float, float]]:
-        """memory_per_rank's activations of the first and last stage as a·in_flight + w: a sums
-        memory.layer_activation_bytes over the stage, w is the largest full-recompute working set."""
-        a, w = [], []
-        for stage in (0, pp - 1):
-            a.append(float(c[stage] @ v["act"]))
-            w.append(float(np.max(v["work"] * (c[stage] > 0), initial=0.0)))
-        return (a[0], a[1]), (w[0], w[1])
-
     # -- per (degrees, ZeRO): parameter bytes, collectives --------------------------------------
-    def static_bytes(self, tp: int, cp: int, ep: int, pp: int, dp: int, zero: int) -> tuple[float, float]:
-        """(first, last stage) weights + grads + optimizer states per rank."""
-        key = (tp, cp, ep, pp, dp, zero)
+    def static_bytes(self, tp: int, cp: int, ep: int, pp: int, vp: int, dp: int, zero: int) -> tuple[float, ...]:
+        """Per memory stage: weights + grads + optimizer states per rank."""
+        key = (tp, cp, ep, pp, vp, dp, zero)
         if key not in self._static:
             g = self.graph(tp, cp, ep, 0, 1)
-            plan = self.plan(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, zero_stage=zero)
+            plan = self.plan(tp=tp, cp=cp, ep=ep, pp=pp, vp=vp, dp=dp, zero_stage=zero)
             parts = []
-            for stage in sorted({0, pp - 1}):
+            for stage in memory_stages(pp):
                 mem = memory_per_rank(g, plan, stage)
                 parts.append(mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes)
-            self._static[key] = (parts[0], parts[-1])
+            self._static[key] = tuple(parts)
         return self._static[key]
 
-    def dp_collectives(self, tp: int, cp: int, ep: int, pp: int, dp: int, dense: float, expert: float) -> tuple[float, ...]:
-        """(all-reduce of grads, reduce-scatter of grads, all-gather of bf16 weights) seconds."""
-        key = ("dp", tp, cp, ep, pp, dp, dense, expert)
-        if key not in self._coll:
-            st = {"dense_params": dense, "expert_params": expert}
-            z0 = dp_sync_s(self.system, self.plan(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, zero_stage=0), st)
-            z1 = dp_sync_s(self.system, self.plan(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp, zero_stage=1), st)
-            self._coll[key] = (z0["grad"], z1["grad"], z1["param"])  # type: ignore[assignment]
-        return self._coll[key]  # type: ignore[return-value]
+    def memory_rows(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int, pp: int, vp: int,
+                    dp: int) -> tuple[tuple[float, ...], ...]:
+        """Per memory stage (padded to 3 by repeating the last): static bytes for ZeRO 0..3, then
+        activation bytes per micro-batch and the working set."""
+        key = ("mem", tp, cp, ep, sp, mb, rec, pp, vp, dp)
+        if key not in self._mem:
+            st = self.stages(tp, cp, ep, sp, mb, rec, pp, vp)
+            rows = [self.static_bytes(tp, cp, ep, pp, vp, dp, z) for z in range(4)]
+            rows += [st.act_per_mb_bytes, st.act_working_bytes]
+            self._mem[key] = tuple(_pad(r, 3) for r in rows)
+        return self._mem[key]
+
+    def layout_costs(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int, pp: int, vp: int, dp: int,
+                     split_wgrad: int) -> LayoutCosts:
+        key = (tp, cp, ep, sp, mb, rec, pp, vp, dp, split_wgrad)
+        if key in self._costs:
+            return self._costs[key]
+        st = self.stages(tp, cp, ep, sp, mb, rec, pp, vp, split_wgrad)
+        coll_key = ("dp", tp, cp, ep, pp, dp, st.worst_dense_params, st.worst_expert_params)
+        if coll_key not in self._coll:
+            plan = self.plan(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp)
+            self._coll[coll_key] = dp_collectives(self.system, plan, st.worst_dense_params, st.worst_expert_params)  # type: ignore[assignment]
+        dpc: Any = self._coll[coll_key]
+        out = LayoutCosts(
+            st.t_max_s, st.t_sum_s, st.avg_wgrad_s, st.worst_fwd_s, st.worst_bwd_s,
+            st.worst_dense_params, st.worst_expert_params, st.worst_layers, dpc.all_reduce_s, dpc.reduce_scatter_s,
+            dpc.all_gather_s, self.p2p(tp, cp, pp, dp, mb),
+            self.tied_embedding(tp, cp, pp, dp) + self.optimizer_matrix(tp, cp, pp, vp, dp, st.worst_rank))
+        self._costs[key] = out
+        return out
 
     def p2p(self, tp: int, cp: int, pp: int, dp: int, mb: int) -> float:
         key = ("p2p", tp, cp, pp, dp, mb)
@@ -189,14 +259,19 @@ class Evaluator:
             self._coll[key] = p2p_time_s(self.system, self.plan(tp=tp, cp=cp, pp=pp, dp=dp, micro_batch=mb), g, self.spec)
         return self._coll[key]
 
-    def tied_embedding(self, tp: int, cp: int, pp: int, dp: int, grad_bytes: int) -> float:
-        spec = self.spec
-        if pp == 1 or not spec.tied_embeddings or not spec.vocab:
-            return 0.0
-        key = ("emb", tp, cp, dp, grad_bytes)
+    def tied_embedding(self, tp: int, cp: int, pp: int, dp: int) -> float:
+        key = ("emb", tp, cp, pp > 1, dp)
         if key not in self._coll:
-            emb = spec.vocab * spec.hidden / tp * grad_bytes
-            self._coll[key] = collective_time_s(self.system, "all_reduce", emb, 2, tp * cp * dp)
+            self._coll[key] = tied_embedding_sync_s(self.system, self.plan(tp=tp, cp=cp, pp=pp, dp=dp), self.spec)
+        return self._coll[key]
+
+    def optimizer_matrix(self, tp: int, cp: int, pp: int, vp: int, dp: int, rank: int) -> float:
+        if self.optimizer != "muon":
+            return 0.0
+        key = ("opt", tp, cp, pp, vp, dp, rank)
+        if key not in self._coll:
+            plan = self.plan(tp=tp, cp=cp, pp=pp, vp=vp, dp=dp)
+            self._coll[key] = optimizer_matrix_s(self.system, plan, self.spec, self.graph(tp, cp, 1, 0, 1), rank)
         return self._coll[key]
 
     # -- the vectorised pass ---------------------------------------------------------------------
@@ -205,73 +280,56 @@ class Evaluator:
         """step_time_s and memory_bytes for every row of `grid` (space.layout_grid's columns)."""
         g = grid
         n = len(g["tp"])
-        uniq, inv = unique_rows([g[c] for c in ("tp", "cp", "ep", "sp", "mb", "rec", "pp", "dp")])
-        grad_bytes = 2 if self.precision == "fp16" else 4
-        per = np.empty((len(uniq), 16))
-        for j, (tp, cp, ep, sp, mb, rec, pp, dp) in enumerate(uniq.tolist()):
-            st = self.stages(tp, cp, ep, sp, mb, rec, pp)
-            ar, rs, ag = self.dp_collectives(tp, cp, ep, pp, dp, st.worst_dense, st.worst_expert)
-            per[j] = (st.t_max, st.t_sum, st.avg_fwd, st.avg_bwd, st.avg_wgrad, st.worst_fwd, st.worst_bwd,
-                      st.worst_dense, st.worst_expert, st.worst_layers, ar, rs, ag,
-                      self.p2p(tp, cp, pp, dp, mb), self.tied_embedding(tp, cp, pp, dp, grad_bytes), 0.0)
-        (t_max0, t_sum0, avg_f, avg_b, avg_w, wf, wb, wdense, wexp, wlayers, ar, rs, ag, p2p, emb, _) = per[inv].T
+        split = np.array([SCHEDULES[name].defers_wgrad for name in SCHEDULE_LIST], dtype=np.int64)[g["sched"]]
+        uniq, inv = unique_rows([g[c] for c in ("tp", "cp", "ep", "sp", "mb", "rec", "pp", "vp", "dp")] + [split])
+        idx = self._cost_rows.lookup([tuple(row) for row in uniq.tolist()], self.layout_costs)
+        c = _columns(self._cost_rows.array()[idx[inv]])
 
-        m, pp, vp = (g[c].astype(float) for c in ("m", "pp", "vp"))
+        m, pp, vp = (g[k].astype(float) for k in ("m", "pp", "vp"))
         sched, zero = g["sched"], g["zero"]
-        hops = 2 * vp * p2p
-        t_max = t_max0 + hops
-        bubble = (t_sum0 + pp * hops) - t_max
-        bubble = np.where(sched == INTERLEAVED, bubble / vp, bubble)
-        fb = avg_f + avg_b
-        with np.errstate(invalid="ignore", divide="ignore"):
-            zb = np.where(fb > 0, np.maximum(0.0, fb - 2 * avg_w) / fb, 1.0)
-        bubble = np.where(sched == ZB_H1, bubble * zb, bubble)
-        pipe = m * t_max + bubble
-
-        layers = np.maximum(1.0, wlayers)
-        grad = np.where(zero == 0, ar, np.where(zero < 3, rs, 0.0))
-        param = np.where((zero == 1) | (zero == 2), ag, 0.0)
-        if overlap_dp_comm:
-            dp_exp = np.maximum(grad - wb, grad / layers) + np.where(param > 0, np.maximum(param - wf, param / layers), 0.0)
-        else:
-            dp_exp = grad + param
-        if overlap_fsdp_prefetch:
-            z3 = m * (np.maximum(0.0, ag - wf) + ag / layers + np.maximum(0.0, ag + rs - wb) + rs / layers)
-        else:
-            z3 = m * (ag + ag + rs)
-        dp_exp = np.where(zero == 3, z3, dp_exp)
-        # the part that hides still slows the compute beside it (analytic.comm_contention_fraction)
-        total = np.where(zero == 3, m * (2 * ag + rs), grad + param)
-        dp_exp = dp_exp + np.maximum(0.0, total - dp_exp) * comm_contention_fraction(self.system)
-
-        dpcp = (g["dp"] * g["cp"]).astype(float)
-        sharded = zero >= 1
-        local = wdense / np.where(sharded, dpcp, 1.0) + wexp / np.where(sharded, np.maximum(1.0, dpcp // g["ep"]), 1.0)
-        opt = optimizer_step_s(self.system.accelerator, self.optimizer, local) + emb
-        step = pipe + dp_exp + opt
+        hops = 2 * vp * c["p2p_s"]
+        t_max = c["t_max_s"] + hops
+        idle = (c["t_sum_s"] + pp * hops) - t_max
+        bubble = np.zeros(n)
+        for k, name in enumerate(SCHEDULE_LIST):
+            rows = (sched == k) & (pp > 1)
+            if rows.any():
+                t_avg = (c["t_sum_s"][rows] + pp[rows] * hops[rows]) / pp[rows]
+                bubble[rows] = SCHEDULES[name].bubble_s(idle[rows], m[rows], pp[rows], vp[rows], t_avg,
+                                                        c["avg_wgrad_s"][rows])
+        pipe = cf.pipeline_s(t_max, m, bubble)
+        dp_exp = cf.dp_exposed_s(zero, m, c["worst_fwd_s"], c["worst_bwd_s"], c["worst_layers"], c["all_reduce_s"],
+                                 c["reduce_scatter_s"], c["all_gather_s"], overlap_dp_comm, overlap_fsdp_prefetch,
+                                 can_overlap(self.system), comm_contention_fraction(self.system))
+        folded = g["tp"] * g["dp"] * g["cp"]  # MoE parallel folding: edp = tp·cp·dp/(ep·etp), etp 1 in the grid
+        local = cf.local_params(zero, c["worst_dense_params"], c["worst_expert_params"], (g["dp"] * g["cp"]).astype(float),
+                                (folded // g["ep"]).astype(float))
+        opt = cf.optimizer_step_s(local, optimizer_s_per_param(self.system.accelerator, self.optimizer),
+                                  c["optimizer_extra_s"])
+        step = np.asarray(pipe + dp_exp + opt)
 
         mem = self._memory(g, uniq, inv, m, pp, vp, sched, zero)
         assert mem.shape == (n,)
-        return {"step_time_s": step, "memory_bytes": mem, "pp_bubble_s": bubble, "dp_comm_exposed_s": dp_exp}
+        return {"step_time_s": step, "memory_bytes": mem, "pp_bubble_s": bubble, "dp_comm_exposed_s": np.asarray(dp_exp)}
 
     def _memory(self, g: dict[str, np.ndarray], uniq: np.ndarray, inv: np.ndarray, m: np.ndarray, pp: np.ndarray,
                 vp: np.ndarray, sched: np.ndarray, zero: np.ndarray) -> np.ndarray:
-        """memory.memory_per_rank over the grid: max of the first and last stage."""
-        per = np.empty((len(uniq), 4, 4))  # [shape, zero, (static0, static1, act0·, act1·)]
-        acts = np.empty((len(uniq), 4))
-        for j, (tp, cp, ep, sp, mb, rec, p, dp) in enumerate(uniq.tolist()):
-            st = self.stages(tp, cp, ep, sp, mb, rec, p)
-            acts[j] = (*st.act_per_mb, *st.act_working)
-            for z in range(4):
-                per[j, z, :2] = self.static_bytes(tp, cp, ep, p, dp, z)
-        s = per[inv, zero]  # (n, 4)
-        a = acts[inv]
-        # in-flight micro-batches (memory.in_flight_micro_batches): 1 | m (GPipe) | min(m, p(1 + (p-1)/(p v)))
-        inter = np.minimum(m, pp * (1.0 + (pp - 1) / (pp * vp)))
-        flight = np.where(pp == 1, 1.0, np.where(sched == GPIPE, m, np.where(sched == INTERLEAVED, inter, np.minimum(m, pp))))
-        first = s[:, 0] + a[:, 0] * flight + a[:, 2] + RUNTIME_BYTES
-        last = s[:, 1] + a[:, 1] * flight + a[:, 3] + RUNTIME_BYTES
-        return np.maximum(first, last)
+        """memory.peak_memory over the grid: max over the memory stages (first, second, last)."""
+        idx = self._mem_rows.lookup([tuple(row[:-1]) for row in uniq.tolist()], self.memory_rows)
+        per = self._mem_rows.array()[idx]  # (distinct, 6, k)
+        s = per[inv, zero]  # (n, k): static bytes of the row's ZeRO stage
+        a = per[inv, 4:]  # (n, 2, k): activations per micro-batch, working set
+        flight_p = np.zeros(len(m))
+        for i, name in enumerate(SCHEDULE_LIST):
+            rows = sched == i
+            if rows.any():
+                flight_p[rows] = SCHEDULES[name].in_flight(m[rows], pp[rows], vp[rows])
+        flight = np.asarray(cf.in_flight(pp, flight_p))[:, None]
+        return np.max(cf.rank_memory_bytes(s, a[:, 0], flight, a[:, 1], RUNTIME_BYTES), axis=1)
+
+
+def _pad(xs: tuple[float, ...], k: int) -> tuple[float, ...]:
+    return xs + (xs[-1],) * (k - len(xs))
 
 
 def unique_rows(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -290,4 +348,4 @@ def unique_rows(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return uniq, inv.reshape(-1)
 
 
-__all__ = ["ACT_BYTES", "Evaluator", "StageTable"]
+__all__ = ["Evaluator", "LayoutCosts", "StageTable", "unique_rows"]

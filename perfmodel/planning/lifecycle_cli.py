@@ -68,7 +68,7 @@ def cmd_noise_scale(a: argparse.Namespace) -> int:
 
 
 def cmd_goodput(a: argparse.Namespace, plan_from_args: Callable[[argparse.Namespace, int], Any]) -> int:
-    import perfmodel
+    from perfmodel.engines.registry import DEFAULT_ENGINE, run_engine
     from perfmodel.hardware.catalog import resolve_hardware
     from perfmodel.planning.checkpoint import goodput_from_model, load_storage
     from perfmodel.workload.builder import build_graph
@@ -77,7 +77,7 @@ def cmd_goodput(a: argparse.Namespace, plan_from_args: Callable[[argparse.Namesp
     spec = get_workload(a.workload)
     plan = plan_from_args(a, a.n_gpus)
     system, msgs = resolve_hardware(a.hardware, plan.world)
-    est = perfmodel.estimate(spec, system, plan)
+    est = run_engine(DEFAULT_ENGINE, spec, system, plan)
     params = build_graph(spec, 1, plan.seq_len or spec.seq_len, 1, 1, 1, False, plan.precision, "flash").total_params_full()
     storage = load_storage(a.storage)
     mtbf = a.gpu_mtbf_hours * 3600.0 if a.gpu_mtbf_hours else None

@@ -158,10 +158,11 @@ def policy_timings(workload: str, hardware: str, spec: RLPipelineSpec) -> tuple[
     learner_batch x unroll_length samples over learner_gpus."""
     from functools import lru_cache
 
-    import perfmodel
     from perfmodel.compute.ops import op_cost
     from perfmodel.engines.costs import host_op_s
+    from perfmodel.engines.registry import DEFAULT_ENGINE, run_engine
     from perfmodel.hardware.catalog import resolve_hardware
+    from perfmodel.parallel.plan import ParallelPlan
     from perfmodel.workload.builder import build_graph
     from perfmodel.workload.catalog import get_workload
 
@@ -181,8 +182,8 @@ def policy_timings(workload: str, hardware: str, spec: RLPipelineSpec) -> tuple[
     if samples % spec.learner_gpus:
         raise PerfmodelError(f"learner batch {spec.learner_batch} x unroll {spec.unroll_length} = {samples} samples "
                              f"do not divide over learner_gpus {spec.learner_gpus}")
-    plan = perfmodel.ParallelPlan(dp=spec.learner_gpus, global_batch=samples, micro_batch=samples // spec.learner_gpus)
-    learn = perfmodel.estimate(model, system, plan).step_time_s
+    plan = ParallelPlan(dp=spec.learner_gpus, global_batch=samples, micro_batch=samples // spec.learner_gpus)
+    learn = run_engine(DEFAULT_ENGINE, model, system, plan).step_time_s
     return inference_s, learn
 
 

@@ -23,11 +23,11 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from perfmodel.api import estimate
 from perfmodel.calibration.frameworks import framework as get_framework
-from perfmodel.calibration.profile import NONE, Profile, calibrated_system, load_profile
+from perfmodel.calibration.profile import NONE, Profile, calibrated_system, load_profile, with_interval
 from perfmodel.compute.ops import gemm_precision
-from perfmodel.engines.analytic import model_flop_per_step
+from perfmodel.engines.registry import DEFAULT_ENGINE, run_engine
+from perfmodel.engines.stages import model_flop_per_step
 from perfmodel.errors import LayoutError
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import System
@@ -84,14 +84,18 @@ class SearchResult:
                               f"(global batch {self.global_batch}, {self.n_layouts} layouts tried)")
         return row_plan(self.table.iloc[rank], self.global_batch, self.seq_len, self.precision)
 
-    def best(self, engine: Literal["analytic", "des"] = "analytic") -> Estimate:
-        return estimate(self.spec, self.system, self.plan(0), engine=engine, calibration=self.profile,
-                        framework=self.framework)
+    def best(self, engine: str = DEFAULT_ENGINE) -> Estimate:
+        return self._estimate(0, engine)
 
-    def estimates(self, k: int = 5, engine: Literal["analytic", "des"] = "analytic") -> list[Estimate]:
+    def _estimate(self, rank: int, engine: str) -> Estimate:
+        """The full estimate of layout `rank` on the calibrated System the table was scored on."""
+        fw = get_framework(self.framework) if self.framework else None
+        est = run_engine(engine, self.spec, calibrated_system(self.system, self.profile, fw), self.plan(rank))
+        return with_interval(est, self.profile, self.system, self.spec)
+
+    def estimates(self, k: int = 5, engine: str = DEFAULT_ENGINE) -> list[Estimate]:
         """Full estimates of the top k (engine="des" re-scores them with the event simulation)."""
-        return [estimate(self.spec, self.system, self.plan(i), engine=engine, calibration=self.profile, framework=self.framework)
-                for i in range(min(k, len(self.table)))]
+        return [self._estimate(i, engine) for i in range(min(k, len(self.table)))]
 
     def pareto_memory(self) -> pd.DataFrame:
         """Layouts no other layout beats on both step time and memory headroom."""

@@ -3,7 +3,7 @@ schedule) a job could run with, as NumPy columns, with the invalid combinations 
 
 Validity follows `ParallelPlan` and `ParallelPlan.validate_for` (tp divides the heads and is
 divided by, or divides, the KV heads; cp divides the sequence; ep divides the experts and
-dp·cp; pp·vp chunks no more than the layers; global batch a multiple of micro-batch · dp) plus
+tp·cp·dp (MoE parallel folding, etp 1); pp·vp chunks no more than the layers; global batch a multiple of micro-batch · dp) plus
 two rules of the frameworks themselves: Megatron's interleaved schedule needs the micro-batch
 count to be a multiple of pp, and tensor parallelism stays inside one scale-up domain unless
 `tp_within_node` is off. `SearchSpace` narrows the grid (fixed degrees, choices per knob).
@@ -14,14 +14,18 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from perfmodel.errors import LayoutError
 from perfmodel.hardware.catalog import System
+from perfmodel.parallel.schedules import SCHEDULE_NAMES, get_schedule
+from perfmodel.parallel.split import splittable
 from perfmodel.workload.spec import ModelSpec
 
-SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb-h1")
+SCHEDULE_LIST: tuple[str, ...] = SCHEDULE_NAMES  # the grid's `sched` column indexes this
+SCHEDULES = SCHEDULE_LIST
 RECOMPUTES: tuple[str, ...] = ("none", "selective", "full")
-GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1 = range(4)
+ONE_F_ONE_B = SCHEDULE_LIST.index("1f1b")
 
 Ints = tuple[int, ...]
 
@@ -40,13 +44,21 @@ class SearchSpace(BaseModel):
     micro_batch: Ints = Field((1, 2, 4, 8), description="sequences per micro-batch")
     zero_stage: tuple[Literal[0, 1, 2, 3], ...] = (0, 1, 2, 3)
     recompute: tuple[Literal["none", "selective", "full"], ...] = RECOMPUTES  # type: ignore[assignment]
-    schedules: tuple[Literal["gpipe", "1f1b", "interleaved", "zb-h1"], ...] = SCHEDULES  # type: ignore[assignment]
+    schedules: tuple[str, ...] = Field(SCHEDULE_NAMES, description="pipeline schedules to try (parallel/schedules/)")
     sequence_parallel: tuple[bool, ...] = (False, True)
     max_cp: int = Field(8, gt=0)
     tp_within_node: bool = Field(True, description="tp group inside one scale-up domain (NVLink)")
     min_headroom_bytes: float = Field(0.0, ge=0, description="HBM left free per GPU for a layout to count as fitting")
     overlap_dp_comm: bool = True
     overlap_fsdp_prefetch: bool = True
+
+    @field_validator("schedules")
+    @classmethod
+    def _known_schedules(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [s for s in v if s not in SCHEDULE_NAMES]
+        if bad:
+            raise LayoutError(f"unknown pipeline schedule(s) {bad}; valid: {', '.join(SCHEDULE_NAMES)}")
+        return v
 
 
 def divisors(n: int) -> list[int]:
@@ -96,7 +108,7 @@ def _keep(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray
 def layout_grid(spec: ModelSpec, system: System, gpu_counts: list[int], global_batch: int, seq_len: int,
                 space: SearchSpace) -> dict[str, np.ndarray]:
     """Every valid layout as int64 columns: world, dp, tp, pp, cp, ep, vp, sp (0/1), mb,
-    rec (index into RECOMPUTES), zero, sched (index into SCHEDULES), m (micro-batches)."""
+    rec (index into RECOMPUTES), zero, sched (index into SCHEDULE_LIST), m (micro-batches)."""
     cols: dict[str, np.ndarray] = {"world": np.asarray(sorted(set(gpu_counts)), dtype=np.int64)}
     cols = _expand(cols, "tp", _tp_choices(spec, system, space, max(gpu_counts)))
     cols = _expand(cols, "cp", _cp_choices(spec, seq_len, space))
@@ -107,8 +119,8 @@ def layout_grid(spec: ModelSpec, system: System, gpu_counts: list[int], global_b
     if space.dp:
         cols = _keep(cols, np.isin(cols["dp"], space.dp))
     cols = _expand(cols, "ep", _ep_choices(spec, space))
-    dpcp = cols["dp"] * cols["cp"]
-    cols = _keep(cols, (cols["ep"] <= dpcp) & (dpcp % cols["ep"] == 0))
+    folded = cols["tp"] * cols["dp"] * cols["cp"]  # MoE parallel folding: ep (etp 1) over tp·cp·dp
+    cols = _keep(cols, folded % cols["ep"] == 0)
 
     cols = _expand(cols, "sp", sorted({int(s) for s in space.sequence_parallel}))
     cols = _keep(cols, (cols["sp"] == 0) | (cols["tp"] > 1))
@@ -119,12 +131,22 @@ def layout_grid(spec: ModelSpec, system: System, gpu_counts: list[int], global_b
     cols = _expand(cols, "rec", [RECOMPUTES.index(r) for r in space.recompute])
 
     cols = _expand(cols, "vp", sorted(set(space.vp) | {1}))
-    allowed = sorted({SCHEDULES.index(s) for s in space.schedules})
+    allowed = sorted({SCHEDULE_LIST.index(s) for s in space.schedules})
     cols = _expand(cols, "sched", sorted(set(allowed) | {ONE_F_ONE_B}))  # pp = 1 runs "1f1b" whatever is allowed
     pp, vp, sched = cols["pp"], cols["vp"], cols["sched"]
+    chunked = np.array([get_schedule(name).chunked for name in SCHEDULE_LIST])[sched]
     one_stage = (pp == 1) & (vp == 1) & (sched == ONE_F_ONE_B)
-    flat = (pp > 1) & (vp == 1) & (sched != INTERLEAVED) & np.isin(sched, allowed)
-    inter = ((pp > 1) & (vp > 1) & (sched == INTERLEAVED) & np.isin(vp, space.vp)
-             & (pp * vp <= spec.num_layers) & (cols["m"] % pp == 0))
+    flat = (pp > 1) & (vp == 1) & ~chunked & np.isin(sched, allowed)
+    # Megatron's interleaved schedule needs the micro-batch count a multiple of pp
+    inter = (pp > 1) & (vp > 1) & chunked & np.isin(sched, allowed) & np.isin(vp, space.vp) & (cols["m"] % pp == 0)
     cols = _keep(cols, one_stage | flat | inter)
+    # pp x vp must split the layers as Megatron can (parallel/split.py)
+    codes = np.unique(cols["pp"] * 4096 + cols["vp"])
+    pairs = {(int(c) // 4096, int(c) % 4096) for c in codes if c // 4096 > 1}
+    bad = [pv for pv in pairs if not splittable(spec.num_layers, *pv)]
+    if bad:
+        drop = np.zeros(len(cols["pp"]), dtype=bool)
+        for p, v in bad:
+            drop |= (cols["pp"] == p) & (cols["vp"] == v)
+        cols = _keep(cols, ~drop)
     return _expand(cols, "zero", list(space.zero_stage))

@@ -177,7 +177,7 @@ def run_point(pt: Point, sweep: Sweep) -> pd.DataFrame:
 
 def _des_columns(df: pd.DataFrame, res: Any, des: DesStudy) -> None:
     from perfmodel.calibration.profile import calibrated_system
-    from perfmodel.engines.des import des_estimate  # no registry yet: the DES with jitter and seed
+    from perfmodel.engines.registry import run_engine  # the DES with its jitter, seed and straggler options
 
     calibrated = calibrated_system(res.system, res.profile)  # the profile the layouts were ranked with
     means, mins, maxs = [], [], []
@@ -191,8 +191,8 @@ def _des_columns(df: pd.DataFrame, res: Any, des: DesStudy) -> None:
         straggler = None
         if des.straggler_factor is not None:
             straggler = (0 if des.straggler_stage == "first" else plan.pp - 1, des.straggler_factor)
-        times = [des_estimate(res.spec, calibrated, plan, jitter_sigma=des.jitter_sigma, seed=s, straggler=straggler,
-                              trace=False).step_time_s for s in des.seeds]
+        times = [run_engine("des", res.spec, calibrated, plan, jitter_sigma=des.jitter_sigma, seed=s,
+                            straggler=straggler, trace=False).step_time_s for s in des.seeds]
         means.append(sum(times) / len(times))
         mins.append(min(times))
         maxs.append(max(times))

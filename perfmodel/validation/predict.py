@@ -17,6 +17,7 @@ from pathlib import Path
 
 from perfmodel.calibration.frameworks import apply_framework, framework
 from perfmodel.calibration.profile import Profile, calibrated_system, load_profile, with_interval
+from perfmodel.engines.registry import get_engine, run_engine
 from perfmodel.errors import MAX_QUOTE, PerfmodelError, clip
 from perfmodel.validation.runs import OUTPUT_COLUMNS, RowError, check_encoding, printable, read_rows, row_run
 from perfmodel.workload.catalog import load_workloads
@@ -41,15 +42,7 @@ def predict_row(row: dict[str, str], workloads: dict, engine: str = "analytic", 
         if attention_impl and attention_impl != run.plan.attention_impl:
             run.plan = run.plan.model_copy(update={"attention_impl": attention_impl})
             run.notes.append(f"attention {attention_impl} (--attention)")
-        system = calibrated_system(run.system, prof, fw)
-        if engine == "des":
-            from perfmodel.engines.des import des_estimate
-
-            est = des_estimate(run.spec, system, run.plan, run.notes)
-        else:
-            from perfmodel.engines.analytic import analytic_estimate
-
-            est = analytic_estimate(run.spec, system, run.plan, run.notes)
+        est = run_engine(engine, run.spec, calibrated_system(run.system, prof, fw), run.plan, run.notes)
         est = with_interval(est, prof, run.system, run.spec)
     except (PerfmodelError, RowError, ValueError, KeyError, ArithmeticError) as e:
         return _error(out, f"{type(e).__name__}: {e}")
@@ -81,6 +74,7 @@ def validate_file(runs: Path | str, out: Path | str, engine: str = "analytic", a
     """Predict every row of `runs` into `out`. `attention_impl` overrides the attention kernel
     every row's framework selects: 'flash' or 'unfused' (Megatron's baddbmm + fused softmax + bmm,
     before FlashAttention). `calibration`: None / 'default', 'none' or a profile path."""
+    get_engine(engine)  # an unknown engine is an error before any row is read
     rows = read_rows(runs)
     workloads = load_workloads()
     prof = load_profile(calibration)

@@ -1,6 +1,6 @@
 """Read a runs file (the validation contract of docs/VALIDATION.md) into (ModelSpec, ParallelPlan, System).
 
-Empty cells take the documented defaults: micro_batch 1, vp 1, cp 1, ep 1, precision bf16,
+Empty cells take the documented defaults: micro_batch 1, vp 1, cp 1, ep 1, etp 1, precision bf16,
 recompute none, zero_stage 0, sequence_parallel false, accelerator a100-sxm4-80gb; dp defaults
 to n_gpus / (tp·pp·cp) and n_gpus to dp·tp·pp·cp. Every default taken is named in `notes`.
 
@@ -213,6 +213,9 @@ def row_run(row: dict[str, str], workloads: dict[str, ModelSpec]) -> Run:
     spec = row_spec(row, workloads, notes)
     tp, pp = _int(row, "tp") or 1, _int(row, "pp") or 1
     cp, ep, vp = (_int(vals, c) or 1 for c in ("cp", "ep", "vp"))
+    etp = _int(row, "etp") or 1  # optional column (MoE parallel folding); empty = 1
+    if spec.family == "moe" and row.get("etp", "") == "":
+        used.append("etp=1")
     n_gpus, dp = _int(row, "n_gpus"), _int(row, "dp")
     if dp is None:
         if n_gpus is None:
@@ -238,7 +241,7 @@ def row_run(row: dict[str, str], workloads: dict[str, ModelSpec]) -> Run:
         raise RowError(f"column zero_stage {quote(vals['zero_stage'])}; allowed values: 0, 1, 2, 3")
     try:
         plan = ParallelPlan(
-            dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vp=vp, sequence_parallel=_bool(vals["sequence_parallel"], "sequence_parallel"),
+            dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vp=vp, sequence_parallel=_bool(vals["sequence_parallel"], "sequence_parallel"),
             zero_stage=int(zero or 0), micro_batch=_int(vals, "micro_batch") or 1, global_batch=gb,
             seq_len=_int(row, "seq_len") or spec.seq_len, recompute=rec, precision=prec,
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from perfmodel.errors import LayoutError
 from perfmodel.workload.graph import Comm, Graph, Layer, Op
+from perfmodel.workload.moe import MoEOptions, moe_block
 from perfmodel.workload.spec import ModelSpec
 from perfmodel.workload.ssm import mamba2_ops, mamba2_params
 
@@ -52,9 +53,12 @@ def _elementwise(name: str, elems: float, reads: float = 1, writes: float = 1, f
 
 
 def build_graph(spec: ModelSpec, micro_batch: int = 1, seq_len: int | None = None, tp: int = 1, cp: int = 1,
-                ep: int = 1, sp: bool = False, precision: str = "bf16", attention_impl: str = "flash") -> Graph:
-    """The graph of one micro-batch of `micro_batch` sequences on one shard."""
+                ep: int = 1, sp: bool = False, precision: str = "bf16", attention_impl: str = "flash",
+                moe: MoEOptions | None = None) -> Graph:
+    """The graph of one micro-batch of `micro_batch` sequences on one shard; `moe` carries the
+    expert layout (etp) and MoE run settings (perfmodel/workload/moe.py)."""
     s = seq_len or spec.seq_len
+    moe = moe or MoEOptions()
     b = micro_batch
     if attention_impl not in ("flash", "unfused"):
         raise LayoutError(f"attention_impl {attention_impl!r}; allowed values: flash, unfused")
@@ -62,7 +66,7 @@ def build_graph(spec: ModelSpec, micro_batch: int = 1, seq_len: int | None = Non
         if v < 1:
             raise LayoutError(f"{name} {v} must be a positive integer")
     if spec.family in ("dense", "moe", "encoder", "patch_transformer"):
-        layers = _transformer(spec, b, s, tp, cp, ep, sp, precision, attention_impl)
+        layers = _transformer(spec, b, s, tp, cp, ep, sp, precision, attention_impl, moe_opts=moe)
         tokens = b * s if spec.family != "patch_transformer" else b * _num_patches(spec, s) * (spec.input_size or 1)
     elif spec.family in ("lstm", "gru"):
         layers, tokens = _rnn(spec, b, s, precision), b * s
@@ -71,7 +75,7 @@ def build_graph(spec: ModelSpec, micro_batch: int = 1, seq_len: int | None = Non
     else:
         layers, tokens = _mlp(spec, b, precision), b
     return Graph(model_id=spec.id, layers=tuple(layers), micro_batch=b, seq_len=s, tokens=tokens,
-                 degrees={"tp": tp, "cp": cp, "ep": ep, "sp": int(sp)})
+                 degrees={"tp": tp, "cp": cp, "ep": ep, "etp": moe.etp, "sp": int(sp)})
 
 
 def _num_patches(spec: ModelSpec, s: int) -> int:
@@ -81,7 +85,7 @@ def _num_patches(spec: ModelSpec, s: int) -> int:
 
 # --------------------------------------------------------------------------------------------
 def _transformer(spec: ModelSpec, b: int, s: int, tp: int, cp: int, ep: int, sp: bool, precision: str,
-                 attn_impl: str) -> list[Layer]:
+                 attn_impl: str, moe_opts: MoEOptions | None = None) -> list[Layer]:
     h = spec.hidden
     if spec.family == "patch_transformer":
         # channel-independent patches: every variable's patches form one sequence
@@ -100,16 +104,16 @@ def _transformer(spec: ModelSpec, b: int, s: int, tp: int, cp: int, ep: int, sp:
         counts[kind] = counts.get(kind, 0) + 1
     for (mixer, ffn, scope), count in counts.items():
         layers.append(_block(spec, b, s, T, tp, cp, ep, sp, precision, attn_impl, moe=ffn == "moe", count=count,
-                             mixer=mixer, ffn=ffn, scope=scope))
+                             mixer=mixer, ffn=ffn, scope=scope, moe_opts=moe_opts))
     head = _head(spec, b, s, T, tp, sp, precision, ln_params)
     if spec.mtp_pattern is not None:
-        head = _with_mtp(spec, head, b, s, T, tp, cp, ep, sp, precision, attn_impl, ln_params)
+        head = _with_mtp(spec, head, b, s, T, tp, cp, ep, sp, precision, attn_impl, ln_params, moe_opts)
     layers.append(head)
     return layers
 
 
 def _with_mtp(spec: ModelSpec, head: Layer, b: int, s: int, T: int, tp: int, cp: int, ep: int, sp: bool,
-              precision: str, attn_impl: str, ln_params: int) -> Layer:
+              precision: str, attn_impl: str, ln_params: int, moe_opts: MoEOptions | None = None) -> Layer:
     """The head plus `mtp_depth` multi-token-prediction passes (DeepSeek-V3 Sec. 2.2, Megatron-Core
     MultiTokenPredictionBlock), on the last pipeline stage: per depth two norms, the projection
     [T, 2h] x [2h, h] of the concatenated hidden state and next-token embedding, the pattern's
@@ -128,7 +132,7 @@ def _with_mtp(spec: ModelSpec, head: Layer, b: int, s: int, T: int, tp: int, cp:
         for sym in pattern:
             kind = {"M": ("mamba", None), "*": ("attention", None), "-": (None, "dense"), "E": (None, "moe")}[sym]
             layer = _block(spec, b, s, T, tp, cp, ep, sp, precision, attn_impl, moe=kind[1] == "moe", count=1,
-                           mixer=kind[0], ffn=kind[1])
+                           mixer=kind[0], ffn=kind[1], moe_opts=moe_opts)
             sub += [_replace(o, name=f"mtp{depth}_{o.name}") for o in layer.ops]
             comms += [_replace_comm(c, f"mtp{depth}_{c.name}") for c in layer.comms]
             if depth == 0 or not spec.mtp_shared_weights:
@@ -339,10 +343,11 @@ def _ffn_ops(spec: ModelSpec, T: int, width: int, tp: int, precision: str, name:
 
 def _block(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, ep: int, sp: bool, precision: str,
            attn_impl: str, moe: bool, count: int, mixer: str | None = "attention", ffn: str | None = "dense",
-           scope: str = "global") -> Layer:
+           scope: str = "global", moe_opts: MoEOptions | None = None) -> Layer:
     """One layer: a mixer (attention or Mamba-2) and / or an FFN (dense or MoE), each pre-norm with
     a residual. A standard transformer layer has both; a hybrid-pattern layer has one of them.
-    `moe` and `ffn == "moe"` say the same (callers pass both)."""
+    `moe` and `ffn == "moe"` say the same (callers pass both); an MoE FFN is the block of moe.py,
+    laid out by `moe_opts`."""
     if moe:
         ffn = "moe"
     h = spec.hidden
@@ -365,45 +370,30 @@ def _block(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, ep: int, s
         ops.append(norm("norm2"))
     comms: list[Comm] = list(mamba_comms) if mixer == "mamba" else []
     expert_params = 0.0
+    moe_tp_region = 0  # the MoE FFN is a tp region only through its shared experts
     if ffn == "dense":
         ffn_ops, ffn_params = _ffn_ops(spec, T, spec.ffn_hidden or 4 * h, tp, precision, "mlp", spec.bias, saved_in)
         ops += ffn_ops
     elif ffn == "moe":
-        E, k = spec.num_experts or 1, spec.top_k or 1
-        if E % ep:
-            raise LayoutError(f"ep {ep} does not divide num_experts {E}")
-        el = E // ep
-        router = _gemm("router", T, E, h, "fp32" if precision != "fp16" else "fp16", in_bytes=ACT_BYTES)
-        ops.append(router)
-        ops.append(_elementwise("topk_softmax", T * E, 1, 1, 5, saved=T * E * 4))
-        tokens_local = T * k  # token copies this rank processes after dispatch (balanced routing)
-        me = max(1, tokens_local // el)
         width = spec.moe_ffn_hidden or h
-        gated = spec.activation in ("swiglu", "geglu")
-        if width % tp:
-            raise LayoutError(f"tp {tp} does not divide moe_ffn_hidden {width}")
-        f = width // tp
-        up_n = f * (2 if gated else 1)
-        ops += [
-            _replace(_gemm("expert_fc1", me, up_n, h, precision, batch=el), weight_params=float(el * h * up_n)),
-            _elementwise("expert_act", tokens_local * f, 2 if gated else 1, 1, 8, saved=tokens_local * up_n * ACT_BYTES),
-            _replace(_gemm("expert_fc2", me, h, f, precision, batch=el), weight_params=float(el * f * h)),
-            _elementwise("expert_combine", tokens_local * h, 1, 1, 2, saved=0.0),
-        ]
-        expert_params = el * (h * up_n + f * h)
-        ffn_params = expert_params + h * E
+        shared_ops: list[Op] = []
+        shared_params = 0.0
         if spec.num_shared_experts:
-            sh_ops, sh_params = _ffn_ops(spec, T, width * spec.num_shared_experts, tp, precision, "shared", False, 0.0)
-            ops += sh_ops
-            ffn_params += sh_params
-        if ep > 1:
-            a2a = tokens_local * h * ACT_BYTES
-            comms += [Comm("moe_dispatch", "all_to_all", "ep", a2a), Comm("moe_combine", "all_to_all", "ep", a2a)]
+            sh, shared_params = _ffn_ops(spec, T, width * spec.num_shared_experts, tp, precision, "shared", False, 0.0)
+            shared_ops = list(sh)
+        # the routed experts leave and re-enter the tp group through the all-to-all (and etp
+        # collectives), so only the shared experts make the MoE FFN a tp region
+        moe_tp_region = 1 if shared_ops else 0
+        blk = moe_block(spec, T, tp, ep, precision, moe_opts or MoEOptions(), shared_ops, shared_params)
+        ops += blk.ops
+        comms += blk.comms
+        ffn_params, expert_params = blk.params, blk.expert_params
     if ffn is not None:
         ops.append(dropout_add("mlp_residual"))
     if tp > 1:
         act = T * h * ACT_BYTES
-        nsub = (mixer is not None) + (ffn is not None)  # one gather/scatter pair per tp-sharded sub-layer
+        # one gather/scatter pair per tp-sharded sub-layer
+        nsub = (mixer is not None) + (ffn == "dense") + (moe_tp_region if ffn == "moe" else 0)
         if sp:
             comms += [Comm("tp_allgather", "all_gather", "tp", act, nsub, nsub),
                       Comm("tp_reducescatter", "reduce_scatter", "tp", act, nsub, nsub)]

@@ -19,7 +19,7 @@ from typing import Literal
 
 OpKind = Literal["gemm", "bmm", "attention", "ssd", "recurrence", "elementwise", "norm", "embedding", "loss"]
 CommKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
-CommGroup = Literal["tp", "cp", "ep", "dp", "pp"]
+CommGroup = Literal["tp", "cp", "ep", "etp", "dp", "pp"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,29 @@ class Op:
     head_dim: int = 0
     seq_q: int = 0
     seq_kv: int = 0
+    grouped: bool = False  # one grouped GEMM over `batch` experts (MoE), costed per expert shape
+    # the backward as two phases: input (data) gradients and weight gradients. -1 = derived:
+    # a GEMM with weights spends as many FLOPs on its weight-gradient GEMM as on its forward
+    # (1 of bwd_flop_factor 2) in one kernel per forward kernel; other ops have no separate phase
+    wgrad_flop_factor: float = -1.0
+    wgrad_kernels: int = -1
+
+    @property
+    def wgrad_factor(self) -> float:
+        """Weight-gradient FLOPs as a multiple of the forward's (part of bwd_flop_factor)."""
+        if self.wgrad_flop_factor >= 0:
+            return self.wgrad_flop_factor
+        return 1.0 if self.kind == "gemm" and self.has_weight_grad else 0.0
+
+    @property
+    def dgrad_factor(self) -> float:
+        return self.bwd_flop_factor - self.wgrad_factor
+
+    @property
+    def wgrad_kernel_count(self) -> int:
+        if self.wgrad_kernels >= 0:
+            return self.wgrad_kernels
+        return self.kernels if self.kind == "gemm" and self.has_weight_grad else 0
 
     @property
     def mflop(self) -> float:
@@ -68,6 +91,7 @@ class Comm:
     fwd: int = 1  # occurrences in the forward pass
     bwd: int = 1  # occurrences in the backward pass
     overlappable: bool = False  # can hide behind independent compute (CP ring, EP pipelining)
+    hide_behind: str = ""  # overlappable: the ops (name prefix) it hides behind; "" = the attention core
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,104 @@
+"""The closed forms that turn stage costs into a step, written once for floats and NumPy columns
+alike (np.maximum / np.where, no branches on values): the analytic engine calls them with
+scalars, the planner with one entry per layout, the DES for what it does not simulate.
+
+Pipeline (stages taking t_s per micro-batch, hops included; bubble from the schedule):
+    T_pipe = m · max_s t_s + bubble(Σ t_s − max_s t_s, ...)
+Data-parallel exposure, per step, on the slowest stage with f, b its forward / backward seconds
+per micro-batch and L its layer instances (one bucket = one layer's share):
+    ZeRO 0-2, overlap    max(G − b, G/L) + max(P − f, P/L)   (G grad reduction, P param gather)
+    ZeRO 0-2, no overlap G + P
+    ZeRO 3, prefetch     m · (max(0, A − f) + A/L + max(0, A + R − b) + R/L)
+    ZeRO 3, no prefetch  m · (2A + R)                          (A all-gather, R reduce-scatter)
+On a CPU nothing overlaps (the collective runs on the cores that compute). The part that hides
+slows the compute beside it by the NCCL contention fraction c:
+    T_dp = exposed + (total − exposed) · c
+Optimizer: local parameters (after ZeRO sharding over dp·cp, expert ones over dp·cp/ep) times
+seconds per parameter, plus the tied-embedding sync.
+Memory per rank: static bytes + activations per micro-batch · in flight + working set + runtime.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from perfmodel.parallel.schedules.base import Num
+
+_SCALARS = (float, int, bool, np.floating, np.integer, np.bool_)
+
+
+def _maximum(a: Any, b: Any) -> Any:
+    """np.maximum, without NumPy's dispatch cost when both are plain numbers."""
+    if isinstance(a, _SCALARS) and isinstance(b, _SCALARS):
+        return a if a >= b else b
+    return np.maximum(a, b)
+
+
+def _where(cond: Any, a: Any, b: Any) -> Any:
+    """np.where, without NumPy's dispatch cost when the condition is a plain truth value."""
+    if isinstance(cond, _SCALARS):
+        return a if cond else b
+    return np.where(cond, a, b)
+
+
+def _and(a: Any, b: Any) -> Any:
+    if isinstance(a, _SCALARS) and isinstance(b, _SCALARS):
+        return bool(a) and bool(b)
+    return np.logical_and(a, b)
+
+
+def pipeline_s(t_max_s: Num, m: Num, bubble_s: Num) -> Num:
+    """Seconds from the first forward to the last backward of one step."""
+    return m * t_max_s + bubble_s
+
+
+def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_reduce_s: Num, reduce_scatter_s: Num,
+                 all_gather_s: Num, overlap_dp_comm: Num, overlap_fsdp_prefetch: Num, can_overlap: Num,
+                 contention: Num) -> Num:
+    """Exposed data-parallel seconds of one step plus the compute slowed by the hidden part."""
+    L = _maximum(1.0, layers)
+    ag, rs = all_gather_s, reduce_scatter_s
+    grad = _where(zero == 0, all_reduce_s, _where(zero < 3, rs, 0.0))
+    param = _where(_and(zero >= 1, zero <= 2), ag, 0.0)
+    over = _and(overlap_dp_comm, can_overlap)
+    z012 = _where(over, _maximum(grad - bwd_s, grad / L), grad) + param_gather_exposed_s(param, fwd_s, L, over)
+    pre = _and(overlap_fsdp_prefetch, can_overlap)
+    z3_pre = m * (_maximum(0.0, ag - fwd_s) + ag / L + _maximum(0.0, ag + rs - bwd_s) + rs / L)
+    z3_total = m * (2 * ag + rs)
+    z3 = _where(pre, z3_pre, z3_total)
+    exposed = _where(zero == 3, z3, z012)
+    total = _where(zero == 3, z3_total, grad + param)
+    return exposed + _maximum(0.0, total - exposed) * contention
+
+
+def param_gather_exposed_s(param_s: Num, fwd_s: Num, layers: Num, overlap: Num) -> Num:
+    """ZeRO-1/2 all-gather of the updated weights: hides behind the next forward except one
+    layer's share when overlapped."""
+    return _where(overlap, _where(param_s > 0, _maximum(param_s - fwd_s, param_s / _maximum(1.0, layers)), 0.0),
+                    param_s)
+
+
+def local_params(zero: Num, dense_params: Num, expert_params: Num, dpcp: Num, edp: Num) -> Num:
+    """Parameters whose optimizer state this rank updates: ZeRO >= 1 shards dense ones over the
+    dp·cp ranks, expert ones over their expert-data-parallel group (edp, MoE parallel folding)."""
+    sharded = zero >= 1
+    return dense_params / _where(sharded, dpcp, 1.0) + expert_params / _where(sharded, _maximum(1.0, edp), 1.0)
+
+
+def optimizer_step_s(local: Num, s_per_param: Num, tied_embedding_s: Num = 0.0) -> Num:
+    return local * s_per_param + tied_embedding_s
+
+
+def in_flight(pp: Num, flight_when_pipelined: Num) -> Num:
+    """Micro-batches in flight: 1 without a pipeline, else what the schedule holds."""
+    return _where(pp == 1, 1.0, flight_when_pipelined)
+
+
+def rank_memory_bytes(static_bytes: Num, act_per_mb_bytes: Num, flight: Num, working_bytes: Num,
+                      runtime_bytes: Num) -> Num:
+    return static_bytes + act_per_mb_bytes * flight + working_bytes + runtime_bytes
+
+
+__all__ = ["dp_exposed_s", "in_flight", "local_params", "optimizer_step_s", "param_gather_exposed_s", "pipeline_s", "rank_memory_bytes"]

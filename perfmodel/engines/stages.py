@@ -1,0 +1,278 @@
+"""The stage-cost library both engines and the planner share: per model chunk and pipeline rank,
+the seconds of one micro-batch's forward, backward and weight-gradient work and what they are
+made of; the pipeline send; the data-parallel collectives of a stage's parameters; the FLOPs of
+a step. Every number comes from the cost functions (`costs.layer_time`, `comm.collectives`);
+the closed forms that combine them are in `closed_forms.py`, the schedules in
+`perfmodel/parallel/schedules/`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from perfmodel.comm.collectives import collective_time_s
+from perfmodel.compute import optimizers
+from perfmodel.engines.costs import LayerTime, layer_time
+from perfmodel.errors import LayoutError
+from perfmodel.hardware.catalog import System
+from perfmodel.hardware.specs import Accelerator
+from perfmodel.parallel.plan import ParallelPlan
+from perfmodel.parallel.ranks import expert_dp_stride, group_stride
+from perfmodel.parallel.split import EDGE_KINDS, chunk_layers, stage_layers
+from perfmodel.workload.builder import build_graph
+from perfmodel.workload.graph import Graph, Layer
+from perfmodel.workload.moe import MoEOptions
+from perfmodel.workload.spec import ModelSpec
+
+ACT_BYTES = 2  # bf16 activations cross stage boundaries
+# NCCL runs one CTA per channel on an SM of its own ("NCCL CTAs won't share an SM with compute
+# kernels", NVIDIA/nccl#689 / #1656), and a ring collective on an 8-GPU NVSwitch node with one NIC
+# per GPU runs about 16 channels (2 per NIC: NVIDIA/nccl#438, sjeaugey). While a DP collective
+# hides behind compute, that compute runs on SMs - 16 SMs.
+NCCL_CHANNELS = 16
+
+
+# ---- graphs and FLOPs -------------------------------------------------------------------------
+
+@lru_cache(maxsize=512)
+def cached_graph(spec: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int, ep: int, sp: bool,
+                 precision: str, attention_impl: str, moe: MoEOptions | None = None) -> Graph:
+    return build_graph(spec, micro_batch, seq_len, tp, cp, ep, sp, precision, attention_impl, moe)
+
+
+def moe_options(plan: ParallelPlan) -> MoEOptions:
+    """The MoE settings of a plan, in the builder's hashable form."""
+    return MoEOptions(plan.etp, plan.moe_imbalance, plan.moe_fp8_dispatch, plan.moe_shared_expert_overlap)
+
+
+def model_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
+    """The unsharded graph of one sequence (FLOP counts, full weight shapes)."""
+    return cached_graph(spec, 1, plan.seq_len or spec.seq_len, 1, 1, 1, False, plan.precision, plan.attention_impl)
+
+
+def plan_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
+    return cached_graph(spec, plan.micro_batch, plan.seq_len or spec.seq_len, plan.tp, plan.cp, plan.ep,
+                        plan.sequence_parallel, plan.precision, plan.attention_impl, moe_options(plan))
+
+
+@lru_cache(maxsize=1024)
+def model_flop_per_step(spec: ModelSpec, plan: ParallelPlan) -> tuple[float, float]:
+    """(model FLOPs, hardware FLOPs) of one optimizer step, whole job. Hardware FLOPs are the
+    model FLOPs plus the forward FLOPs recomputed, counted in the same (model) convention, as
+    PaLM defines HFU (Chowdhery et al. 2022, App. B), so HFU >= MFU always; counting executed
+    FLOPs instead (causal attention halved) put HFU below MFU whenever little was recomputed."""
+    full = model_graph(spec, plan)
+    return _with_recompute(full, plan, full.train_model_flop() * plan.global_batch, plan.global_batch)
+
+
+def _with_recompute(graph: Graph, plan: ParallelPlan, model: float, per_graph: float) -> tuple[float, float]:
+    recomputed = 0.0
+    for layer in graph.layers:
+        if not layer.recomputable:
+            continue
+        if plan.recompute == "full":
+            recomputed += layer.fwd_model_flop * layer.count
+        elif plan.recompute == "selective":
+            recomputed += sum(o.mflop for o in layer.ops if o.attn_core) * layer.count
+    return model, model + recomputed * per_graph
+
+
+def graph_flop_per_step(graph: Graph, plan: ParallelPlan) -> tuple[float, float]:
+    """(model, hardware) FLOPs of one step from a graph of one micro-batch (imported graphs)."""
+    per_mb = plan.global_batch / graph.micro_batch
+    return _with_recompute(graph, plan, graph.train_model_flop() * per_mb, per_mb)
+
+
+def check_imported(graph: Graph, plan: ParallelPlan) -> list[str]:
+    """An imported graph is not sharded: dp and pp only, traced at the micro-batch it runs."""
+    if plan.tp > 1 or plan.cp > 1 or plan.ep > 1:
+        raise LayoutError(f"an imported graph ({graph.model_id}) is not sharded: use dp and pp only "
+                          f"(got tp {plan.tp}, cp {plan.cp}, ep {plan.ep})")
+    if plan.micro_batch != graph.micro_batch:
+        raise LayoutError(f"micro_batch {plan.micro_batch} != the traced example batch {graph.micro_batch}: "
+                          "trace with the micro-batch you will run")
+    body = sum(layer.count for layer in graph.layers if layer.kind not in EDGE_KINDS)
+    return plan.pipeline_notes(max(body, 1), graph.model_id)
+
+
+# ---- per stage ----------------------------------------------------------------------------------
+
+@lru_cache(maxsize=4096)
+def cached_layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
+    """costs.layer_time, memoised on (system, plan, layer): engines and planner ask for the same layers."""
+    return layer_time(system, plan, layer)
+
+
+@dataclass(frozen=True, slots=True)
+class StageCost:
+    """One model chunk (or a whole pipeline rank: the sum of its chunks) for one micro-batch."""
+
+    fwd_s: float = 0.0  # forward, host limit included
+    bwd_s: float = 0.0  # backward incl. recompute, host limit included
+    bwd_input_s: float = 0.0  # the backward without its weight-gradient phase, run on its own (ZB-H1's B)
+    wgrad_s: float = 0.0  # the weight-gradient phase, run on its own (ZB-H1's W)
+    fwd_gpu_s: float = 0.0
+    bwd_gpu_s: float = 0.0
+    recompute_s: float = 0.0
+    comm_s: float = 0.0  # exposed tp / ep / cp collectives (forward, backward, recompute)
+    host_s: float = 0.0  # host time not hidden behind the GPU
+    dense_params: float = 0.0  # parameters held (data-parallel over dp·cp)
+    expert_params: float = 0.0  # expert parameters held (data-parallel over dp·cp/ep)
+    layers: float = 0.0  # layer instances
+
+    def __add__(self, other: StageCost) -> StageCost:
+        return StageCost(*(a + b for a, b in zip(self._astuple(), other._astuple(), strict=True)))
+
+    def _astuple(self) -> tuple[float, ...]:
+        return (self.fwd_s, self.bwd_s, self.bwd_input_s, self.wgrad_s, self.fwd_gpu_s, self.bwd_gpu_s, self.recompute_s, self.comm_s,
+                self.host_s, self.dense_params, self.expert_params, self.layers)
+
+    @property
+    def t_s(self) -> float:
+        return self.fwd_s + self.bwd_s
+
+
+def layers_cost(system: System, plan: ParallelPlan, layers: list[tuple[Layer, float]],
+                memo: dict[int, LayerTime] | None = None) -> StageCost:
+    """The StageCost of `layers` ((layer, instances) pairs) on one rank; `memo` (by layer
+    identity) spares re-hashing the same layers for every chunk of one plan."""
+    f = b = bi = w = fg = bg = rc = cm = h = dense = expert = n_total = 0.0
+    memo = {} if memo is None else memo
+    for layer, n in layers:
+        lt = memo.get(id(layer))
+        if lt is None:
+            lt = memo[id(layer)] = cached_layer_time(system, plan, layer)
+        f += n * lt.fwd_s
+        b += n * lt.bwd_s
+        bi += n * lt.bwd_input_s
+        w += n * lt.wgrad_s
+        fg += n * lt.fwd_gpu_s
+        bg += n * lt.bwd_gpu_s
+        rc += n * lt.recompute_gpu_s
+        cm += n * (lt.fwd_comm_s + lt.bwd_comm_s + lt.recompute_comm_s)
+        h += n * lt.host_exposed_s
+        dense += n * (layer.params - layer.expert_params)
+        expert += n * layer.expert_params
+        n_total += n
+    return StageCost(f, b, bi, w, fg, bg, rc, cm, h, dense, expert, n_total)
+
+
+_CHUNK_CACHE: dict[tuple[System, ParallelPlan, int], tuple[Graph, tuple[StageCost, ...]]] = {}
+_CHUNK_CACHE_SIZE = 1024
+
+
+def chunk_costs(system: System, plan: ParallelPlan, graph: Graph) -> tuple[StageCost, ...]:
+    """Per virtual stage vs = chunk·pp + rank (Megatron's layout, parallel/split.py); memoised on
+    (system, plan, the graph object) since a warm estimate asks for the same ones again."""
+    key = (system, plan, id(graph))
+    hit = _CHUNK_CACHE.get(key)
+    if hit is not None and hit[0] is graph:
+        return hit[1]
+    p, v = plan.pp, plan.vp
+    memo: dict[int, LayerTime] = {}
+    out = tuple(layers_cost(system, plan, chunk_layers(graph, p, v, vs), memo) for vs in range(p * v))
+    if len(_CHUNK_CACHE) >= _CHUNK_CACHE_SIZE:
+        _CHUNK_CACHE.pop(next(iter(_CHUNK_CACHE)))
+    _CHUNK_CACHE[key] = (graph, out)
+    return out
+
+
+def rank_costs(chunks: tuple[StageCost, ...], pp: int) -> tuple[StageCost, ...]:
+    """Per pipeline rank: the sum of its model chunks."""
+    out = []
+    for s in range(pp):
+        acc = chunks[s]
+        for vs in range(s + pp, len(chunks), pp):
+            acc = acc + chunks[vs]
+        out.append(acc)
+    return tuple(out)
+
+
+def p2p_time_s(system: System, plan: ParallelPlan, graph: Graph, spec: ModelSpec | None) -> float:
+    """One activation (or its gradient) crossing one stage boundary for one micro-batch."""
+    if plan.pp == 1:
+        return 0.0
+    _, stride = group_stride(plan, "pp")
+    if spec is None:  # imported graph: the biggest body-layer input is what crosses
+        size = max((layer.input_bytes for layer in graph.layers if layer.kind not in EDGE_KINDS), default=0.0)
+        return collective_time_s(system, "send_recv", size, 2, stride)
+    tokens = graph.tokens // plan.cp
+    # each tp rank sends 1/tp of the activation and the receivers all-gather it over the
+    # scale-up fabric (Megatron's scatter/gather optimisation, Narayanan et al. 2021 §4.1;
+    # with sequence parallelism the activation is already split)
+    size = tokens * spec.hidden * ACT_BYTES / plan.tp
+    return collective_time_s(system, "send_recv", size, 2, stride)
+
+
+@dataclass(frozen=True, slots=True)
+class DpCollectives:
+    """Seconds of a stage's data-parallel collectives, unoverlapped, by ZeRO stage:
+        ZeRO 0       grad: all-reduce of the gradients after the last micro-batch's backward
+        ZeRO 1, 2    grad: reduce-scatter of the gradients; param: all-gather of the bf16 weights
+        ZeRO 3       per micro-batch: all-gather of the weights (forward, again in backward) and
+                     reduce-scatter of the gradients
+    Gradients reduce at `plan.grad_bytes` per element (grad_reduce_bytes when set)."""
+
+    all_reduce_s: float
+    reduce_scatter_s: float
+    all_gather_s: float
+
+
+def dp_collectives(system: System, plan: ParallelPlan, dense_params: float, expert_params: float) -> DpCollectives:
+    n_dense, dense_stride = group_stride(plan, "dp")
+    n_exp, exp_stride = expert_dp_stride(plan)
+    g = plan.grad_bytes
+
+    def coll(kind: str, bytes_per: float) -> float:
+        t = collective_time_s(system, kind, dense_params * bytes_per, n_dense, dense_stride)
+        if expert_params:
+            t += collective_time_s(system, kind, expert_params * bytes_per, n_exp, exp_stride)
+        return t
+
+    return DpCollectives(coll("all_reduce", g), coll("reduce_scatter", g), coll("all_gather", ACT_BYTES))
+
+
+def comm_contention_fraction(system: System) -> float:
+    """Fraction of compute throughput lost while an overlapped collective runs (NCCL_CHANNELS)."""
+    if system.accelerator.kind != "gpu":
+        return 0.0
+    return min(0.5, NCCL_CHANNELS / max(1, system.accelerator.num_compute_units))
+
+
+def can_overlap(system: System) -> bool:
+    """On a CPU the collective runs on the cores that compute (gloo): nothing hides."""
+    return system.accelerator.kind != "cpu"
+
+
+@lru_cache(maxsize=256)
+def optimizer_s_per_param(acc: Accelerator, optimizer: str) -> float:
+    """Seconds of the element-wise optimizer update per local parameter (compute/optimizers.py:
+    measured where calibrated, else its bytes per parameter through HBM); linear in the count."""
+    return optimizers.elementwise_step_s(acc, optimizer, 1.0)
+
+
+def optimizer_matrix_s(system: System, plan: ParallelPlan, spec: ModelSpec | None, graph: Graph, rank: int) -> float:
+    """The optimizer work that is not element-wise, for pipeline rank `rank`: Muon's
+    Newton-Schulz on the rank's full 2-D weights and the gathers it needs (0 for the others)."""
+    if plan.optimizer != "muon":
+        return 0.0
+    full = model_graph(spec, plan) if spec is not None else graph
+    mats = optimizers.weight_matrices(stage_layers(full, plan.pp, rank, plan.vp))
+    return optimizers.optimizer_step_s(system, plan, 0.0, mats)
+
+
+def tied_embedding_sync_s(system: System, plan: ParallelPlan, spec: ModelSpec | None) -> float:
+    """All-reduce of the tied embedding's gradient between the first and last stage (pp > 1)."""
+    if spec is None or plan.pp == 1 or not spec.tied_embeddings or not spec.vocab:
+        return 0.0
+    emb = spec.vocab * spec.hidden / plan.tp * plan.grad_bytes
+    return collective_time_s(system, "all_reduce", emb, 2, plan.tp * plan.cp * plan.dp)
+
+
+__all__ = [
+    "ACT_BYTES", "DpCollectives", "StageCost", "cached_graph", "cached_layer_time", "can_overlap", "check_imported",
+    "chunk_costs", "comm_contention_fraction", "dp_collectives", "graph_flop_per_step", "layers_cost",
+    "model_flop_per_step", "model_graph", "moe_options", "optimizer_matrix_s", "optimizer_s_per_param", "p2p_time_s",
+    "plan_graph", "rank_costs", "tied_embedding_sync_s",
+]

@@ -1,0 +1,105 @@
+"""What both engines do around the pipeline: check the plan against the model, cost every stage
+once, and turn a step time into an Estimate (memory, FLOPs, fit, messages). Neither engine runs
+the other: each takes the same `StepInputs` and times the step its own way."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from perfmodel.compute.ops import gemm_precision
+from perfmodel.engines import closed_forms as cf
+from perfmodel.engines.stages import (
+    StageCost,
+    check_imported,
+    chunk_costs,
+    graph_flop_per_step,
+    model_flop_per_step,
+    optimizer_matrix_s,
+    optimizer_s_per_param,
+    p2p_time_s,
+    plan_graph,
+    rank_costs,
+    tied_embedding_sync_s,
+)
+from perfmodel.estimate import Estimate
+from perfmodel.hardware.catalog import System
+from perfmodel.hardware.derating import estimate_context
+from perfmodel.memory import peak_memory
+from perfmodel.parallel.plan import ParallelPlan
+from perfmodel.parallel.schedules import get_schedule
+from perfmodel.units import fmt
+from perfmodel.workload.graph import Graph
+from perfmodel.workload.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    spec: ModelSpec | None
+    system: System
+    plan: ParallelPlan
+    graph: Graph
+    messages: tuple[str, ...]
+    chunks: tuple[StageCost, ...]  # per virtual stage chunk·pp + rank
+    ranks: tuple[StageCost, ...]  # per pipeline rank
+    p2p_s: float  # one activation crossing one stage boundary
+
+    @property
+    def hops_s(self) -> float:
+        """p2p seconds per micro-batch on a rank: activation out and gradient back, per chunk."""
+        return 2 * self.plan.vp * self.p2p_s
+
+    @property
+    def stage_time_s(self) -> tuple[float, ...]:
+        """Per rank, seconds of one micro-batch under the plan's schedule, p2p included."""
+        sched = get_schedule(self.plan.schedule_name)
+        hops = self.hops_s
+        return tuple(float(sched.stage_s(r.fwd_s, r.bwd_s, r.bwd_input_s, r.wgrad_s)) + hops for r in self.ranks)
+
+    def optimizer_s(self, rank: int) -> float:
+        """Optimizer step of pipeline rank `rank`, with the tied-embedding sync."""
+        plan, r = self.plan, self.ranks[rank]
+        local = cf.local_params(plan.zero_stage, r.dense_params, r.expert_params, plan.dp * plan.cp, plan.edp)
+        extra = tied_embedding_sync_s(self.system, plan, self.spec) + optimizer_matrix_s(
+            self.system, plan, self.spec, self.graph, rank)
+        return float(cf.optimizer_step_s(local, optimizer_s_per_param(self.system.accelerator, plan.optimizer), extra))
+
+
+def prepare(spec: ModelSpec | None, system: System, plan: ParallelPlan, messages: list[str] | None = None,
+            graph: Graph | None = None) -> StepInputs:
+    """Validate `plan` for the model (a ModelSpec, or with spec None a prebuilt graph such as
+    from_torch's) and cost its stages."""
+    msgs = list(messages or [])
+    if spec is not None:
+        msgs += plan.validate_for(spec, plan.world)
+        graph = plan_graph(spec, plan)
+    elif graph is None:
+        raise ValueError("an estimate needs a ModelSpec or a Graph")
+    else:
+        msgs += check_imported(graph, plan)
+    chunks = chunk_costs(system, plan, graph)
+    return StepInputs(spec, system, plan, graph, tuple(msgs), chunks, rank_costs(chunks, plan.pp),
+                      p2p_time_s(system, plan, graph, spec))
+
+
+def finish(inp: StepInputs, engine: str, step_time_s: float, breakdown_s: dict[str, float],
+           timeline: list[dict[str, Any]] | None = None) -> Estimate:
+    spec, plan, graph, acc = inp.spec, inp.plan, inp.graph, inp.system.accelerator
+    msgs = list(inp.messages)
+    mem = peak_memory(graph, plan)
+    if mem.total_bytes > acc.hbm_bytes:
+        msgs.append(f"does not fit: {fmt(mem.total_bytes, 'B')} per GPU > {fmt(acc.hbm_bytes, 'B')} of HBM")
+    model_flop, hw_flop = model_flop_per_step(spec, plan) if spec is not None else graph_flop_per_step(graph, plan)
+    tokens = (plan.global_batch * (plan.seq_len or spec.seq_len) if spec is not None
+              else plan.global_batch * graph.tokens / graph.micro_batch)
+    return Estimate(
+        workload=spec.id if spec is not None else graph.model_id, system=inp.system.name, accelerator=acc.id, plan=plan,
+        engine=engine, step_time_s=float(step_time_s), breakdown_s=breakdown_s, memory=mem, hbm_bytes=acc.hbm_bytes,
+        tokens_per_step=float(tokens), model_flop_per_step=model_flop, hardware_flop_per_step=hw_flop,
+        peak_flop_per_s=acc.matrix_peak_flop_per_s(gemm_precision(plan.precision)), n_gpus=plan.world,
+        messages=tuple(msgs), timeline=timeline, stage_time_s=inp.stage_time_s,
+        **estimate_context(inp.system, plan.precision),  # type: ignore[arg-type]
+    )
+
+
+__all__ = ["StepInputs", "finish", "prepare"]

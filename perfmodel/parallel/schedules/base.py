@@ -1,0 +1,58 @@
+"""What a pipeline schedule is: an order of work per stage (the DES plays it), a closed-form
+bubble and the micro-batches whose activations it holds (the analytic engine and the planner
+evaluate them, on floats and on NumPy columns alike).
+
+Units: seconds for times, micro-batches for `in_flight`. A rank's time per micro-batch t_s is
+`stage_s` (forward + backward, or forward + input-gradient + weight-gradient phases for a
+schedule that splits them) plus its p2p sends; `idle_s` is Σ_s t_s − max_s t_s, the 1F1B bubble
+(Narayanan et al. 2021 §2.2), and a schedule's bubble is a function of it, of the mean t_s
+(`t_avg_s`) and of the mean weight-gradient phase (`wgrad_avg_s`).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+Work = tuple[str, int, int]  # (kind F / B / W, micro-batch, model chunk)
+Num = float | npt.NDArray[np.float64]
+
+
+class PipelineSchedule:
+    """One schedule. Subclasses set the class variables and override the three methods."""
+
+    name: ClassVar[str]
+    chunked: ClassVar[bool] = False  # runs vp > 1 model chunks per rank
+    defers_wgrad: ClassVar[bool] = False  # splits backward into B (input grads) and W (weight grads)
+
+    def order(self, p: int, m: int, v: int, s: int) -> list[Work]:
+        """Stage s's sequence of work for m micro-batches over p ranks with v chunks each."""
+        raise NotImplementedError
+
+    def stage_s(self, fwd_s: Num, bwd_s: Num, bwd_input_s: Num, wgrad_s: Num) -> Num:
+        """A rank's compute seconds per micro-batch under this schedule (p2p excluded)."""
+        return fwd_s + bwd_s
+
+    def bubble_s(self, idle_s: Num, m: Num, p: Num, v: Num, t_avg_s: Num, wgrad_avg_s: Num) -> Num:
+        """Pipeline seconds beyond m·max_s t_s (see the module docstring)."""
+        raise NotImplementedError
+
+    def in_flight(self, m: Num, p: Num, v: Num) -> Num:
+        """Micro-batches of a whole rank's activations held at the peak, for p > 1."""
+        raise NotImplementedError
+
+    def check(self, pp: int, vp: int, m: int) -> list[str]:
+        """Notes on a layout this schedule runs with caveats; a LayoutError if it cannot run it."""
+        from perfmodel.errors import LayoutError
+
+        if vp > 1 and not self.chunked:
+            raise LayoutError(f"schedule {self.name!r} runs one model chunk per pipeline rank: vp must be 1 (got vp {vp}); "
+                              "use schedule 'interleaved' for virtual stages")
+        if self.chunked and vp == 1:
+            raise LayoutError(f"schedule {self.name!r} needs vp > 1 (got vp 1)")
+        return []
+
+
+__all__ = ["Num", "PipelineSchedule", "Work"]

@@ -1,0 +1,279 @@
+"""MoE as Megatron-Core runs it: parallel folding, router, permutation, dispatch, grouped GEMMs,
+imbalance, shared-expert overlap, expert-data-parallel gradient reduction."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import pytest
+
+import perfmodel
+from perfmodel import ParallelPlan
+from perfmodel.compute.ops import grouped_gemm_cost, op_cost
+from perfmodel.engines.analytic import analytic_estimate
+from perfmodel.engines.costs import comm_s, layer_time
+from perfmodel.engines.stages import dp_collectives, moe_options, plan_graph
+from perfmodel.errors import LayoutError
+from perfmodel.memory import memory_per_rank
+from perfmodel.parallel.ranks import group_stride
+from perfmodel.validation.predict import validate_file
+from perfmodel.workload.builder import build_graph
+from perfmodel.workload.catalog import load_workloads
+from perfmodel.workload.graph import Graph, Layer
+from perfmodel.workload.moe import FP8_DISPATCH_BYTES, MoEOptions
+
+WL = load_workloads()
+MIXTRAL, DSV3 = WL["mixtral-8x7b"], WL["deepseek-v3"]
+
+
+def moe_layer(g: Graph) -> Layer:
+    return next(layer for layer in g.layers if layer.kind == "moe")
+
+
+def ops(layer: Layer) -> dict:
+    return {o.name: o for o in layer.ops}
+
+
+def comms(layer: Layer) -> dict:
+    return {c.name: c for c in layer.comms}
+
+
+def h100(n: int):
+    return perfmodel.resolve_system("h100-sxm5-80gb", None, n)[0]
+
+
+# ---------------------------------------------------------------- FLOPs against torch
+@pytest.mark.parametrize("tp, ep, etp, dp, score", [(1, 1, 1, 1, "softmax"), (2, 4, 1, 2, "sigmoid"),
+                                                    (2, 2, 2, 2, "softmax"), (1, 4, 2, 8, "softmax")])
+def test_moe_flops_with_permutation_equal_flop_counter(tp: int, ep: int, etp: int, dp: int, score: str) -> None:
+    """The tp·dp ranks of a layout together compute what one permuting torch module computes
+    for all their tokens: router (fp32) + every expert's chunk + the shared expert."""
+    torch = pytest.importorskip("torch")
+    import torch_reference as R
+
+    spec = DSV3.with_(num_experts=16, top_k=4, moe_ffn_hidden=256, hidden=512, num_heads=8, first_dense_layers=0,
+                      num_layers=1, mla=None, attention="mha")
+    b, s = 1, 256  # tokens per attention group; (dp·b·s)·k divisible by E: balanced chunks are exact
+    with torch.device("meta"):
+        ref = R.PermutedMoEFFN(512, 16, 4, 256, shared=1, score=score)
+        x = torch.zeros(dp * b, s, 512)
+    want = R.count_flop(ref, x)
+    layer = moe_layer(build_graph(spec, micro_batch=b, seq_len=s, tp=tp, ep=ep, sp=tp > 1, moe=MoEOptions(etp=etp)))
+    names = ("router", "expert_fc1", "expert_fc2", "shared_fc1", "shared_fc2")
+    per_rank = sum(o.mflop for o in layer.ops if o.name in names)
+    assert per_rank * tp * dp == want
+    # the permutation moves T/tp·k rows of h on each rank, forward; un-permutation reads them back
+    o = ops(layer)
+    assert o["permute"].bytes == (b * s // tp) * 4 * 512 * 2 * 2
+
+
+# ---------------------------------------------------------------- folding
+def test_folding_accepts_ep_over_tp_cp_dp_and_names_valid_choices() -> None:
+    # ep 32 over tp 4 x dp 8 = 32 ranks: valid under folding (the pre-folding check wanted ep | dp x cp = 8)
+    plan = ParallelPlan(tp=4, dp=8, ep=32, sequence_parallel=True, global_batch=64)
+    assert plan.edp == 1
+    with pytest.raises(LayoutError, match=r"ep 32 x etp 1 = 32 must divide tp 2 x cp 1 x dp 8 = 16.*"
+                                          r"valid ep with etp 1: \[1, 2, 4, 8, 16\]"):
+        ParallelPlan(tp=2, dp=8, ep=32, global_batch=64)
+    with pytest.raises(LayoutError, match=r"ep 8 x etp 4 = 32 must divide .* = 16.*valid ep with etp 4: \[1, 2, 4\]"):
+        ParallelPlan(tp=2, dp=8, ep=8, etp=4, global_batch=64)
+    with pytest.raises(LayoutError, match="etp 3 does not divide moe_ffn_hidden 14336"):
+        ParallelPlan(tp=1, dp=6, ep=2, etp=3, global_batch=6).validate_for(MIXTRAL)
+    with pytest.raises(LayoutError, match="ep 16 does not divide num_experts 8"):
+        ParallelPlan(dp=16, ep=16, global_batch=16).validate_for(MIXTRAL)
+
+
+def test_folded_groups_and_expert_data_parallel_reduction() -> None:
+    # tp 2, cp 2, dp 4 = 16 ranks per stage; experts as etp 2 x ep 4 x edp 2
+    plan = ParallelPlan(tp=2, cp=2, dp=4, ep=4, etp=2, sequence_parallel=True, global_batch=8)
+    assert plan.edp == 2
+    assert group_stride(plan, "etp") == (2, 1)
+    assert group_stride(plan, "ep") == (4, 2)
+    assert group_stride(plan, "edp") == (2, 8)
+    # each rank holds E/ep = 2 experts of width f/etp: 2 x 3·h·(14336/2) parameters
+    g = plan_graph(MIXTRAL, plan)
+    layer = moe_layer(g)
+    assert layer.expert_params == 2 * 3 * 4096 * 7168
+    # ZeRO-1 shards the 12 B/param of expert optimizer state over edp = 2 ranks
+    z1 = memory_per_rank(g, plan.model_copy(update={"zero_stage": 1}))
+    z0 = memory_per_rank(g, plan)
+    dense = (layer.params - layer.expert_params) * layer.count + sum(
+        lyr.params for lyr in g.layers if lyr.kind in ("embedding", "head"))
+    expert = layer.expert_params * layer.count
+    assert z0.optimizer_bytes - z1.optimizer_bytes == pytest.approx(12 * (dense * (1 - 1 / 8) + expert * (1 - 1 / 2)))
+    # the expert gradient all-reduce runs over edp = 2 ranks 8 apart (the first 8 ranks hold one copy)
+    sys_ = h100(16 * 4)
+    from perfmodel.comm.collectives import collective_time_s
+    assert dp_collectives(sys_, plan, 0.0, 1e9).all_reduce_s == pytest.approx(collective_time_s(sys_, "all_reduce", 4e9, 2, 8))
+
+
+def test_runs_file_with_folded_ep_and_etp_column_is_predicted(tmp_path) -> None:
+    cols = ["run_id", "model", "seq_len", "global_batch", "micro_batch", "tp", "pp", "dp", "cp", "ep",
+            "sequence_parallel", "precision", "accelerator", "n_gpus", "step_time_s", "notes", "framework", "etp"]
+    rows = [
+        # ep 8 over tp 2 x dp 4: rejected before folding (ep must divide dp x cp = 4)
+        ["fold-ep", "mixtral-8x7b", 4096, 64, 1, 2, 1, 4, 1, 8, "true", "bf16", "h100-sxm5-80gb", 8, 1.0, "", "megatron-core", ""],
+        ["fold-etp", "mixtral-8x7b", 4096, 64, 1, 2, 1, 4, 1, 4, "true", "bf16", "h100-sxm5-80gb", 8, 1.0, "", "megatron-core", 2],
+        ["bad-etp", "mixtral-8x7b", 4096, 64, 1, 2, 1, 4, 1, 8, "true", "bf16", "h100-sxm5-80gb", 8, 1.0, "", "megatron-core", 2],
+    ]
+    runs = tmp_path / "runs.csv"
+    with open(runs, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols)
+        w.writerows(rows)
+    out = {r["run_id"]: r for r in validate_file(runs, tmp_path / "pred.csv")}
+    assert out["fold-ep"]["status"] == "ok" and out["fold-etp"]["status"] == "ok"
+    assert "etp=1" in out["fold-ep"]["message"] and "etp=1" not in out["fold-etp"]["message"]
+    assert out["fold-ep"]["predicted_step_time_s"] != out["fold-etp"]["predicted_step_time_s"]
+    assert out["bad-etp"]["status"] == "error"
+    assert "ep 8 x etp 2 = 16 must divide tp 2 x cp 1 x dp 4 = 8" in out["bad-etp"]["message"]
+
+
+# ---------------------------------------------------------------- dispatch all-to-all
+def test_dispatch_all_to_all_time_by_hand() -> None:
+    """Mixtral, T = 4096 tokens, top-2, h 4096: each rank sends T·k·h·2 B = 64 MiB per all-to-all.
+    Inside one DGX H100 (ep 8, NVLink 450 GB/s per direction at 0.82, 8.4 us base latency):
+        t = 8.4 us + 7/8 · 67,108,864 B / (450e9 · 0.82 B/s) = 8.4 + 159.1 = 167.5 us.
+    Over two nodes (ep 16, 8 ranks per node): (16-8)/16 of the buffer crosses the NICs at
+    8 x 50 GB/s x 0.95 / 8 = 47.5 GB/s per GPU: t = (1.8 + 8.4) us + 33,554,432 B / 47.5 GB/s
+    = 10.2 + 706.4 = 716.6 us (the 8-rank NVLink part, 88 us, runs beside it)."""
+    T, k, h = 4096, 2, 4096
+    S = T * k * h * 2
+    plan8 = ParallelPlan(dp=8, ep=8, global_batch=8, moe_imbalance=1.0)
+    layer = moe_layer(plan_graph(MIXTRAL.with_(seq_len=T), plan8))
+    d = comms(layer)["moe_dispatch"]
+    assert (d.kind, d.group, d.bytes, d.fwd, d.bwd) == ("all_to_all", "ep", S, 1, 1)
+    # 8.4 us + 7/8 x 67,108,864 B / (450e9 x 0.82 B/s)
+    assert comm_s(h100(8), plan8, d) == pytest.approx(8.4e-6 + 7 / 8 * S / (450e9 * 0.82), rel=1e-9)
+    assert comm_s(h100(8), plan8, d) == pytest.approx(167.5e-6, rel=1e-3)
+    plan16 = ParallelPlan(dp=16, ep=16, global_batch=16, moe_imbalance=1.0)
+    layer16 = moe_layer(plan_graph(MIXTRAL.with_(seq_len=T, num_experts=16), plan16))
+    d16 = comms(layer16)["moe_dispatch"]
+    # (1.8 + 8.4) us + 8/16 x 67,108,864 B / 47.5e9 B/s
+    assert comm_s(h100(16), plan16, d16) == pytest.approx(10.2e-6 + S / 2 / 47.5e9, rel=1e-9)
+    assert comm_s(h100(16), plan16, d16) == pytest.approx(716.6e-6, rel=1e-3)
+
+
+def test_fp8_dispatch_sends_one_byte_and_a_scale_per_128() -> None:
+    plan = ParallelPlan(dp=8, ep=8, global_batch=8, precision="fp8", moe_fp8_dispatch=True, moe_imbalance=1.0)
+    c = comms(moe_layer(plan_graph(MIXTRAL.with_(seq_len=4096), plan)))
+    assert c["moe_dispatch"].bytes == pytest.approx(4096 * 2 * 4096 * (1 + 4 / 128))
+    assert FP8_DISPATCH_BYTES == 1.03125
+    assert (c["moe_dispatch"].bwd, c["moe_dispatch_grad"].bwd) == (0, 1)  # gradients return in bf16
+    assert c["moe_dispatch_grad"].bytes == 4096 * 2 * 4096 * 2
+
+
+# ---------------------------------------------------------------- imbalance, grouped GEMM
+def test_imbalance_scales_the_expert_gemms_of_the_busiest_rank() -> None:
+    acc = h100(8).accelerator
+    base = ParallelPlan(dp=8, ep=8, global_batch=8, moe_imbalance=1.0)
+    skew = base.model_copy(update={"moe_imbalance": 1.5})
+    o1 = ops(moe_layer(plan_graph(MIXTRAL.with_(seq_len=4096), base)))
+    o2 = ops(moe_layer(plan_graph(MIXTRAL.with_(seq_len=4096), skew)))
+    # 4096 tokens x top-2 over 8 ranks of one expert each: 8192 rows balanced, 12288 on the busiest
+    assert (o1["expert_fc1"].m, o2["expert_fc1"].m) == (8192, 12288)
+    assert o2["expert_fc1"].mflop == o1["expert_fc1"].mflop  # model FLOPs stay the balanced ones
+    for name in ("expert_fc1", "expert_fc2"):
+        for d in ("fwd", "bwd"):  # compute bound at these sizes: time scales with the rows
+            ratio = op_cost(acc, o2[name], d).time_s / op_cost(acc, o1[name], d).time_s
+            assert ratio == pytest.approx(1.5, rel=0.02)
+    # one rank holding every expert (ep 1) processes all copies whatever the routing
+    one = ParallelPlan(dp=8, global_batch=8, moe_imbalance=1.5)
+    assert ops(moe_layer(plan_graph(MIXTRAL.with_(seq_len=4096), one)))["expert_fc1"].m == 4096 * 2 // 8
+    # the default: FEPLB's 18.6 % of MoE-layer GPU time lost to the busiest rank, 1 / (1 - 0.186)
+    assert ParallelPlan().moe_imbalance == pytest.approx(1.2285, abs=1e-4)
+    dflt = ops(moe_layer(plan_graph(MIXTRAL.with_(seq_len=4096), ParallelPlan(dp=8, ep=8, global_batch=8))))
+    assert dflt["expert_fc1"].m == math.ceil(8192 * ParallelPlan().moe_imbalance)
+
+
+DEEPGEMM_H800_FP8 = [  # deepseek-ai/DeepGEMM README @ 55ab91f: groups, m per group, n, k, TFLOP/s
+    (4, 8192, 4096, 7168, 1346), (4, 8192, 7168, 2048, 1214), (8, 4096, 4096, 7168, 1346), (8, 4096, 7168, 2048, 1214),
+    (1, 1024, 4096, 7168, 1233), (1, 1024, 7168, 2048, 925), (2, 512, 4096, 7168, 1040), (2, 512, 7168, 2048, 916),
+    (4, 256, 4096, 7168, 932), (4, 256, 7168, 2048, 815),
+]
+
+
+def test_grouped_gemm_reproduces_measured_rates_by_shape() -> None:
+    """H800 SXM5 has the H100 SXM5's SMs, clocks and HBM3 (only NVLink is cut): its measured
+    grouped GEMM rates are the H100 model's to reproduce."""
+    acc = h100(1).accelerator
+    errs = []
+    for g, m, n, k, tflops in DEEPGEMM_H800_FP8:
+        c = grouped_gemm_cost(acc, m, n, k, g, "fp8")
+        errs.append(2.0 * g * m * n * k / c.time_s / 1e12 / tflops - 1)
+    assert max(map(abs, errs)) < 0.15
+    assert sum(map(abs, errs)) / len(errs) < 0.05
+
+
+def test_fine_grained_experts_run_below_dense_rate() -> None:
+    """Qwen3-30B-A3B-like: 128 experts of width 768; 4096 tokens x top-8 over ep 8 -> 16 local
+    experts of 256 rows. Per FLOP the grouped kernels (and their wgrad of depth 256) are slower
+    than one dense GEMM of the same total work."""
+    acc = h100(1).accelerator
+    fwd = grouped_gemm_cost(acc, 256, 2 * 768, 2048, 16, "bf16")
+    dense = grouped_gemm_cost(acc, 16 * 256, 2 * 768, 2048, 1, "bf16")
+    assert fwd.time_s > 1.1 * dense.time_s
+    bwd = grouped_gemm_cost(acc, 256, 2 * 768, 2048, 16, "bf16", "bwd")
+    assert bwd.time_s > 2.0 * fwd.time_s  # wgrad's reduction depth is only 256 rows
+    # a partial tile costs a full one: 129 rows take as long as 256
+    assert grouped_gemm_cost(acc, 129, 1536, 2048, 16, "bf16").time_s == grouped_gemm_cost(acc, 256, 1536, 2048, 16, "bf16").time_s
+
+
+# ---------------------------------------------------------------- shared experts, end to end
+def test_shared_expert_overlap_hides_the_all_to_all() -> None:
+    sys_ = h100(64)
+    plan = ParallelPlan(dp=64, ep=64, global_batch=64, seq_len=4096)
+    over = plan.model_copy(update={"moe_shared_expert_overlap": True})
+    spec = DSV3.with_(seq_len=4096)
+    t0 = layer_time(sys_, plan, moe_layer(plan_graph(spec, plan)))
+    t1 = layer_time(sys_, over, moe_layer(plan_graph(spec, over)))
+    assert t1.fwd_comm_s < t0.fwd_comm_s and t1.bwd_comm_s < t0.bwd_comm_s
+    layer = moe_layer(plan_graph(spec, over))
+    acc = sys_.accelerator
+    # the dispatch hides behind the shared FC1, the combine behind its FC2 (forward)
+    fc1, fc2 = (op_cost(acc, ops(layer)[n], "fwd").time_s for n in ("shared_fc1", "shared_fc2"))
+    disp, comb = (comm_s(sys_, over, comms(layer)[n]) for n in ("moe_dispatch", "moe_combine"))
+    assert t0.fwd_comm_s - t1.fwd_comm_s == pytest.approx(min(fc1, disp) + min(fc2, comb), rel=1e-9)
+
+
+def test_moe_estimate_breaks_down_and_des_agrees() -> None:
+    sys_ = h100(16)
+    # ep 8 over tp 2 x dp 4: a folded layout (ep > dp)
+    plan = ParallelPlan(tp=2, pp=2, dp=4, ep=8, etp=1, sequence_parallel=True, micro_batch=1, global_batch=64,
+                        seq_len=4096, moe_imbalance=1.2)
+    est = analytic_estimate(MIXTRAL, sys_, plan)
+    assert est.step_time_s == pytest.approx(sum(est.breakdown_s.values()), rel=1e-9)
+    from perfmodel.engines.des import des_estimate
+    assert des_estimate(MIXTRAL, sys_, plan).step_time_s == pytest.approx(est.step_time_s, rel=0.05)
+    # the hashable options the graphs are cached on carry the plan's MoE settings
+    assert moe_options(plan) == MoEOptions(1, 1.2, False, False)
+    assert math.isfinite(est.mfu) and 0 < est.mfu < 1
+
+
+def test_combined_1f1b_hides_the_all_to_alls_behind_the_other_direction() -> None:
+    """overlap_moe_expert_parallel_comm: forward all-to-alls beside another micro-batch's backward
+    compute, backward ones beside a forward: exposed = max(0, a2a - compute of the other direction)."""
+    sys_ = h100(64)
+    plan = ParallelPlan(dp=64, ep=64, global_batch=64, seq_len=4096)
+    spec = DSV3.with_(seq_len=4096)
+    layer = moe_layer(plan_graph(spec, plan))
+    t0 = layer_time(sys_, plan, layer)
+    t1 = layer_time(sys_, plan.model_copy(update={"moe_a2a_overlap": True}), layer)
+    ep_f = sum(comm_s(sys_, plan, c) * c.fwd for c in layer.comms if c.group in ("ep", "etp"))
+    ep_b = sum(comm_s(sys_, plan, c) * c.bwd for c in layer.comms if c.group in ("ep", "etp"))
+    assert t0.fwd_comm_s == pytest.approx(ep_f, rel=1e-9) and t0.bwd_comm_s == pytest.approx(ep_b, rel=1e-9)
+    assert t1.fwd_comm_s == pytest.approx(max(0.0, ep_f - t0.bwd_gpu_s), rel=1e-9)
+    assert t1.bwd_comm_s == pytest.approx(max(0.0, ep_b - t0.fwd_gpu_s), rel=1e-9)
+    assert t1.fwd_s + t1.bwd_s < t0.fwd_s + t0.bwd_s
+
+
+@pytest.mark.parametrize("wid", ["mixtral-8x7b", "deepseek-v3"])
+def test_step_time_monotone_in_imbalance(wid: str) -> None:
+    """More tokens on the busiest rank never makes a step faster."""
+    spec = WL[wid].with_(seq_len=4096)
+    sys_ = h100(64)
+    base = ParallelPlan(dp=32, pp=2, ep=8, global_batch=64, micro_batch=1, precision="fp8", seq_len=4096)
+    times = [analytic_estimate(spec, sys_, base.model_copy(update={"moe_imbalance": g})).step_time_s
+             for g in (1.0, 1.1, 1.23, 1.5, 2.0)]
+    assert times == sorted(times) and times[-1] > times[0]

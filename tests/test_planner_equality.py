@@ -1,0 +1,102 @@
+"""The planner's vectorised step time and memory equal `perfmodel.estimate` to 1e-9 on random
+layouts of every accelerator kind (GPU, TPU, host CPU), every schedule, ZeRO stage, overlap flag,
+recompute and precision, and a non-default gradient-reduction width: both read the same
+closed forms (engines/closed_forms.py) and the same stage costs, so they can only differ by
+floating-point summation order."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import perfmodel
+from perfmodel.hardware.catalog import resolve_system
+from perfmodel.planning.evaluate import Evaluator
+from perfmodel.planning.space import RECOMPUTES, SCHEDULE_LIST, SearchSpace, layout_grid
+
+REL = 1e-9
+# (accelerator, workload, GPUs, global batch, precision): one of each accelerator kind, dense and MoE
+CASES = [
+    ("a100-sxm4-80gb", "llama3-8b", 64, 256, "bf16"),
+    ("a100-sxm4-80gb", "gpt3-1.3b", 32, 128, "fp16"),
+    ("h100-sxm5-80gb", "mixtral-8x7b", 64, 256, "fp8"),
+    ("h100-sxm5-80gb", "gpt3-1.3b", 32, 64, "bf16"),
+    ("tpu-v5p", "llama3-8b", 64, 128, "bf16"),
+    ("host-cpu", "gpt2-124m", 2, 16, "bf16"),  # host-node: 2 ranks per machine, no NIC
+    ("host-cpu", "gpt2-124m", 2, 8, "fp32"),
+]
+
+
+def _plan(g: dict[str, np.ndarray], i: int, gb: int, seq: int, precision: str, **kw: object) -> perfmodel.ParallelPlan:
+    r = {k: int(v[i]) for k, v in g.items()}
+    return perfmodel.ParallelPlan(dp=r["dp"], tp=r["tp"], pp=r["pp"], cp=r["cp"], ep=r["ep"], vp=r["vp"],
+                                  sequence_parallel=bool(r["sp"]), zero_stage=r["zero"], micro_batch=r["mb"],
+                                  global_batch=gb, seq_len=seq, recompute=RECOMPUTES[r["rec"]], precision=precision,
+                                  schedule=SCHEDULE_LIST[r["sched"]] if r["pp"] > 1 else None, **kw)  # type: ignore[arg-type]
+
+
+def _sample(g: dict[str, np.ndarray], rng: np.random.Generator, k: int) -> list[int]:
+    """k rows, at least one of each schedule present in the grid when there is one."""
+    rows = list(rng.choice(len(g["tp"]), size=min(k, len(g["tp"])), replace=False))
+    for s in np.unique(g["sched"]):
+        where = np.flatnonzero(g["sched"] == s)
+        rows.append(int(rng.choice(where)))
+    for z in np.unique(g["zero"]):
+        rows.append(int(rng.choice(np.flatnonzero(g["zero"] == z))))
+    return rows
+
+
+@pytest.mark.parametrize(("acc", "workload", "n_gpus", "gb", "precision"), CASES)
+@pytest.mark.parametrize(("overlap_dp", "overlap_fsdp"), [(True, True), (False, False), (True, False)])
+def test_planner_equals_estimate(acc: str, workload: str, n_gpus: int, gb: int, precision: str, overlap_dp: bool,
+                                 overlap_fsdp: bool) -> None:
+    spec = perfmodel.get_workload(workload)
+    system = resolve_system(acc, None, n_gpus)[0]
+    seq = spec.seq_len
+    g = layout_grid(spec, system, [n_gpus], gb, seq, SearchSpace())
+    assert len(g["tp"]) > 0
+    out = Evaluator(spec, system, seq, precision).evaluate(g, overlap_dp, overlap_fsdp)
+    rng = np.random.default_rng(hash((acc, workload, overlap_dp, overlap_fsdp)) % 2**32)
+    for i in _sample(g, rng, 12):
+        plan = _plan(g, i, gb, seq, precision, overlap_dp_comm=overlap_dp, overlap_fsdp_prefetch=overlap_fsdp)
+        est = perfmodel.estimate(spec, system, plan)
+        assert out["step_time_s"][i] == pytest.approx(est.step_time_s, rel=REL), plan
+        assert out["memory_bytes"][i] == pytest.approx(est.memory.total_bytes, rel=REL), plan
+
+
+def test_planner_honours_grad_reduce_bytes() -> None:
+    """bf16 gradient reduction (grad_reduce_bytes 2) halves the DP bytes in both evaluators."""
+    spec = perfmodel.get_workload("llama3-8b")
+    system = resolve_system("a100-sxm4-80gb", None, 64)[0]
+    g = layout_grid(spec, system, [64], 256, spec.seq_len, SearchSpace(zero_stage=(0, 1)))
+    base = Evaluator(spec, system, spec.seq_len, "bf16").evaluate(g)
+    out = Evaluator(spec, system, spec.seq_len, "bf16", grad_reduce_bytes=2).evaluate(g)
+    assert (out["step_time_s"] <= base["step_time_s"]).all() and (out["step_time_s"] < base["step_time_s"]).any()
+    for i in np.random.default_rng(3).choice(len(g["tp"]), size=10, replace=False):
+        plan = _plan(g, i, 256, spec.seq_len, "bf16", grad_reduce_bytes=2)
+        assert out["step_time_s"][i] == pytest.approx(perfmodel.estimate(spec, system, plan).step_time_s, rel=REL)
+
+
+def test_cpu_dp_collectives_never_hide() -> None:
+    """On a CPU (gloo on the computing cores) the overlap flag changes nothing, in both evaluators."""
+    spec = perfmodel.get_workload("gpt2-124m")
+    system = resolve_system("host-cpu", None, 2)[0]
+    g = layout_grid(spec, system, [2], 16, spec.seq_len, SearchSpace())
+    ev = Evaluator(spec, system, spec.seq_len, "bf16")
+    on, off = ev.evaluate(g, True, True), ev.evaluate(g, False, False)
+    np.testing.assert_array_equal(on["step_time_s"], off["step_time_s"])
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "adam8bit", "sgd", "adafactor", "muon"])
+def test_planner_equals_estimate_for_every_optimizer(optimizer: str) -> None:
+    """The optimizer step (element-wise update per local parameter, and Muon's Newton-Schulz on
+    the slowest rank's full 2-D weights with its gathers) is the same in both."""
+    spec = perfmodel.get_workload("gpt3-1.3b")
+    system = resolve_system("h100-sxm5-80gb", None, 32)[0]
+    g = layout_grid(spec, system, [32], 64, spec.seq_len, SearchSpace())
+    out = Evaluator(spec, system, spec.seq_len, "bf16", optimizer=optimizer).evaluate(g)
+    for i in _sample(g, np.random.default_rng(11), 10):
+        plan = _plan(g, i, 64, spec.seq_len, "bf16", optimizer=optimizer)
+        est = perfmodel.estimate(spec, system, plan)
+        assert out["step_time_s"][i] == pytest.approx(est.step_time_s, rel=REL), plan
+        assert out["memory_bytes"][i] == pytest.approx(est.memory.total_bytes, rel=REL), plan

@@ -1,0 +1,61 @@
+"""Pipeline schedules are one file each: the package finds them, the plan, both engines and the
+planner take them by name, and an unknown one is an error naming the valid ones."""
+
+from __future__ import annotations
+
+import pkgutil
+
+import pytest
+
+import perfmodel
+from perfmodel import ParallelPlan
+from perfmodel.errors import LayoutError
+from perfmodel.parallel import schedules
+from perfmodel.parallel.schedules import SCHEDULES, PipelineSchedule
+from perfmodel.parallel.schedules.one_f_one_b import OneFOneB
+from perfmodel.planning.space import SearchSpace
+
+
+def test_every_module_of_the_package_is_a_schedule() -> None:
+    modules = {m.name for m in pkgutil.iter_modules(schedules.__path__)} - {"base"}
+    assert len(modules) == len(SCHEDULES) == 4
+    assert set(SCHEDULES) == {"gpipe", "1f1b", "interleaved", "zb-h1"}
+
+
+def test_unknown_schedule_names_the_valid_ones() -> None:
+    with pytest.raises(LayoutError, match="unknown pipeline schedule 'dualpipe'; valid: 1f1b, gpipe, interleaved, zb-h1"):
+        ParallelPlan(pp=2, global_batch=4, schedule="dualpipe")
+    with pytest.raises(ValueError, match=r"unknown pipeline schedule\(s\) \['dualpipe'\]; valid: 1f1b, gpipe"):
+        SearchSpace(schedules=("1f1b", "dualpipe"))
+
+
+def test_a_new_schedule_needs_nothing_but_its_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A schedule registered under a new name (what a new file in parallel/schedules/ does) runs
+    in the plan validator, memory, the analytic engine and the DES with no other change."""
+
+    class Clone(OneFOneB):
+        name = "1f1b-clone"
+
+    monkeypatch.setitem(SCHEDULES, "1f1b-clone", Clone())
+    assert isinstance(SCHEDULES["1f1b-clone"], PipelineSchedule)
+    spec = perfmodel.get_workload("gpt2-124m")
+    ref = ParallelPlan(pp=4, global_batch=8)
+    new = ref.model_copy(update={"schedule": "1f1b-clone"})
+    ParallelPlan(pp=4, global_batch=8, schedule="1f1b-clone")  # validates
+    for engine in ("analytic", "des"):
+        a = perfmodel.estimate(spec, "a100-sxm4-80gb", ref, engine=engine)
+        b = perfmodel.estimate(spec, "a100-sxm4-80gb", new, engine=engine)
+        assert b.step_time_s == a.step_time_s and b.memory == a.memory
+
+
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+@pytest.mark.parametrize("engine", ["analytic", "des"])
+def test_breakdown_adds_up_for_every_schedule(schedule: str, engine: str) -> None:
+    """ZB-H1 runs the two backward phases apart, each bounded by the host on a small model: the
+    overlap lost between them is host time, so the breakdown still sums to the step."""
+    vp = 2 if SCHEDULES[schedule].chunked else 1
+    plan = ParallelPlan(pp=4, vp=vp, micro_batch=2, global_batch=16, schedule=schedule)
+    for workload, hw in (("gpt2-124m", "a100-sxm4-80gb"), ("gpt3-1.3b", "h100-sxm5-80gb")):
+        e = perfmodel.estimate(workload, hw, plan, engine=engine)
+        assert sum(e.breakdown_s.values()) == pytest.approx(e.step_time_s, rel=1e-9)
+        assert all(v >= -1e-15 for v in e.breakdown_s.values()), e.breakdown_s
