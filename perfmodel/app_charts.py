@@ -29,6 +29,21 @@ TIME_ORDER = list(TIME_LABELS.values())
 MEMORY_ORDER = ["weights", "grads", "optimizer", "activations", "runtime"]
 
 
+def layout_labels(t: pd.DataFrame) -> pd.Series:
+    """`planning.search.layout_label` of every row of a search table at once (string columns, no
+    per-row Python call: thousands of rows label in milliseconds)."""
+    def s(c: str) -> pd.Series:
+        return t[c].astype(int).astype(str)
+
+    out = "dp " + s("dp") + " tp " + s("tp") + " pp " + s("pp")
+    for k in ("cp", "ep", "vp"):
+        out = out.where(t[k].astype(int) <= 1, out + f" {k} " + s(k))
+    out = out.where(~t["sequence_parallel"].astype(bool), out + " sp")
+    out = out + " zero " + s("zero_stage") + " mb " + s("micro_batch")
+    out = out.where(t["recompute"] == "none", out + " recompute " + t["recompute"].astype(str))
+    return out.where(t["pp"].astype(int) <= 1, out + " " + t["schedule"].astype(str))
+
+
 def _time_frame(frame: pd.DataFrame) -> pd.DataFrame:
     t = frame[frame["kind"] == "time"].copy()
     t["component"] = t["component"].map(lambda c: TIME_LABELS.get(c, c))
@@ -97,49 +112,75 @@ def memory_chart(frame: pd.DataFrame, capacity_bytes: float) -> alt.LayerChart |
     return alt.layer(bars, rule, text).properties(height=alt.Step(48), title=title)
 
 
-def tornado_chart(frame: pd.DataFrame) -> alt.Chart:
-    """Sensitivity of step time to each hardware factor.
+def tornado_chart(frame: pd.DataFrame, zero_tol: float = 5e-4) -> alt.LayerChart | alt.FacetChart:
+    """Sensitivity of step time to each hardware factor: one bar per (factor, change), labelled
+    with the change in seconds and percent, red where the step gets slower and blue where it gets
+    faster; a change below `zero_tol` (relative; 5e-4 would print as 0.0 %) draws nothing, so a factor that does not matter
+    shows as an empty row with a "no change" label.
 
     `frame`: columns factor (e.g. 'peak FLOP/s'), change (e.g. '×0.5', '×2'), delta (relative change
-    of step time, -0.2 = 20 % faster).
+    of step time, -0.2 = 20 % faster), step_time_s (the scaled step) and delta_s (seconds).
     """
     f = frame.copy()
+    if "delta_s" not in f:
+        f["delta_s"] = f["delta"] * f["step_time_s"] / (1 + f["delta"])
     f["span"] = f.groupby("factor")["delta"].transform(lambda d: d.abs().max())
     order = f.sort_values("span", ascending=False)["factor"].drop_duplicates().tolist()
-    return (
-        alt.Chart(f)
-        .mark_bar()
-        .encode(
-            x=alt.X("delta:Q", title="change in step time (relative)", axis=alt.Axis(format="+%")),
-            y=alt.Y("factor:N", sort=order, title=None, axis=alt.Axis(labelLimit=260)),
-            color=alt.Color("change:N", title="hardware scaled by", scale=alt.Scale(scheme="redblue")),
-            tooltip=["factor:N", "change:N", alt.Tooltip("delta:Q", format="+.1%"),
-                     alt.Tooltip("step_time_s:Q", title="step time (s)", format=".4g")],
-        )
-        .properties(height=alt.Step(28), title="sensitivity of step time (tornado)")
+    moved = f["delta"].abs() > zero_tol
+    f["direction"] = (f["delta"] > 0).map({True: "slower", False: "faster"})
+    f["label"] = [f"{c}: {s:+.3g} s ({d:+.1%})" for c, s, d in zip(f["change"], f["delta_s"], f["delta"], strict=True)]
+    bars_df, still = f[moved], f[~moved].drop_duplicates("factor")
+    still = still[~still["factor"].isin(bars_df["factor"])].assign(label="no change", delta=0.0)
+    y = alt.Y("factor:N", sort=order, title=None, axis=alt.Axis(labelLimit=260))
+    x = alt.X("delta:Q", title="change in step time", axis=alt.Axis(format="+%"))
+    bars = alt.Chart(bars_df).mark_bar(height=10).encode(
+        x=x, y=y, yOffset=alt.YOffset("change:N", sort=["×0.5", "×2"]),
+        color=alt.Color("direction:N", title=None, scale=alt.Scale(domain=["slower", "faster"], range=["#d62728", "#1f77b4"])),
+        tooltip=["factor:N", "change:N", alt.Tooltip("delta_s:Q", title="change (s)", format="+.4g"),
+                 alt.Tooltip("delta:Q", title="change", format="+.1%"),
+                 alt.Tooltip("step_time_s:Q", title="step time (s)", format=".4g")],
     )
+    pos, neg = bars_df[bars_df["delta"] > 0], bars_df[bars_df["delta"] <= 0]
+    text = [alt.Chart(pos).mark_text(align="left", dx=4, fontSize=11).encode(
+                x=x, y=y, yOffset=alt.YOffset("change:N", sort=["×0.5", "×2"]), text="label:N"),
+            alt.Chart(neg).mark_text(align="right", dx=-4, fontSize=11).encode(
+                x=x, y=y, yOffset=alt.YOffset("change:N", sort=["×0.5", "×2"]), text="label:N")]
+    none = alt.Chart(still).mark_text(align="left", dx=4, color="#6b7280", fontSize=11).encode(x=x, y=y, text="label:N")
+    span = float(f["delta"].abs().max()) if len(f) else 0.0
+    span = max(span, 0.01) * 1.9  # room for the labels beside the bars
+    return alt.layer(bars, *text, none).resolve_scale(yOffset="independent").encode(
+        x=alt.X("delta:Q", title="change in step time", axis=alt.Axis(format="+%"), scale=alt.Scale(domain=[-span, span]))
+    ).properties(height=alt.Step(34), title="sensitivity of step time: each factor halved and doubled (red: slower)")
 
 
-def compare_chart(frame: pd.DataFrame, column: str, title: str, higher_is_better: bool = False) -> alt.Chart:
+def compare_chart(frame: pd.DataFrame, column: str, title: str, higher_is_better: bool = False,
+                  interval: tuple[str, str] | None = None) -> alt.Chart | alt.LayerChart | alt.FacetChart:
     """One metric across hardware candidates, best (smallest) first.
 
     `frame`: one row per candidate with a `candidate` column and `column`; `title` names the
     metric with its unit, e.g. 'time to train (days)'. Colours follow the candidate, so several
-    of these charts side by side read as one. The best candidate is drawn on top.
+    of these charts side by side read as one. `interval`: the (lo, hi) columns of the 80 %
+    interval, drawn as a black whisker where a row has one.
     """
     f = frame.dropna(subset=[column])
     order: Literal["ascending", "descending"] = "descending" if higher_is_better else "ascending"
-    return (
-        alt.Chart(f)
-        .mark_bar()
-        .encode(
-            x=alt.X(f"{column}:Q", title=title),
-            y=alt.Y("candidate:N", title=None, sort=alt.EncodingSortField(column, order=order)),
-            color=alt.Color("candidate:N", legend=None, scale=alt.Scale(domain=sorted(frame["candidate"]), scheme="tableau10")),
-            tooltip=["candidate:N", alt.Tooltip(f"{column}:Q", title=title, format=",.4g")],
-        )
-        .properties(height=alt.Step(26), title=title)
+    y = alt.Y("candidate:N", title=None, sort=alt.EncodingSortField(column, order=order), axis=alt.Axis(labelLimit=200))
+    tips = ["candidate:N", alt.Tooltip(f"{column}:Q", title=title, format=",.4g")]
+    has_iv = interval is not None and all(c in f for c in interval) and f[list(interval)].notna().all(axis=1).any()
+    if has_iv:
+        tips += [alt.Tooltip(f"{interval[0]}:Q", title="80 % low", format=",.4g"),  # type: ignore[index]
+                 alt.Tooltip(f"{interval[1]}:Q", title="80 % high", format=",.4g")]  # type: ignore[index]
+    bars = alt.Chart(f).mark_bar().encode(
+        x=alt.X(f"{column}:Q", title=title), y=y,
+        color=alt.Color("candidate:N", legend=None, scale=alt.Scale(domain=sorted(frame["candidate"]), scheme="tableau10")),
+        tooltip=tips,
     )
+    if not has_iv:
+        return bars.properties(height=alt.Step(26), title=title)
+    lo, hi = interval  # type: ignore[misc]
+    whisker = alt.Chart(f.dropna(subset=[lo, hi])).mark_rule(color="black", strokeWidth=2).encode(
+        x=f"{lo}:Q", x2=f"{hi}:Q", y=y)
+    return alt.layer(bars, whisker).properties(height=alt.Step(26), title=title)
 
 
 def sensitivity_chart(frame: pd.DataFrame) -> alt.Chart:
@@ -222,6 +263,7 @@ def validation_scatter(frame: pd.DataFrame) -> alt.LayerChart | alt.FacetChart:
 __all__ = [
     "breakdown_chart",
     "compare_chart",
+    "layout_labels",
     "memory_chart",
     "pareto_chart",
     "sensitivity_chart",
