@@ -7,7 +7,7 @@ how it looks. Units are converted for display here and named on every axis.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 import altair as alt
 import pandas as pd
@@ -27,6 +27,26 @@ TIME_LABELS = {
 }
 TIME_ORDER = list(TIME_LABELS.values())
 MEMORY_ORDER = ["weights", "grads", "optimizer", "activations", "runtime"]
+
+
+FIT_X = alt.AutoSizeParams(type="fit-x", contains="padding")
+
+
+def band_height(n_rows: int, step: int) -> int:
+    """The plot height of a chart with `n_rows` bands `step` px apart, as a number of pixels.
+    Streamlit asks Vega to "fit" every chart; a band-step height (alt.Step) cannot fit, and Vega
+    drops half of it with a console warning per chart and redraw ("Dropping fit-y because spec
+    has discrete height"). A number with autosize "fit-x" (`fixed_height`) keeps the height and
+    fits the width, without a warning."""
+    return max(1, n_rows) * step
+
+
+C = TypeVar("C", alt.Chart, alt.LayerChart)
+
+
+def fixed_height(chart: C, n_rows: int, step: int, **props: Any) -> C:
+    """`chart` with a plot height of `n_rows` x `step` px that fits the page's width (see `band_height`)."""
+    return chart.properties(height=band_height(n_rows, step), autosize=FIT_X, **props).configure(autosize=FIT_X)
 
 
 def layout_labels(t: pd.DataFrame) -> pd.Series:
@@ -63,7 +83,7 @@ def breakdown_chart(frame: pd.DataFrame) -> alt.Chart:
         t["scenario"] = "this layout"
     total = t.groupby("scenario")["value"].transform("sum")
     t["share"] = t["value"] / total
-    return (
+    return fixed_height(
         alt.Chart(t)
         .mark_bar()
         .encode(
@@ -77,9 +97,7 @@ def breakdown_chart(frame: pd.DataFrame) -> alt.Chart:
             tooltip=[alt.Tooltip("scenario:N"), alt.Tooltip("component:N"),
                      alt.Tooltip("value:Q", title="seconds", format=".4g"),
                      alt.Tooltip("share:Q", title="share of step", format=".1%")],
-        )
-        .properties(height=alt.Step(36), title="step-time breakdown (s)")
-    )
+        ), t["scenario"].nunique(), 40, title="step-time breakdown (s)")
 
 
 def memory_chart(frame: pd.DataFrame, capacity_bytes: float) -> alt.LayerChart | alt.FacetChart:
@@ -109,7 +127,7 @@ def memory_chart(frame: pd.DataFrame, capacity_bytes: float) -> alt.LayerChart |
     rule = alt.Chart(rule_df).mark_rule(color="#d62728", strokeWidth=3).encode(x="GB:Q", tooltip=["label:N"])
     text = alt.Chart(rule_df).mark_text(align="right", dx=-4, dy=-26, color="#d62728").encode(x="GB:Q", text="label:N")
     title = "memory per GPU vs capacity"
-    return alt.layer(bars, rule, text).properties(height=alt.Step(48), title=title)
+    return fixed_height(alt.LayerChart(layer=[bars, rule, text]), 1, 48, title=title)
 
 
 def tornado_chart(frame: pd.DataFrame, zero_tol: float = 5e-4) -> alt.LayerChart | alt.FacetChart:
@@ -133,24 +151,23 @@ def tornado_chart(frame: pd.DataFrame, zero_tol: float = 5e-4) -> alt.LayerChart
     still = still[~still["factor"].isin(bars_df["factor"])].assign(label="no change", delta=0.0)
     y = alt.Y("factor:N", sort=order, title=None, axis=alt.Axis(labelLimit=260))
     x = alt.X("delta:Q", title="change in step time", axis=alt.Axis(format="+%"))
-    bars = alt.Chart(bars_df).mark_bar(height=10).encode(
-        x=x, y=y, yOffset=alt.YOffset("change:N", sort=["×0.5", "×2"]),
+    bars = alt.Chart(bars_df).mark_bar(height=18).encode(
+        x=x, y=y,
         color=alt.Color("direction:N", title=None, scale=alt.Scale(domain=["slower", "faster"], range=["#d62728", "#1f77b4"])),
         tooltip=["factor:N", "change:N", alt.Tooltip("delta_s:Q", title="change (s)", format="+.4g"),
                  alt.Tooltip("delta:Q", title="change", format="+.1%"),
                  alt.Tooltip("step_time_s:Q", title="step time (s)", format=".4g")],
     )
     pos, neg = bars_df[bars_df["delta"] > 0], bars_df[bars_df["delta"] <= 0]
-    text = [alt.Chart(pos).mark_text(align="left", dx=4, fontSize=11).encode(
-                x=x, y=y, yOffset=alt.YOffset("change:N", sort=["×0.5", "×2"]), text="label:N"),
-            alt.Chart(neg).mark_text(align="right", dx=-4, fontSize=11).encode(
-                x=x, y=y, yOffset=alt.YOffset("change:N", sort=["×0.5", "×2"]), text="label:N")]
+    text = [alt.Chart(pos).mark_text(align="left", dx=4, fontSize=11).encode(x=x, y=y, text="label:N"),
+            alt.Chart(neg).mark_text(align="right", dx=-4, fontSize=11).encode(x=x, y=y, text="label:N")]
     none = alt.Chart(still).mark_text(align="left", dx=4, color="#6b7280", fontSize=11).encode(x=x, y=y, text="label:N")
     span = float(f["delta"].abs().max()) if len(f) else 0.0
     span = max(span, 0.01) * 1.9  # room for the labels beside the bars
-    return alt.layer(bars, *text, none).resolve_scale(yOffset="independent").encode(
-        x=alt.X("delta:Q", title="change in step time", axis=alt.Axis(format="+%"), scale=alt.Scale(domain=[-span, span]))
-    ).properties(height=alt.Step(34), title="sensitivity of step time: each factor halved and doubled (red: slower)")
+    layered = alt.layer(bars, *text, none).encode(
+        x=alt.X("delta:Q", title="change in step time", axis=alt.Axis(format="+%"), scale=alt.Scale(domain=[-span, span])))
+    return fixed_height(layered, len(order), 32,
+                        title="sensitivity of step time: each factor halved (×0.5) and doubled (×2); red: slower")
 
 
 def compare_chart(frame: pd.DataFrame, column: str, title: str, higher_is_better: bool = False,
@@ -176,11 +193,11 @@ def compare_chart(frame: pd.DataFrame, column: str, title: str, higher_is_better
         tooltip=tips,
     )
     if not has_iv:
-        return bars.properties(height=alt.Step(26), title=title)
+        return fixed_height(bars, len(f), 28, title=title)
     lo, hi = interval  # type: ignore[misc]
     whisker = alt.Chart(f.dropna(subset=[lo, hi])).mark_rule(color="black", strokeWidth=2).encode(
         x=f"{lo}:Q", x2=f"{hi}:Q", y=y)
-    return alt.layer(bars, whisker).properties(height=alt.Step(26), title=title)
+    return fixed_height(alt.LayerChart(layer=[bars, whisker]), len(f), 28, title=title)
 
 
 def sensitivity_chart(frame: pd.DataFrame) -> alt.Chart:
@@ -193,7 +210,7 @@ def sensitivity_chart(frame: pd.DataFrame) -> alt.Chart:
     f["delta"] = f["days_ratio"] - 1
     f["row"] = f["candidate"] + " · " + f["knob"]
     f["change"] = f["change_pct"].map(lambda c: f"{c:+.0f} %")
-    return (
+    return fixed_height(
         alt.Chart(f)
         .mark_bar()
         .encode(
@@ -202,9 +219,7 @@ def sensitivity_chart(frame: pd.DataFrame) -> alt.Chart:
             color=alt.Color("change:N", title="knob moved by", scale=alt.Scale(scheme="redblue")),
             tooltip=["candidate:N", "knob:N", "change:N", alt.Tooltip("days:Q", title="days", format=".2f"),
                      alt.Tooltip("delta:Q", title="change", format="+.1%")],
-        )
-        .properties(height=alt.Step(16), title="sensitivity of time to train")
-    )
+        ), f["row"].nunique(), 16, title="sensitivity of time to train")
 
 
 def pareto_chart(frame: pd.DataFrame, x: str, y: str, x_title: str, y_title: str,
@@ -337,12 +352,12 @@ def gantt_chart(events: list[dict]) -> alt.Chart:
     d = timeline_frame(events)
     lanes = d.sort_values("order")["lane"].drop_duplicates().tolist()
     domain, colours = _timeline_colours(sorted(d["kind"].unique()))
-    return alt.Chart(d).mark_bar(stroke="white", strokeWidth=0.2).encode(
+    chart = alt.Chart(d).mark_bar(stroke="white", strokeWidth=0.2).encode(
         x=alt.X("start_s:Q", title="time in the step (s)"), x2="end_s:Q",
         y=alt.Y("lane:N", title=None, sort=lanes, axis=alt.Axis(labelLimit=260)),
         color=alt.Color("kind:N", title=None, scale=alt.Scale(domain=domain, range=colours),
                         legend=alt.Legend(orient="bottom", columns=4, symbolLimit=0)),
         tooltip=["lane", "task", "kind", alt.Tooltip("start_s:Q", format=".4f", title="start (s)"),
                  alt.Tooltip("duration_ms:Q", format=".3f", title="duration (ms)")],
-    ).properties(title="DES timeline (drag to pan, scroll to zoom)", height=alt.Step(14 if len(lanes) > 24 else 22)
-                 ).interactive(bind_y=False)
+    ).interactive(bind_y=False)
+    return fixed_height(chart, len(lanes), 14 if len(lanes) > 24 else 22, title="DES timeline (drag to pan, scroll to zoom)")
