@@ -656,14 +656,18 @@ def report_downloads(cfg: dict[str, Any], frame: pd.DataFrame, sens: pd.DataFram
               "utilisation": f"{site.utilisation:.0%}" if site.basis == "purchase" else "-",
               "precision per candidate": ", ".join(f"{c}: {p}" for c, p in zip(frame["candidate"], frame["precision"], strict=True)),
               "engine": "analytic (layout search)"}
-    specs = []
-    for col, t in shown:
-        ch = charts.compare_chart(frame, col, t, higher_is_better=col == "mfu", interval=INTERVALS.get(col))
-        specs.append(ch.properties(width=320).to_dict(validate=False))
-    page = html_report(frame, title, inputs, sources, specs)
+
+    import altair as alt
+
+    def page() -> str:  # built on click only: drawing the charts to SVG takes a moment
+        specs = [charts.compare_chart(frame, col, t, higher_is_better=col == "mfu", interval=INTERVALS.get(col))
+                 .properties(width=280, autosize=alt.AutoSizeParams(type="pad"), padding={"left": 40, "top": 5, "right": 5, "bottom": 5})
+                 .to_dict(validate=False) for col, t in shown]  # left padding: viewer fonts run wider than vl-convert measures
+        return html_report(frame, title, inputs, sources, specs)
+
     c1, c2, c3 = st.columns(3)
     c1.download_button("Download the purchase report (HTML, one page)", page, file_name="purchase-report.html",
-                       mime="text/html", type="primary")
+                       mime="text/html", type="primary", on_click="ignore")
     md = markdown(frame, title, sens) + "\n## Headline\n\n" + headline_markdown(frame)
     c2.download_button("Download report (Markdown)", md, file_name="compare.md", mime="text/markdown")
     c3.download_button("Download table (CSV)", frame.to_csv(index=False), file_name="compare.csv", mime="text/csv")

@@ -4,7 +4,7 @@ Playwright in Debian's Chromium at 1440x900 (headless, --no-sandbox; never `play
 Reports (seconds, wall clock on this machine): the cold first page (a fresh server: imports,
 catalogue, first estimate, charts drawn), a warm reload, and each interaction from the change to
 the redrawn page: a layout widget, a what-if slider, the Layout search page, the Compare page,
-the Validation page; plus the number of Vega console warnings ("Dropping ..." etc.).
+the Validation page, a purchase input (PUE) on Compare hardware; plus the number of Vega console warnings ("Dropping ..." etc.).
 
     python benchmarks/bench_app.py [--json OUT.json] [--repeat 3]
 
@@ -108,6 +108,15 @@ def run(repeat: int) -> dict[str, Any]:
                 for name in ("Layout search", "Compare hardware", "Validation"):
                     add(f"page: {name}", timed(lambda name=name: (page.goto(f"{url}/?page={name.replace(' ', '+')}"),
                                                                  settled(page))))
+                    if name == "Compare hardware":  # a purchase input: reprices without a re-search
+
+                        def change_pue(value: str) -> None:
+                            box = page.get_by_label("PUE", exact=True)
+                            box.fill(value)
+                            box.press("Enter")
+                            settled(page)
+
+                        add("purchase input (PUE)", timed(lambda i=i: change_pue("1.3" if i % 2 == 0 else "1.2")))
             browser.close()
     finally:
         proc.terminate()

@@ -4,12 +4,13 @@ candidates on another fabric; partial nodes and racks; the HTML report; the torn
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import pandas as pd
 import pytest
 
-from perfmodel.app_charts import layout_labels, tornado_chart
+from perfmodel.app_charts import compare_chart, layout_labels, tornado_chart
 from perfmodel.errors import UnknownIdError
 from perfmodel.planning.compare import compare
 from perfmodel.planning.purchase import (
@@ -125,10 +126,12 @@ def test_html_report_holds_every_input_source_and_status() -> None:
     f = apply_site(rows(fallback_terms=["in_model_efficiency", ""], measured_terms=["gemm_rate", "gemm_rate"]),
                    {"a": 2.0}, Site(), tokens=1e12)
     f["calibration"] = [calibration_status(r) for _, r in f.iterrows()]
+    chart = compare_chart(f, "days", "time to train (days)").to_dict()
     page = html_report(f, "llama3-70b on 576 GPUs", {"PUE": 1.2, "sequence length (tokens)": 8192},
-                       {"a": {"price": "AWS p5 list price"}}, [{"mark": "bar"}])
+                       {"a": {"price": "AWS p5 list price"}}, [chart])
+    drawn = "<svg" if importlib.util.find_spec("vl_convert") else "vegaEmbed('#chart0'"
     for text in ("llama3-70b on 576 GPUs", "PUE", "8192", "AWS p5 list price", "partly measured (1 of 2 terms)",
-                 "measured", "no interval", "no price: type one", "vegaEmbed('#chart0'"):
+                 "measured", "no interval", "no price: type one", drawn):
         assert text in page, text
 
 

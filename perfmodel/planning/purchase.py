@@ -274,8 +274,8 @@ def html_report(frame: pd.DataFrame, title: str, inputs: dict[str, Any], sources
                 chart_specs: list[dict[str, Any]] | None = None) -> str:
     """One self-contained page to forward: the headline table (80 % intervals in brackets, or 'no
     interval'), every input, each candidate's spec sources, calibration status (which cost terms
-    are measured on it and which take the derating rule) and the charts (Vega-Lite, drawn by the
-    vega-embed script from its CDN; the tables read without it)."""
+    are measured on it and which take the derating rule) and the charts (`chart_specs`, Vega-Lite:
+    inline SVG where vl-convert is installed, else drawn by vega-embed from its CDN)."""
     e = html.escape
     rows = headline_rows(frame)
     cols = list(rows[0]) if rows else []
@@ -284,23 +284,36 @@ def html_report(frame: pd.DataFrame, title: str, inputs: dict[str, Any], sources
     inp = "<table>" + "".join(f"<tr><th>{e(str(k))}</th><td>{e(str(v))}</td></tr>" for k, v in inputs.items()) + "</table>"
     src = "".join(f"<h3>{e(c)}</h3><ul>" + "".join(f"<li><b>{e(k)}</b>: {e(v)}</li>" for k, v in s.items()) + "</ul>"
                   for c, s in sources.items())
-    import json
-
     specs = chart_specs or []
-    divs = "".join(f"<div id='chart{i}' class='chart'></div>" for i in range(len(specs)))
-    embeds = "".join(f"vegaEmbed('#chart{i}', {json.dumps(s)}, {{actions: false}});" for i, s in enumerate(specs))
+    head, divs, script = _chart_html(specs)
     style = ("body{font-family:system-ui,sans-serif;margin:24px;max-width:1400px;font-size:13px}"
              "table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;"
              "vertical-align:top}th{background:#f3f4f6}.chart{display:inline-block;margin:4px}h3{margin:8px 0 2px}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>{style}</style>"
-            "<script src='https://cdn.jsdelivr.net/npm/vega@5'></script>"
-            "<script src='https://cdn.jsdelivr.net/npm/vega-lite@5'></script>"
-            "<script src='https://cdn.jsdelivr.net/npm/vega-embed@6'></script></head><body>"
+            f"{head}</head><body>"
             f"<h1>{e(title)}</h1><p>Numbers in brackets: the 80 % interval of the prediction, where the calibration "
             "provides one. 'calibration': the cost terms measured on that hardware; the others take the derating rule "
             "of docs/DESIGN.md (a fallback). Each candidate runs its fastest fitting layout (analytic engine).</p>"
-            f"{table}{divs}<h2>Inputs</h2>{inp}<h2>Spec sources</h2>{src}"
-            f"<script>{embeds}</script></body></html>")
+            f"{table}{divs}<h2>Inputs</h2>{inp}<h2>Spec sources</h2>{src}{script}</body></html>")
+
+
+def _chart_html(specs: list[dict[str, Any]]) -> tuple[str, str, str]:
+    """(head, body, script) for the charts: inline SVG rendered by vl-convert where it is installed
+    (the page then opens offline), else Vega-Lite specs drawn by vega-embed from its CDN."""
+    import json
+
+    try:
+        import vl_convert as vlc
+
+        return "", "".join(f"<div class='chart'>{vlc.vegalite_to_svg(s)}</div>" for s in specs), ""
+    except ImportError:
+        pass
+    head = ("<script src='https://cdn.jsdelivr.net/npm/vega@5'></script>"
+            "<script src='https://cdn.jsdelivr.net/npm/vega-lite@5'></script>"
+            "<script src='https://cdn.jsdelivr.net/npm/vega-embed@6'></script>")
+    divs = "".join(f"<div id='chart{i}' class='chart'></div>" for i in range(len(specs)))
+    embeds = "".join(f"vegaEmbed('#chart{i}', {json.dumps(s)}, {{actions: false}});" for i, s in enumerate(specs))
+    return head, divs, f"<script>{embeds}</script>"
 
 
 def calibration_status(row: Any) -> str:
