@@ -438,7 +438,7 @@ def run_candidate(workload: Any, cand: str, n_gpus: int, global_batch: int, toke
     row = planning().compare(workload, [system], n_gpus, global_batch, tokens, seq_len=seq_len, precision=precision)
     row["candidate"] = cand
     if msgs:
-        row["message"] = "; ".join(msgs)
+        row["message"] = ["; ".join([*msgs, str(m)] if isinstance(m, str) and m else msgs) for m in row.get("message", [""])]
     plan = row.pop("plan").iloc[0] if "plan" in row else None
     return row, plan
 

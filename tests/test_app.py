@@ -395,3 +395,24 @@ def test_tornado_labels_seconds_and_percent_red_slower_nothing_for_zero(default_
     assert ((bars["delta"] > 0) == (bars["direction"] == "slower")).all()
     halved = bars[(bars["factor"] == "peak FLOP/s") & (bars["change"] == "×0.5")].iloc[0]
     assert halved["label"] == f"×0.5: {halved['delta_s']:+.3g} s ({halved['delta']:+.1%})"
+
+
+@pytest.mark.parametrize("key", ["s_flops", "s_hbm", "s_intra", "s_inter", "s_lat"])
+def test_every_what_if_slider_moves_the_step_as_the_library_does(key: str) -> None:
+    # the sliders feed System.scaled (tests/test_whatif.py holds every key moving the step on every
+    # reference node where its term is over 1 %); here: the app shows the library's scaled step
+    from perfmodel.hardware.catalog import resolve_system
+
+    at = app()
+    base = float(metric(at, "Step time (s)"))
+    at.select_slider(key=key).set_value(2.0).run()
+    no_exception(at)
+    shown = float(metric(at, "Step time (s)", nth=1))
+    kw = {"s_flops": "flops", "s_hbm": "hbm_bw", "s_intra": "intra_bw", "s_inter": "inter_bw", "s_lat": "latency"}[key]
+    plan = perfmodel.ParallelPlan(dp=16, tp=8, pp=8, zero_stage=1, global_batch=1536, recompute="selective",
+                                  sequence_parallel=True)
+    system, _ = resolve_system("a100-sxm4-80gb", None, 1024)
+    expected = perfmodel.estimate("gpt3-175b", system.scaled(**{kw: 2.0}), plan).step_time_s
+    assert shown == pytest.approx(expected, rel=1e-3)
+    if abs(expected / base - 1) > 0.01:
+        assert shown != pytest.approx(base, rel=1e-3)

@@ -30,7 +30,7 @@ from perfmodel.planning.search import layout_label, search
 
 def rows(**extra: object) -> pd.DataFrame:
     base = {"candidate": ["a", "b"], "gpu_hours": [1000.0, 2000.0], "energy_mwh": [10.0, 20.0], "days": [2.0, 4.0],
-            "step_time_s": [10.0, 20.0], "message": ["a has no hourly price", "b has no hourly price"]}
+            "step_time_s": [10.0, 20.0], "message": ["a (node n) has no hourly price: add", "b (node n) has no hourly price: add"]}
     return pd.DataFrame({**base, **extra})
 
 
@@ -97,10 +97,11 @@ def test_nodes_racks_and_fabrics_are_candidates() -> None:
     ib, _ = resolve_candidate("dgx-h100", 64)
     roce, _ = resolve_candidate("dgx-h100@roce", 64)
     assert roce.fabric is not None and roce.fabric.id == "roce" and roce.name == "dgx-h100@roce"
-    assert roce.inter_latency_s == pytest.approx(3 * 0.6e-6)  # RoCE per-hop latency x 3 hops
-    assert roce.nic_Bps == ib.nic_Bps  # 400 Gb/s links, the node's 400 Gb/s NICs
-    hdr, _ = resolve_candidate("dgx-h100@ib-hdr", 64)
-    assert hdr.nic_Bps == pytest.approx(200e9 / 8)  # HDR links cap the NDR NICs
+    out_ib, out_roce = ib.levels[-1], roce.levels[-1]
+    assert out_roce.name == "roce" and out_ib.name == "ib-ndr"
+    assert out_roce.latency_s == pytest.approx(3 * 0.6e-6)  # RoCE per-hop latency x 3 hops
+    assert out_roce.bandwidth_Bps == out_ib.bandwidth_Bps  # the node's NICs set the line rate
+    assert roce.levels[0] == ib.levels[0]  # the same NVLink domain
     with pytest.raises(UnknownIdError, match=r"unknown fabric 'nope'.*roce"):
         resolve_candidate("dgx-h100@nope", 64)
 

@@ -30,6 +30,7 @@ import pandas as pd
 from perfmodel.errors import UnknownIdError
 from perfmodel.hardware.catalog import System, load_catalog
 from perfmodel.hardware.catalog import resolve_hardware as catalog_resolve_hardware
+from perfmodel.hardware.network import network_levels
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.planning.train import HOURS_PER_YEAR, power_basis_w
 from perfmodel.workload.spec import ModelSpec
@@ -49,9 +50,9 @@ def candidate_ids() -> list[str]:
 
 
 def resolve_candidate(cand: str, n_gpus: int) -> tuple[System, list[str]]:
-    """The System of a candidate id, and the resolver's messages. 'node@fabric' puts the node on
-    that fabric: its per-hop latency (x 3 hops) and, where the fabric's links are slower than the
-    node's NICs, the link speed."""
+    """The System of a candidate id, and the resolver's messages. 'node@fabric' joins the node's
+    (or cluster's) scale-out NICs by that fabric instead: the network levels are rebuilt by
+    `hardware.network.network_levels` with it (its per-hop latency; the NICs set the line rate)."""
     base_id, _, fabric_id = cand.partition(FABRIC_SEP)
     system, msgs = catalog_resolve_hardware(base_id, n_gpus)
     if not fabric_id:
@@ -60,10 +61,8 @@ def resolve_candidate(cand: str, n_gpus: int) -> tuple[System, list[str]]:
     if fabric_id not in cat.fabrics:
         raise UnknownIdError(f"candidate {cand!r}: unknown fabric {fabric_id!r}; known: {', '.join(sorted(cat.fabrics))}")
     fab = cat.fabrics[fabric_id]
-    hops = cat.clusters[base_id].hops if base_id in cat.clusters else 3
-    link = fab.link_bandwidth.one_way_Bps("link_bandwidth")
-    return replace(system, fabric=fab, inter_latency_s=fab.per_hop_latency.si("seconds") * hops,
-                   nic_Bps=min(system.nic_Bps, link) if system.nic_Bps else link, name=cand), msgs
+    levels = network_levels(system.node, fab, cat.clusters.get(base_id), system.gpus_per_node)
+    return replace(system, fabric=fab, levels=levels, name=cand), msgs
 
 
 def partial_unit_warning(system: System, n_gpus: int) -> str | None:
@@ -163,8 +162,9 @@ def apply_site(frame: pd.DataFrame, prices: dict[str, float | None], site: Site,
         costs.append(cost)
         notes.append("")
     f["usd_per_gpu_hour"], f["cost_usd"], f["price_note"] = rates, costs, notes
-    if "message" in f and "gpu_hours" in f:  # a row that ran carries only the spec's no-price message: price_note says it
-        f.loc[f["gpu_hours"].notna(), "message"] = ""
+    if "message" in f and "gpu_hours" in f:  # the spec's no-price message: price_note says it, or the price is typed
+        no_price = f["message"].astype(str).str.contains(r"has no (?:hourly|purchase) price", regex=True)
+        f.loc[f["gpu_hours"].notna() & no_price, "message"] = ""
     f["usd_per_trillion_tokens"] = f["cost_usd"] / tokens * 1e12
     f["tokens_per_usd"] = tokens / f["cost_usd"]
     if has:
