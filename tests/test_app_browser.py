@@ -132,7 +132,7 @@ def test_estimate_page_in_chromium(server: str, browser: object, tmp_path: Path)
     page.close()
 
 
-@pytest.mark.parametrize("name", ["Compare hardware", "Validation", "Layout search"])
+@pytest.mark.parametrize("name", ["Compare hardware", "Validation", "Layout search", "Training run"])
 def test_other_pages_in_chromium(server: str, browser: object, tmp_path: Path, name: str) -> None:
     page = open_page(browser, f"{server}/?page={name.replace(' ', '+')}")
     page.get_by_role("heading", name=name.split()[0], exact=False).first.wait_for()
