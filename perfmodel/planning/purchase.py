@@ -192,13 +192,13 @@ def layout_sensitivity(spec: ModelSpec, system: System, plan: ParallelPlan, pct:
     The layout is held (one analytic estimate per point, no re-search): what the bought system
     does when a bandwidth turns out lower or higher than its spec. Time and cost scale with the
     step time (the token count is fixed); energy is not moved here."""
-    from perfmodel.api import estimate
+    from perfmodel.engines.registry import run_engine
 
-    base = estimate(spec, system, plan).step_time_s
+    base = run_engine("analytic", spec, system, plan).step_time_s
     rows = []
     for knob, arg in SENSITIVITY_KNOBS.items():
         for sign in (-1, 1):
-            step = estimate(spec, system.scaled(**{arg: 1 + sign * pct / 100}), plan).step_time_s
+            step = run_engine("analytic", spec, system.scaled(**{arg: 1 + sign * pct / 100}), plan).step_time_s
             rows.append({"knob": knob, "change_pct": sign * pct, "step_time_s": step, "days_ratio": step / base,
                          "cost_ratio": step / base})
     rows += [{"knob": "price", "change_pct": sign * pct, "step_time_s": base, "days_ratio": 1.0,
