@@ -54,8 +54,9 @@ def _bound(widget: Any, label: str, key: str, **kw: Any) -> Any:
 
 
 # ---- cached library calls (inputs are ids, frozen plans and tuples) -------------------------------
-@st.cache_resource(show_spinner=False)
 def catalog() -> Any:
+    """The hardware catalogue, with what the user uploaded (not cached here: uploads change it; the
+    library caches the parsed files)."""
     from perfmodel.hardware.catalog import load_catalog
 
     return load_catalog()
@@ -140,13 +141,14 @@ def sidebar() -> dict[str, Any] | None:
     sb = st.sidebar
     sb.title("perfmodel")
     page = _bound(sb.radio, "Page", "page", options=PAGES)
+    sb.subheader("Workload and hardware")
+    custom = upload_workload(sb)
+    upload_hardware(sb)
     try:
         cat, wl = catalog(), workloads()
     except USER_ERRORS as e:
         st.error(f"The hardware or workload catalogue could not be read: {e}")
         return None
-    sb.subheader("Workload and hardware")
-    custom = upload_workload(sb)
     ids = sorted(wl) + sorted(k for k in custom if k not in wl)
     workload = _bound(sb.selectbox, "Workload", "workload", options=ids,
                       index=ids.index("gpt3-175b") if "gpt3-175b" in ids else 0)
@@ -207,11 +209,12 @@ def spec_of(workload: str) -> Any:
 
 
 def upload_workload(sb: Any) -> dict[str, Any]:
-    """'Bring your own model': a workload YAML, validated on upload; errors name the field."""
+    """'Bring your own model': a workload YAML or a Hugging Face config.json, validated on upload;
+    errors name the file and the field."""
     custom: dict[str, Any] = st.session_state.setdefault("custom_workloads", {})
-    with sb.expander("Bring your own model (workload YAML)"):
-        up = st.file_uploader("workload YAML", type=["yaml", "yml"], key="upload_workload", label_visibility="collapsed",
-                              help="the fields of a file in workloads/ (id, name, family, source, sizes)")
+    with sb.expander("Bring your own model (workload YAML or HF config.json)"):
+        up = st.file_uploader("workload", type=["yaml", "yml", "json"], key="upload_workload", label_visibility="collapsed",
+                              help="the fields of a file in workloads/, or a Hugging Face config.json")
         if up is not None:
             from perfmodel.app_fixes import parse_uploaded_workload
 
@@ -223,6 +226,25 @@ def upload_workload(sb: Any) -> dict[str, Any]:
                 custom[spec.id] = spec
                 st.success(f"added {spec.id} ({spec.name}); pick it above")
     return custom
+
+
+def upload_hardware(sb: Any) -> None:
+    """'Bring your own hardware': an accelerator, node, cluster or fabric YAML joins the catalogue
+    through a specs directory of this session; errors name the file and the field."""
+    with sb.expander("Bring your own hardware (spec YAML)"):
+        up = st.file_uploader("hardware", type=["yaml", "yml"], key="upload_hardware", label_visibility="collapsed",
+                              help="a file like those in hardware_specs/ (every number with its unit and source)")
+        if up is not None and st.session_state.get("uploaded_hw") != (up.name, up.size):
+            from perfmodel.app_fixes import add_uploaded_hardware
+
+            root = st.session_state.setdefault("user_specs_dir", tempfile.mkdtemp(prefix="perfmodel-specs-"))
+            try:
+                kind, ident = add_uploaded_hardware(up.name, up.getvalue(), root)
+            except USER_ERRORS as e:
+                st.error(str(e))
+            else:
+                st.session_state["uploaded_hw"] = (up.name, up.size)
+                st.success(f"added {kind[:-1]} {ident}; pick it above")
 
 
 def build_plan(cfg: dict[str, Any]) -> Any:
