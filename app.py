@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -53,8 +54,9 @@ def _bound(widget: Any, label: str, key: str, **kw: Any) -> Any:
 
 
 # ---- cached library calls (inputs are ids, frozen plans and tuples) -------------------------------
-@st.cache_resource(show_spinner=False)
 def catalog() -> Any:
+    """The hardware catalogue, with what the user uploaded (not cached here: uploads change it; the
+    library caches the parsed files)."""
     from perfmodel.hardware.catalog import load_catalog
 
     return load_catalog()
@@ -140,13 +142,14 @@ def sidebar() -> dict[str, Any] | None:
     sb = st.sidebar
     sb.title("perfmodel")
     page = _bound(sb.radio, "Page", "page", options=PAGES)
+    sb.subheader("Workload and hardware")
+    custom = upload_workload(sb)
+    upload_hardware(sb)
     try:
         cat, wl = catalog(), workloads()
     except USER_ERRORS as e:
         st.error(f"The hardware or workload catalogue could not be read: {e}")
         return None
-    sb.subheader("Workload and hardware")
-    custom = upload_workload(sb)
     ids = sorted(wl) + sorted(k for k in custom if k not in wl)
     workload = _bound(sb.selectbox, "Workload", "workload", options=ids,
                       index=ids.index("gpt3-175b") if "gpt3-175b" in ids else 0)
@@ -211,11 +214,12 @@ def spec_of(workload: str) -> Any:
 
 
 def upload_workload(sb: Any) -> dict[str, Any]:
-    """'Bring your own model': a workload YAML, validated on upload; errors name the field."""
+    """'Bring your own model': a workload YAML or a Hugging Face config.json, validated on upload;
+    errors name the file and the field."""
     custom: dict[str, Any] = st.session_state.setdefault("custom_workloads", {})
-    with sb.expander("Bring your own model (workload YAML)"):
-        up = st.file_uploader("workload YAML", type=["yaml", "yml"], key="upload_workload", label_visibility="collapsed",
-                              help="the fields of a file in workloads/ (id, name, family, source, sizes)")
+    with sb.expander("Bring your own model (workload YAML or HF config.json)"):
+        up = st.file_uploader("workload", type=["yaml", "yml", "json"], key="upload_workload", label_visibility="collapsed",
+                              help="the fields of a file in workloads/, or a Hugging Face config.json")
         if up is not None:
             from perfmodel.app_fixes import parse_uploaded_workload
 
@@ -227,6 +231,25 @@ def upload_workload(sb: Any) -> dict[str, Any]:
                 custom[spec.id] = spec
                 st.success(f"added {spec.id} ({spec.name}); pick it above")
     return custom
+
+
+def upload_hardware(sb: Any) -> None:
+    """'Bring your own hardware': an accelerator, node, cluster or fabric YAML joins the catalogue
+    through a specs directory of this session; errors name the file and the field."""
+    with sb.expander("Bring your own hardware (spec YAML)"):
+        up = st.file_uploader("hardware", type=["yaml", "yml"], key="upload_hardware", label_visibility="collapsed",
+                              help="a file like those in hardware_specs/ (every number with its unit and source)")
+        if up is not None and st.session_state.get("uploaded_hw") != (up.name, up.size):
+            from perfmodel.app_fixes import add_uploaded_hardware
+
+            root = st.session_state.setdefault("user_specs_dir", tempfile.mkdtemp(prefix="perfmodel-specs-"))
+            try:
+                kind, ident = add_uploaded_hardware(up.name, up.getvalue(), root)
+            except USER_ERRORS as e:
+                st.error(str(e))
+            else:
+                st.session_state["uploaded_hw"] = (up.name, up.size)
+                st.success(f"added {kind[:-1]} {ident}; pick it above")
 
 
 def build_plan(cfg: dict[str, Any]) -> Any:
@@ -286,13 +309,61 @@ def page_estimate(cfg: dict[str, Any], plan: Any) -> None:
                    f"(calibration profile {est.calibration!r}, from leave-one-source-out residuals; docs/CALIBRATION.md)")
     else:
         st.caption(f"Calibration {est.calibration!r}: physics only, no prediction interval.")
+    trust(cfg, plan, est)
     left, right = st.columns([3, 2])
     left.altair_chart(charts.breakdown_chart(frame), width="stretch")
     right.altair_chart(charts.memory_chart(frame, est.hbm_bytes), width="stretch")
     whatif(cfg, plan, est)
     timeline(est)
-    st.download_button("Download estimate (JSON)", json.dumps(est.to_dict(), indent=2, default=str),
+    st.download_button("Download estimate (JSON)", json.dumps(estimate_json(cfg, plan, est), indent=2, default=str),
                        file_name=f"estimate-{cfg['workload']}-{cfg['acc']}.json", mime="application/json")
+
+
+def step_interval(est: Any) -> tuple[float, float] | None:
+    """The 80 % interval of the step time when the library provides one (Estimate.step_time_lo_s / _hi_s)."""
+    lo, hi = getattr(est, "step_time_lo_s", None), getattr(est, "step_time_hi_s", None)
+    return (float(lo), float(hi)) if lo is not None and hi is not None else None
+
+
+def assumptions(cfg: dict[str, Any], plan: Any, est: Any) -> dict[str, Any]:
+    """What the headline rests on: sequence length in use, precision, framework, calibration profile."""
+    return {"sequence length (tokens)": plan.seq_len or spec_of(cfg["workload"]).seq_len,
+            "sequence length from": "the sidebar" if plan.seq_len else f"the workload's default ({cfg['workload']})",
+            "precision": plan.precision, "framework": getattr(est, "framework", None) or getattr(plan, "framework", None)
+            or "none chosen (no per-framework terms: Megatron-LM-style layouts)",
+            "calibration profile": getattr(est, "calibration_profile", None)
+            or "the hardware specs' own calibration blocks (no profile chosen)",
+            "engine": est.engine}
+
+
+def trust(cfg: dict[str, Any], plan: Any, est: Any) -> None:
+    """Under the headline: the 80 % interval (or 'no interval'), the measured / fallback badge,
+    the MFU flag and the assumptions."""
+    iv = step_interval(est)
+    fb = est.fallback_terms
+    measured = [k for k in est.provenance if k not in fb]
+    c = st.columns([4, 3, 5])
+    c[0].markdown(f"Step time 80 % interval: **{iv[0]:.4g} – {iv[1]:.4g} s**" if iv else
+                  "Step time 80 % interval: **no interval**", help=None if iv else "the calibration gives none for this case")
+    with c[1]:
+        why = f"measured on this hardware: {', '.join(measured) or 'none'}; derating rule (fallback): {', '.join(fb) or 'none'}"
+        if est.provenance and not fb:
+            st.badge("measured", icon=":material/check:", color="green", help=why)
+        elif measured:
+            st.badge(f"partly measured ({len(measured)} of {len(est.provenance)} terms)", icon=":material/rule:",
+                     color="orange", help=why)
+        else:
+            st.badge("fallback", icon=":material/warning:", color="red", help=why)
+    if est.mfu_flag:
+        c[2].markdown(f":red[**MFU above any published run**]: {est.mfu_flag.split(' (')[0]}", help=est.mfu_flag)
+    st.caption("Assumptions: " + " · ".join(f"{k}: **{v}**" for k, v in assumptions(cfg, plan, est).items()))
+
+
+def estimate_json(cfg: dict[str, Any], plan: Any, est: Any) -> dict[str, Any]:
+    """The estimate download: the library's dict plus the sequence length in use, the interval and the assumptions."""
+    iv = step_interval(est)
+    return {**est.to_dict(), "seq_len": plan.seq_len or spec_of(cfg["workload"]).seq_len,
+            "step_time_interval_80_s": list(iv) if iv else "no interval", "assumptions": assumptions(cfg, plan, est)}
 
 
 def show_metrics(est: Any, base: Any | None = None) -> None:
@@ -337,7 +408,7 @@ def sensitivity(cfg: dict[str, Any], plan: Any, base: Any) -> pd.DataFrame:
             scales = tuple(f if j == i else 1.0 for j in range(len(WHATIF)))
             est = estimate(spec_of(cfg["workload"]), cfg["acc"], cfg["system"], plan, "analytic", scales)
             rows.append({"factor": label, "change": f"×{f:g}", "step_time_s": est.step_time_s,
-                         "delta": est.step_time_s / base.step_time_s - 1})
+                         "delta_s": est.step_time_s - base.step_time_s, "delta": est.step_time_s / base.step_time_s - 1})
     return pd.DataFrame(rows)
 
 
@@ -351,71 +422,290 @@ def timeline(est: Any) -> None:
 
 
 # ---- page: Compare hardware -----------------------------------------------------------------------
-COMPARE_METRICS = {"days": "time to train (days)", "cost_usd": "cost (USD)", "energy_mwh": "energy (MWh)",
+COMPARE_METRICS = {"days": "time to train (days)", "cost_usd": "cost (USD)",
+                   "usd_per_trillion_tokens": "cost per 10¹² tokens (USD)", "energy_mwh": "energy incl. PUE (MWh)",
                    "mfu": "MFU (fraction of peak)"}
 COMPARE_COLUMNS = {
+    "candidate": st.column_config.TextColumn("candidate"),
+    "precision": st.column_config.TextColumn("precision"),
     "layout": st.column_config.TextColumn("best layout"),
     "step_time_s": st.column_config.NumberColumn("step time (s)", format="%.3g"),
+    "step_interval": st.column_config.TextColumn("step 80 % interval (s)"),
+    "calibration": st.column_config.TextColumn("calibration"),
     "tokens_per_s": st.column_config.NumberColumn("tokens/s", format="%.0f"),
     "mfu": st.column_config.NumberColumn("MFU", format="percent"),
+    "mfu_flag": st.column_config.TextColumn("MFU check"),
     "memory_gb": st.column_config.NumberColumn("memory (GB/GPU)", format="%.1f"),
     "days": st.column_config.NumberColumn("time to train (days)", format="%.2f"),
+    "days_interval": st.column_config.TextColumn("days 80 % interval"),
     "days_with_failures": st.column_config.NumberColumn("days with failures", format="%.2f"),
     "gpu_hours": st.column_config.NumberColumn("GPU-hours", format="%.0f"),
     "usd_per_gpu_hour": st.column_config.NumberColumn("USD per GPU-hour", format="%.2f"),
     "cost_usd": st.column_config.NumberColumn("cost (USD)", format="dollar"),
-    "energy_mwh": st.column_config.NumberColumn("energy (MWh)", format="%.1f"),
-    "power_per_gpu_w": st.column_config.NumberColumn("power per GPU (W)", format="%.0f"),
-    "tokens_per_usd": st.column_config.NumberColumn("tokens per USD", format="%.0f"),
+    "cost_interval": st.column_config.TextColumn("cost 80 % interval (USD)"),
+    "usd_per_trillion_tokens": st.column_config.NumberColumn("USD per 10¹² tokens", format="dollar"),
+    "energy_mwh": st.column_config.NumberColumn("energy incl. PUE (MWh)", format="%.1f"),
+    "energy_cost_usd": st.column_config.NumberColumn("energy cost (USD)", format="dollar"),
+    "power_per_gpu_w": st.column_config.NumberColumn("wall power per GPU (W)", format="%.0f"),
+    "power_basis": st.column_config.TextColumn("power basis"),
+    "validation_mape": st.column_config.NumberColumn("validation error (MAPE)", format="percent"),
     "tokens_per_joule": st.column_config.NumberColumn("tokens per J", format="%.3g"),
     "goodput": st.column_config.NumberColumn("goodput", format="percent"),
+    "price_note": st.column_config.TextColumn("price"),
+    "partial_warning": st.column_config.TextColumn("partial node / rack"),
     "message": st.column_config.TextColumn("note"),
 }
+PRECISIONS = ["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"]
+DEFAULT_CANDIDATES = ("h100-sxm5-80gb", "h200-sxm-141gb", "b200", "mi300x", "nvl72")
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def run_candidate(workload: Any, cand: str, n_gpus: int, global_batch: int, tokens: float, seq_len: int | None,
+                  precision: str) -> tuple[pd.DataFrame, Any]:
+    """(one compare row at PUE 1, the best plan or None) for one candidate; cached per candidate, so
+    changing one candidate's precision re-searches that one only."""
+    from perfmodel.planning.purchase import resolve_candidate
+
+    try:
+        system, msgs = resolve_candidate(cand, n_gpus)
+    except USER_ERRORS as e:
+        return pd.DataFrame([{"candidate": cand, "n_gpus": n_gpus, "message": str(e)}]), None
+    row = planning().compare(workload, [system], n_gpus, global_batch, tokens, seq_len=seq_len, precision=precision)
+    row["candidate"] = cand
+    if msgs:
+        row["message"] = ["; ".join([*msgs, str(m)] if isinstance(m, str) and m else msgs) for m in row.get("message", [""])]
+    plan = row.pop("plan").iloc[0] if "plan" in row else None
+    return row, plan
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def run_layout_sensitivity(workload: Any, cand: str, n_gpus: int, plan: Any, pct: float) -> pd.DataFrame:
+    """Step time of the candidate's chosen layout with each bandwidth moved by ±pct (no re-search)."""
+    from perfmodel.planning.purchase import layout_sensitivity, resolve_candidate
+
+    system, _ = resolve_candidate(cand, n_gpus)
+    return layout_sensitivity(workload, system, plan, pct).assign(candidate=cand)
+
+
+@st.cache_data(show_spinner=False)
+def validation_error_by_accelerator(engine: str) -> dict[str, tuple[float, int]]:
+    from perfmodel.planning.purchase import validation_error
+
+    m, _ = validation_frames(str(RUNS_PUBLIC), RUNS_PUBLIC.stat().st_mtime, engine)
+    return validation_error(m)
+
+
+def candidate_name(cand: str) -> str:
+    cat = catalog()
+    base, _, fabric = cand.partition("@")
+    name = next((d[base].name for d in (cat.accelerators, cat.nodes, cat.clusters) if base in d), base)
+    return f"{name} on {cat.fabrics[fabric].name}" if fabric in cat.fabrics else name
+
+
+def site_inputs() -> tuple[Any, str]:
+    """The buyer's site widgets: price basis, electricity, PUE, amortisation and utilisation."""
+    from perfmodel.planning.purchase import Site
+
+    c = st.columns(5)
+    basis = _bound(c[0].radio, "Pay for GPUs", "basis", options=["hourly", "purchase"], horizontal=True,
+                   format_func=lambda b: {"hourly": "by the hour (cloud)", "purchase": "buy them"}[b])
+    kwh = _bound(c[1].number_input, "Electricity (USD per kWh)", "kwh", min_value=0.0, max_value=10.0, value=0.10,
+                 step=0.01, help="0.10 is an assumption (a typical industrial tariff): type your own. Enters the cost "
+                                 "when you buy the GPUs; with cloud prices it is shown as energy cost only")
+    pue = _bound(c[2].number_input, "PUE", "pue", min_value=1.0, max_value=3.0, value=1.2, step=0.05,
+                 help="datacentre power / IT power; 1.0 = IT only. Multiplies the energy")
+    years = _bound(c[3].number_input, "Amortisation (years)", "years", min_value=0.5, max_value=15.0, value=4.0, step=0.5,
+                   help="straight-line depreciation of a purchase (4 years is an assumption)", disabled=basis == "hourly")
+    util = _bound(c[4].number_input, "Utilisation (%)", "util", min_value=1.0, max_value=100.0, value=80.0, step=5.0,
+                  help="share of the amortisation period the bought GPUs do paid work; an idle GPU still depreciates",
+                  disabled=basis == "hourly")
+    per = "GPU"
+    if basis == "purchase":
+        per = _bound(st.radio, "Purchase prices are per", "price_per", options=["GPU", "node"], horizontal=True,
+                     help="a node price is shared over the node's GPUs")
+    return Site(basis=basis, electricity_usd_per_kwh=float(kwh), pue=float(pue), amortisation_years=float(years),
+                utilisation=float(util) / 100.0), per
+
+
+def candidate_inputs(cands: list[str], n_gpus: int, basis: str, per: str, default_precision: str) -> tuple[
+        dict[str, str], dict[str, float | None], dict[str, dict[str, str]]]:
+    """Per candidate: precision, the price (prefilled from the specs, empty where they have none;
+    converted to per GPU) and the spec sources behind it."""
+    from perfmodel.planning.purchase import power_basis_text, resolve_candidate, spec_price
+
+    precisions, prices, sources = {}, {}, {}
+    unit = {"hourly": "USD per GPU-hour", "purchase": f"purchase USD per {per}"}[basis]
+    for cand in cands:
+        try:
+            system, _ = resolve_candidate(cand, n_gpus)
+        except USER_ERRORS as e:
+            st.error(f"{cand}: {e}")
+            continue
+        sp = spec_price(system)
+        spec_value = sp.usd_per_gpu_hour if basis == "hourly" else (
+            None if sp.purchase_usd_per_gpu is None else sp.purchase_usd_per_gpu * (sp.gpus_per_node if per == "node" else 1))
+        c = st.columns([3, 1, 2, 4])
+        dom = system.node.domain_size
+        racks = math.ceil(n_gpus / dom)
+        units = (f"{racks} racks of {dom}" + (" (the last one partly filled)" if n_gpus % dom else "")
+                 if dom > system.node.accelerators_per_node
+                 else f"{system.num_nodes} × {system.node.accelerators_per_node}-GPU nodes")
+        c[0].markdown(f"**{candidate_name(cand)}**  \n`{cand}` · {units}")
+        precisions[cand] = c[1].selectbox("precision", PRECISIONS, key=f"prec_{cand}",
+                                          index=PRECISIONS.index(default_precision) if default_precision in PRECISIONS else 0)
+        value = c[2].number_input(unit, key=f"price_{basis}_{per}_{cand}", min_value=0.0, value=spec_value,
+                                  placeholder="no price in the specs: type one", format="%.2f")
+        src = sp.hourly_source if basis == "hourly" else sp.purchase_source
+        c[3].caption(("spec price: " + src) if spec_value is not None else f"{src}. Type a price to cost this candidate.")
+        per_gpu = None if value is None else float(value) / (sp.gpus_per_node if basis == "purchase" and per == "node" else 1)
+        prices[cand] = per_gpu
+        sources[cand] = {"hardware": f"{system.accelerator.name} ({system.accelerator.id}) in {system.name}",
+                         "price": src if spec_value is not None and value == spec_value else (
+                             f"typed by the user: {value} {unit}" if value is not None else src),
+                         "power basis": power_basis_text(system)}
+    return precisions, prices, sources
 
 
 def page_compare(cfg: dict[str, Any]) -> None:
-    st.header("Compare hardware")
+    st.header("Compare hardware: the purchase view")
     if planning() is None:
         st.info(NO_PLANNER)
         return
-    accs = sorted(catalog().accelerators)
-    default = [a for a in ("a100-sxm4-80gb", "h100-sxm5-80gb", "h200-sxm-141gb", "b200", "mi300x") if a in accs]
-    cands = _bound(st.multiselect, "Candidates (each accelerator on its reference node)", "cands", options=accs, default=default)
+    from perfmodel.planning.purchase import (
+        apply_site,
+        calibration_status,
+        candidate_ids,
+        interval_text,
+        partial_unit_warning,
+        resolve_candidate,
+    )
+
+    ids = candidate_ids()
+    cands = _bound(st.multiselect, "Candidates: accelerators (on their reference node), nodes, racks, a node on another "
+                   "fabric (node@fabric)", "cands", options=ids, default=[c for c in DEFAULT_CANDIDATES if c in ids],
+                   format_func=lambda c: f"{candidate_name(c)} ({c})")
     c1, c2 = st.columns(2)
-    tokens_b = _bound(c1.number_input, "Training tokens (billions)", "tokens_b", min_value=0.001, value=300.0)
+    tokens_b = _bound(c1.number_input, "Training tokens (billions)", "tokens_b", min_value=0.001, value=1000.0)
     pct = _bound(c2.number_input, "Sensitivity: move bandwidths and price by ± (%)", "pct",
                  min_value=0.0, max_value=90.0, value=0.0,
-                 help="0 = off; otherwise each candidate is re-searched with each bandwidth moved (slower)")
-    st.caption(f"{cfg['workload']} on {cfg['gpus']} GPUs of each candidate, global batch {cfg['gb']} sequences, "
-               f"{tokens_b:g} B tokens; each candidate runs its own fastest fitting layout.")
+                 help="0 = off; each candidate's chosen layout is re-timed with each bandwidth moved (no re-search)")
+    seq = cfg["seq"] or spec_of(cfg["workload"]).seq_len
     if not cands:
         st.warning("Pick at least one candidate.")
         return
-    args = (spec_of(cfg["workload"]), tuple(cands), cfg["gpus"], cfg["gb"], tokens_b * 1e9)
+    site, per = site_inputs()
+    with st.expander("Price and precision per candidate (prefilled from the specs, with their sources)", expanded=True):
+        precisions, prices, sources = candidate_inputs(cands, cfg["gpus"], site.basis, per, cfg["precision"])
+    st.caption(f"{cfg['workload']} on {cfg['gpus']} GPUs of each candidate, global batch {cfg['gb']} sequences of "
+               f"**{seq} tokens**, {tokens_b:g} B tokens; each candidate runs its own fastest fitting layout.")
+    tokens = tokens_b * 1e9
+    rows, plans = [], {}
     try:
         with st.spinner("Searching the best layout on each candidate…"):
-            frame = run_compare(*args, cfg["seq"] or None, cfg["precision"], cfg.get("calibration", "default"))
-            sens = run_sensitivity(*args, float(pct), cfg["seq"] or None, cfg["precision"]) if pct else None
+            for cand in precisions:
+                row, plan = run_candidate(spec_of(cfg["workload"]), cand, cfg["gpus"], cfg["gb"], tokens, cfg["seq"] or None,
+                                          precisions[cand])
+                rows.append(row.assign(precision=precisions[cand]))
+                plans[cand] = plan
     except USER_ERRORS as e:
         st.error(str(e))
         return
+    if not rows:
+        return
+    frame = apply_site(pd.concat(rows, ignore_index=True), prices, site, tokens)
+    frame["partial_warning"] = [partial_unit_warning(resolve_candidate(c, cfg["gpus"])[0], cfg["gpus"]) or ""
+                                if c in plans else "" for c in frame["candidate"]]
+    frame["calibration"] = [calibration_status(r) for _, r in frame.iterrows()]
+    if st.session_state.get("with_validation"):
+        errs = validation_error_by_accelerator("analytic")
+        frame["validation_mape"] = [errs.get(str(a), (None, 0))[0] for a in frame.get("accelerator", [])]
+    frame["step_interval"] = [interval_text(r, "step_time_s", "step_time_lo_s", "step_time_hi_s", ".3g") for _, r in frame.iterrows()]
+    frame["days_interval"] = [interval_text(r, "days", "days_lo", "days_hi", ".1f") for _, r in frame.iterrows()]
+    frame["cost_interval"] = [interval_text(r, "cost_usd", "cost_lo_usd", "cost_hi_usd", ",.0f") for _, r in frame.iterrows()]
+    for _, r in frame.iterrows():
+        if r.get("partial_warning"):
+            st.warning(r["partial_warning"])
+    trust_badges(frame)
     shown = [(c, t) for c, t in COMPARE_METRICS.items() if c in frame and frame[c].notna().any()]
     cols = st.columns(2)
     for i, (col, title) in enumerate(shown):
-        chart = charts.compare_chart(frame, col, title, higher_is_better=col == "mfu")
+        chart = charts.compare_chart(frame, col, title, higher_is_better=col == "mfu", interval=INTERVALS.get(col))
         cols[i % 2].altair_chart(chart, width="stretch")
-    table = frame.drop(columns=[c for c in ("accelerator", "n_gpus", "checkpoint_interval_s", "layouts_searched") if c in frame])
+    table = frame[[c for c in COMPARE_COLUMNS if c in frame]]
     st.dataframe(table, hide_index=True, column_config=COMPARE_COLUMNS)
-    st.caption("Cost: GPU-hours × the spec's hourly price (empty where the spec has none). Energy: GPUs × power × time, "
-               "no PUE. Days with failures: Young/Daly checkpointing at the Llama 3 failure rate.")
-    if sens is not None and not sens.empty:
-        st.altair_chart(charts.sensitivity_chart(sens), width="stretch")
-    from perfmodel.planning.compare import markdown
+    how = ("GPU-hours × the price per GPU-hour" if site.basis == "hourly"
+           else "GPU-hours × purchase price / (years × 8766 h × utilisation) + energy cost")
+    st.caption(f"Cost: {how}; "
+               "an empty price leaves the cost empty. Energy: GPUs × wall power per GPU (one basis for every candidate: "
+               "the node's or rack's published wall power per GPU, else TDP × the published-node overhead) × time × PUE, "
+               "full power for the whole run. Days with failures: Young/Daly checkpointing at the Llama 3 failure rate.")
+    st.checkbox("Add each accelerator's validation error (predicts the public runs once, ~10 s)", key="with_validation")
+    sens = None
+    if pct:
+        sens = pd.concat([run_layout_sensitivity(spec_of(cfg["workload"]), c, cfg["gpus"], plans[c], float(pct))
+                          for c in plans if plans[c] is not None] or [pd.DataFrame()], ignore_index=True)
+        if not sens.empty:
+            st.altair_chart(charts.sensitivity_chart(sens), width="stretch")
+    report_downloads(cfg, frame, sens, site, per, tokens_b, seq, sources, shown)
 
-    report = markdown(frame, f"{cfg['workload']} on {cfg['gpus']} GPUs, {tokens_b:g} B tokens", sens)
-    c1, c2 = st.columns(2)
-    c1.download_button("Download report (Markdown)", report, file_name="compare.md", mime="text/markdown")
-    c2.download_button("Download table (CSV)", frame.to_csv(index=False), file_name="compare.csv", mime="text/csv")
+
+INTERVALS = {"days": ("days_lo", "days_hi"), "cost_usd": ("cost_lo_usd", "cost_hi_usd")}
+
+
+def trust_badges(frame: pd.DataFrame) -> None:
+    """Per candidate: measured / fallback calibration badge, the interval or 'no interval', the MFU flag."""
+    for _, r in frame.iterrows():
+        if pd.isna(r.get("step_time_s")):
+            st.error(f"{r['candidate']}: {r.get('message') or 'no result'}")
+            continue
+        cal = str(r.get("calibration") or "")
+        c = st.columns([2, 3, 3, 5])
+        c[0].markdown(f"**{r['candidate']}**")
+        with c[1]:
+            why = (f"measured on this hardware: {r.get('measured_terms') or 'none'}; derating rule (fallback): "
+                   f"{r.get('fallback_terms') or 'none'}")
+            if cal == "measured":
+                st.badge("measured", icon=":material/check:", color="green", help=why)
+            elif cal.startswith("partly"):
+                st.badge(cal, icon=":material/rule:", color="orange", help=why)
+            else:
+                st.badge("fallback", icon=":material/warning:", color="red", help=why)
+        c[2].markdown(f"step {r['step_interval']}" if "no interval" not in str(r["step_interval"])
+                      else f"step {r['step_time_s']:.3g} s · no interval")
+        if r.get("mfu_flag"):
+            c[3].markdown(f":red[**MFU above any published run**]: {str(r['mfu_flag']).split(' (')[0]}", help=r["mfu_flag"])
+
+
+def report_downloads(cfg: dict[str, Any], frame: pd.DataFrame, sens: pd.DataFrame | None, site: Any, per: str,
+                     tokens_b: float, seq: int, sources: dict[str, dict[str, str]], shown: list[tuple[str, str]]) -> None:
+    """The one-page HTML report, the Markdown and the CSV, to download and forward."""
+    from perfmodel.planning.compare import markdown
+    from perfmodel.planning.purchase import headline_markdown, html_report
+
+    title = f"{cfg['workload']} on {cfg['gpus']} GPUs, {tokens_b:g} B tokens"
+    inputs = {"workload": f"{spec_of(cfg['workload']).name} ({cfg['workload']})", "GPUs per candidate": cfg["gpus"],
+              "global batch (sequences)": cfg["gb"], "sequence length (tokens)": seq, "training tokens": f"{tokens_b:g} B",
+              "pay for GPUs": site.basis, "purchase prices per": per if site.basis == "purchase" else "-",
+              "electricity (USD/kWh)": site.electricity_usd_per_kwh, "PUE": site.pue,
+              "amortisation (years)": site.amortisation_years if site.basis == "purchase" else "-",
+              "utilisation": f"{site.utilisation:.0%}" if site.basis == "purchase" else "-",
+              "precision per candidate": ", ".join(f"{c}: {p}" for c, p in zip(frame["candidate"], frame["precision"], strict=True)),
+              "engine": "analytic (layout search)"}
+
+    import altair as alt
+
+    def page() -> str:  # built on click only: drawing the charts to SVG takes a moment
+        specs = [charts.compare_chart(frame, col, t, higher_is_better=col == "mfu", interval=INTERVALS.get(col))
+                 .properties(width=280, autosize=alt.AutoSizeParams(type="pad"), padding={"left": 40, "top": 5, "right": 5, "bottom": 5})
+                 .to_dict(validate=False) for col, t in shown]  # left padding: viewer fonts run wider than vl-convert measures
+        return html_report(frame, title, inputs, sources, specs)
+
+    c1, c2, c3 = st.columns(3)
+    c1.download_button("Download the purchase report (HTML, one page)", page, file_name="purchase-report.html",
+                       mime="text/html", type="primary", on_click="ignore")
+    md = markdown(frame, title, sens) + "\n## Headline\n\n" + headline_markdown(frame)
+    c2.download_button("Download report (Markdown)", md, file_name="compare.md", mime="text/markdown")
+    c3.download_button("Download table (CSV)", frame.to_csv(index=False), file_name="compare.csv", mime="text/csv")
 
 
 # ---- page: Layout search --------------------------------------------------------------------------
@@ -467,10 +757,8 @@ def page_search(cfg: dict[str, Any]) -> None:
     if res.table.empty:
         st.warning("No layout fits in memory: try more GPUs, a smaller global batch or less headroom.")
         return
-    from perfmodel.planning.search import layout_label
-
     view = res.table.head(top).copy()
-    view.insert(0, "layout", view.apply(layout_label, axis=1))
+    view.insert(0, "layout", charts.layout_labels(view))
     view["memory_gb"], view["headroom_gb"] = view["memory_bytes"] / charts.GB, view["headroom_bytes"] / charts.GB
     cols = [c for c in ("layout", "step_time_s", "tokens_per_s", "mfu", "memory_gb", "headroom_gb", "cost_per_step_usd",
                         "tokens_per_joule") if c in view]
@@ -485,18 +773,17 @@ def page_search(cfg: dict[str, Any]) -> None:
                                         "step time (s)", front="front"), width="stretch")
 
 
-def pareto_frame(res: Any, limit: int = 4000) -> pd.DataFrame:
-    """Fitting layouts for the Pareto chart (the front, plus up to `limit` others) with labels."""
-    from perfmodel.planning.search import layout_label
-
+def pareto_frame(res: Any, limit: int = 600) -> pd.DataFrame:
+    """Fitting layouts for the Pareto chart with labels: the front, plus up to `limit` others
+    sampled evenly over the ranking (the cloud's shape, not thousands of overlapping points)."""
     t = res.table
     front = res.pareto_memory()
     keys = ["dp", "tp", "pp", "cp", "ep", "vp", "sequence_parallel", "zero_stage", "micro_batch", "recompute", "schedule"]
-    sample = t.head(limit)
+    sample = t.iloc[:: max(1, len(t) // limit)] if len(t) > limit else t
     f = pd.concat([sample, front]).drop_duplicates(subset=keys)
     f = f.merge(front[keys].assign(front=True), on=keys, how="left")
     f["front"] = f["front"].fillna(False).astype(bool)
-    f["layout"] = f.apply(layout_label, axis=1)
+    f["layout"] = charts.layout_labels(f)
     f["headroom_gb"] = f["headroom_bytes"] / charts.GB
     return f[["layout", "step_time_s", "headroom_gb", "front"]]
 

@@ -4,7 +4,7 @@ Playwright in Debian's Chromium at 1440x900 (headless, --no-sandbox; never `play
 Reports (seconds, wall clock on this machine): the cold first page (a fresh server: imports,
 catalogue, first estimate, charts drawn), a warm reload, and each interaction from the change to
 the redrawn page: a layout widget, a what-if slider, the Layout search page, the Compare page,
-the Validation page; plus the number of Vega console warnings ("Dropping ..." etc.).
+the Validation page, a purchase input (PUE) on Compare hardware; plus the number of Vega console warnings ("Dropping ..." etc.).
 
     python benchmarks/bench_app.py [--json OUT.json] [--repeat 3]
 
@@ -91,6 +91,9 @@ def run(repeat: int) -> dict[str, Any]:
 
             add("cold page (fresh server)", timed(lambda: (page.goto(url), settled(page))))
             for i in range(repeat):
+                if i:  # the last round ended on the Validation page: back to the Estimate page, untimed
+                    page.goto(url)
+                    settled(page)
                 add("warm reload", timed(lambda: (page.reload(), settled(page))))
 
                 def change_tp(value: str) -> None:
@@ -102,12 +105,22 @@ def run(repeat: int) -> dict[str, Any]:
                                            " return m && m.innerText !== o; }", arg=old)
                     settled(page)
 
-                add("layout widget (tp)", timed(lambda i=i: change_tp("4" if i % 2 == 0 else "8")))
+                tp_now = page.get_by_label("tp", exact=True).input_value()
+                add("layout widget (tp)", timed(lambda tp_now=tp_now: change_tp("4" if tp_now != "4" else "8")))
                 add("what-if slider (URL)", timed(lambda i=i: (page.goto(f"{url}/?s_flops={2.0 if i % 2 == 0 else 1.5}"),
                                                               settled(page))))
                 for name in ("Layout search", "Compare hardware", "Validation"):
                     add(f"page: {name}", timed(lambda name=name: (page.goto(f"{url}/?page={name.replace(' ', '+')}"),
                                                                  settled(page))))
+                    if name == "Compare hardware":  # a purchase input: reprices without a re-search
+
+                        def change_pue(value: str) -> None:
+                            box = page.get_by_label("PUE", exact=True)
+                            box.fill(value)
+                            box.press("Enter")
+                            settled(page)
+
+                        add("purchase input (PUE)", timed(lambda i=i: change_pue("1.3" if i % 2 == 0 else "1.2")))
             browser.close()
     finally:
         proc.terminate()

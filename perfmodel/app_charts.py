@@ -7,7 +7,7 @@ how it looks. Units are converted for display here and named on every axis.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 import altair as alt
 import pandas as pd
@@ -29,6 +29,41 @@ TIME_ORDER = list(TIME_LABELS.values())
 MEMORY_ORDER = ["weights", "grads", "optimizer", "activations", "runtime"]
 
 
+FIT_X = alt.AutoSizeParams(type="fit-x", contains="padding")
+
+
+def band_height(n_rows: int, step: int) -> int:
+    """The plot height of a chart with `n_rows` bands `step` px apart, as a number of pixels.
+    Streamlit asks Vega to "fit" every chart; a band-step height (alt.Step) cannot fit, and Vega
+    drops half of it with a console warning per chart and redraw ("Dropping fit-y because spec
+    has discrete height"). A number with autosize "fit-x" (`fixed_height`) keeps the height and
+    fits the width, without a warning."""
+    return max(1, n_rows) * step
+
+
+C = TypeVar("C", alt.Chart, alt.LayerChart)
+
+
+def fixed_height(chart: C, n_rows: int, step: int, **props: Any) -> C:
+    """`chart` with a plot height of `n_rows` x `step` px that fits the page's width (see `band_height`)."""
+    return chart.properties(height=band_height(n_rows, step), autosize=FIT_X, **props).configure(autosize=FIT_X)
+
+
+def layout_labels(t: pd.DataFrame) -> pd.Series:
+    """`planning.search.layout_label` of every row of a search table at once (string columns, no
+    per-row Python call: thousands of rows label in milliseconds)."""
+    def s(c: str) -> pd.Series:
+        return t[c].astype(int).astype(str)
+
+    out = "dp " + s("dp") + " tp " + s("tp") + " pp " + s("pp")
+    for k in ("cp", "ep", "vp"):
+        out = out.where(t[k].astype(int) <= 1, out + f" {k} " + s(k))
+    out = out.where(~t["sequence_parallel"].astype(bool), out + " sp")
+    out = out + " zero " + s("zero_stage") + " mb " + s("micro_batch")
+    out = out.where(t["recompute"] == "none", out + " recompute " + t["recompute"].astype(str))
+    return out.where(t["pp"].astype(int) <= 1, out + " " + t["schedule"].astype(str))
+
+
 def _time_frame(frame: pd.DataFrame) -> pd.DataFrame:
     t = frame[frame["kind"] == "time"].copy()
     t["component"] = t["component"].map(lambda c: TIME_LABELS.get(c, c))
@@ -48,7 +83,7 @@ def breakdown_chart(frame: pd.DataFrame) -> alt.Chart:
         t["scenario"] = "this layout"
     total = t.groupby("scenario")["value"].transform("sum")
     t["share"] = t["value"] / total
-    return (
+    return fixed_height(
         alt.Chart(t)
         .mark_bar()
         .encode(
@@ -62,9 +97,7 @@ def breakdown_chart(frame: pd.DataFrame) -> alt.Chart:
             tooltip=[alt.Tooltip("scenario:N"), alt.Tooltip("component:N"),
                      alt.Tooltip("value:Q", title="seconds", format=".4g"),
                      alt.Tooltip("share:Q", title="share of step", format=".1%")],
-        )
-        .properties(height=alt.Step(36), title="step-time breakdown (s)")
-    )
+        ), t["scenario"].nunique(), 40, title="step-time breakdown (s)")
 
 
 def memory_chart(frame: pd.DataFrame, capacity_bytes: float) -> alt.LayerChart | alt.FacetChart:
@@ -94,52 +127,77 @@ def memory_chart(frame: pd.DataFrame, capacity_bytes: float) -> alt.LayerChart |
     rule = alt.Chart(rule_df).mark_rule(color="#d62728", strokeWidth=3).encode(x="GB:Q", tooltip=["label:N"])
     text = alt.Chart(rule_df).mark_text(align="right", dx=-4, dy=-26, color="#d62728").encode(x="GB:Q", text="label:N")
     title = "memory per GPU vs capacity"
-    return alt.layer(bars, rule, text).properties(height=alt.Step(48), title=title)
+    return fixed_height(alt.LayerChart(layer=[bars, rule, text]), 1, 48, title=title)
 
 
-def tornado_chart(frame: pd.DataFrame) -> alt.Chart:
-    """Sensitivity of step time to each hardware factor.
+def tornado_chart(frame: pd.DataFrame, zero_tol: float = 5e-4) -> alt.LayerChart | alt.FacetChart:
+    """Sensitivity of step time to each hardware factor: one bar per (factor, change), labelled
+    with the change in seconds and percent, red where the step gets slower and blue where it gets
+    faster; a change below `zero_tol` (relative; 5e-4 would print as 0.0 %) draws nothing, so a factor that does not matter
+    shows as an empty row with a "no change" label.
 
     `frame`: columns factor (e.g. 'peak FLOP/s'), change (e.g. '×0.5', '×2'), delta (relative change
-    of step time, -0.2 = 20 % faster).
+    of step time, -0.2 = 20 % faster), step_time_s (the scaled step) and delta_s (seconds).
     """
     f = frame.copy()
+    if "delta_s" not in f:
+        f["delta_s"] = f["delta"] * f["step_time_s"] / (1 + f["delta"])
     f["span"] = f.groupby("factor")["delta"].transform(lambda d: d.abs().max())
     order = f.sort_values("span", ascending=False)["factor"].drop_duplicates().tolist()
-    return (
-        alt.Chart(f)
-        .mark_bar()
-        .encode(
-            x=alt.X("delta:Q", title="change in step time (relative)", axis=alt.Axis(format="+%")),
-            y=alt.Y("factor:N", sort=order, title=None, axis=alt.Axis(labelLimit=260)),
-            color=alt.Color("change:N", title="hardware scaled by", scale=alt.Scale(scheme="redblue")),
-            tooltip=["factor:N", "change:N", alt.Tooltip("delta:Q", format="+.1%"),
-                     alt.Tooltip("step_time_s:Q", title="step time (s)", format=".4g")],
-        )
-        .properties(height=alt.Step(28), title="sensitivity of step time (tornado)")
+    moved = f["delta"].abs() > zero_tol
+    f["direction"] = (f["delta"] > 0).map({True: "slower", False: "faster"})
+    f["label"] = [f"{c}: {s:+.3g} s ({d:+.1%})" for c, s, d in zip(f["change"], f["delta_s"], f["delta"], strict=True)]
+    bars_df, still = f[moved], f[~moved].drop_duplicates("factor")
+    still = still[~still["factor"].isin(bars_df["factor"])].assign(label="no change", delta=0.0)
+    y = alt.Y("factor:N", sort=order, title=None, axis=alt.Axis(labelLimit=260))
+    x = alt.X("delta:Q", title="change in step time", axis=alt.Axis(format="+%"))
+    bars = alt.Chart(bars_df).mark_bar(height=18).encode(
+        x=x, y=y,
+        color=alt.Color("direction:N", title=None, scale=alt.Scale(domain=["slower", "faster"], range=["#d62728", "#1f77b4"])),
+        tooltip=["factor:N", "change:N", alt.Tooltip("delta_s:Q", title="change (s)", format="+.4g"),
+                 alt.Tooltip("delta:Q", title="change", format="+.1%"),
+                 alt.Tooltip("step_time_s:Q", title="step time (s)", format=".4g")],
     )
+    pos, neg = bars_df[bars_df["delta"] > 0], bars_df[bars_df["delta"] <= 0]
+    text = [alt.Chart(pos).mark_text(align="left", dx=4, fontSize=11).encode(x=x, y=y, text="label:N"),
+            alt.Chart(neg).mark_text(align="right", dx=-4, fontSize=11).encode(x=x, y=y, text="label:N")]
+    none = alt.Chart(still).mark_text(align="left", dx=4, color="#6b7280", fontSize=11).encode(x=x, y=y, text="label:N")
+    span = float(f["delta"].abs().max()) if len(f) else 0.0
+    span = max(span, 0.01) * 1.9  # room for the labels beside the bars
+    layered = alt.layer(bars, *text, none).encode(
+        x=alt.X("delta:Q", title="change in step time", axis=alt.Axis(format="+%"), scale=alt.Scale(domain=[-span, span])))
+    return fixed_height(layered, len(order), 32,
+                        title="sensitivity of step time: each factor halved (×0.5) and doubled (×2); red: slower")
 
 
-def compare_chart(frame: pd.DataFrame, column: str, title: str, higher_is_better: bool = False) -> alt.Chart:
+def compare_chart(frame: pd.DataFrame, column: str, title: str, higher_is_better: bool = False,
+                  interval: tuple[str, str] | None = None) -> alt.Chart | alt.LayerChart | alt.FacetChart:
     """One metric across hardware candidates, best (smallest) first.
 
     `frame`: one row per candidate with a `candidate` column and `column`; `title` names the
     metric with its unit, e.g. 'time to train (days)'. Colours follow the candidate, so several
-    of these charts side by side read as one. The best candidate is drawn on top.
+    of these charts side by side read as one. `interval`: the (lo, hi) columns of the 80 %
+    interval, drawn as a black whisker where a row has one.
     """
     f = frame.dropna(subset=[column])
     order: Literal["ascending", "descending"] = "descending" if higher_is_better else "ascending"
-    return (
-        alt.Chart(f)
-        .mark_bar()
-        .encode(
-            x=alt.X(f"{column}:Q", title=title),
-            y=alt.Y("candidate:N", title=None, sort=alt.EncodingSortField(column, order=order)),
-            color=alt.Color("candidate:N", legend=None, scale=alt.Scale(domain=sorted(frame["candidate"]), scheme="tableau10")),
-            tooltip=["candidate:N", alt.Tooltip(f"{column}:Q", title=title, format=",.4g")],
-        )
-        .properties(height=alt.Step(26), title=title)
+    y = alt.Y("candidate:N", title=None, sort=alt.EncodingSortField(column, order=order), axis=alt.Axis(labelLimit=200))
+    tips = ["candidate:N", alt.Tooltip(f"{column}:Q", title=title, format=",.4g")]
+    has_iv = interval is not None and all(c in f for c in interval) and f[list(interval)].notna().all(axis=1).any()
+    if has_iv:
+        tips += [alt.Tooltip(f"{interval[0]}:Q", title="80 % low", format=",.4g"),  # type: ignore[index]
+                 alt.Tooltip(f"{interval[1]}:Q", title="80 % high", format=",.4g")]  # type: ignore[index]
+    bars = alt.Chart(f).mark_bar().encode(
+        x=alt.X(f"{column}:Q", title=title), y=y,
+        color=alt.Color("candidate:N", legend=None, scale=alt.Scale(domain=sorted(frame["candidate"]), scheme="tableau10")),
+        tooltip=tips,
     )
+    if not has_iv:
+        return fixed_height(bars, len(f), 28, title=title)
+    lo, hi = interval  # type: ignore[misc]
+    whisker = alt.Chart(f.dropna(subset=[lo, hi])).mark_rule(color="black", strokeWidth=2).encode(
+        x=f"{lo}:Q", x2=f"{hi}:Q", y=y)
+    return fixed_height(alt.LayerChart(layer=[bars, whisker]), len(f), 28, title=title)
 
 
 def sensitivity_chart(frame: pd.DataFrame) -> alt.Chart:
@@ -152,7 +210,7 @@ def sensitivity_chart(frame: pd.DataFrame) -> alt.Chart:
     f["delta"] = f["days_ratio"] - 1
     f["row"] = f["candidate"] + " · " + f["knob"]
     f["change"] = f["change_pct"].map(lambda c: f"{c:+.0f} %")
-    return (
+    return fixed_height(
         alt.Chart(f)
         .mark_bar()
         .encode(
@@ -161,9 +219,7 @@ def sensitivity_chart(frame: pd.DataFrame) -> alt.Chart:
             color=alt.Color("change:N", title="knob moved by", scale=alt.Scale(scheme="redblue")),
             tooltip=["candidate:N", "knob:N", "change:N", alt.Tooltip("days:Q", title="days", format=".2f"),
                      alt.Tooltip("delta:Q", title="change", format="+.1%")],
-        )
-        .properties(height=alt.Step(16), title="sensitivity of time to train")
-    )
+        ), f["row"].nunique(), 16, title="sensitivity of time to train")
 
 
 def pareto_chart(frame: pd.DataFrame, x: str, y: str, x_title: str, y_title: str,
@@ -222,6 +278,7 @@ def validation_scatter(frame: pd.DataFrame) -> alt.LayerChart | alt.FacetChart:
 __all__ = [
     "breakdown_chart",
     "compare_chart",
+    "layout_labels",
     "memory_chart",
     "pareto_chart",
     "sensitivity_chart",
@@ -295,12 +352,12 @@ def gantt_chart(events: list[dict]) -> alt.Chart:
     d = timeline_frame(events)
     lanes = d.sort_values("order")["lane"].drop_duplicates().tolist()
     domain, colours = _timeline_colours(sorted(d["kind"].unique()))
-    return alt.Chart(d).mark_bar(stroke="white", strokeWidth=0.2).encode(
+    chart = alt.Chart(d).mark_bar(stroke="white", strokeWidth=0.2).encode(
         x=alt.X("start_s:Q", title="time in the step (s)"), x2="end_s:Q",
         y=alt.Y("lane:N", title=None, sort=lanes, axis=alt.Axis(labelLimit=260)),
         color=alt.Color("kind:N", title=None, scale=alt.Scale(domain=domain, range=colours),
                         legend=alt.Legend(orient="bottom", columns=4, symbolLimit=0)),
         tooltip=["lane", "task", "kind", alt.Tooltip("start_s:Q", format=".4f", title="start (s)"),
                  alt.Tooltip("duration_ms:Q", format=".3f", title="duration (ms)")],
-    ).properties(title="DES timeline (drag to pan, scroll to zoom)", height=alt.Step(14 if len(lanes) > 24 else 22)
-                 ).interactive(bind_y=False)
+    ).interactive(bind_y=False)
+    return fixed_height(chart, len(lanes), 14 if len(lanes) > 24 else 22, title="DES timeline (drag to pan, scroll to zoom)")

@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("streamlit")
 pa = pytest.importorskip("pyarrow")
+import pandas as pd  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import perfmodel  # noqa: E402
@@ -280,3 +281,138 @@ def test_training_run_page_shows_the_converge_curve_and_goodput() -> None:
     assert float(metric(at, "Days to target")) == pytest.approx(res.best.time_s / 86400, abs=0.006)
     tables = [d.value for d in at.dataframe]
     assert any("goodput" in t for t in tables) and any("days" in t for t in tables)
+
+
+# ---- Explorer v2: the purchase view, trust on every number, the tornado --------------------------
+def compare_table(at: AppTest) -> pd.DataFrame:
+    return at.dataframe[0].value.set_index("candidate")
+
+
+def small_compare(cands: list[str], **query: str) -> AppTest:
+    pytest.importorskip("perfmodel.planning")
+    at = app(**{"page": "Compare hardware", "workload": "llama3-8b", "gpus": "64", "gb": "256", **query})
+    at.multiselect(key="cands").set_value(cands).run()
+    no_exception(at)
+    return at
+
+
+def test_purchase_view_prices_from_the_specs_and_typed_ones() -> None:
+    at = small_compare(["h100-sxm5-80gb", "b200"])
+    t = compare_table(at)
+    # the H100's price comes prefilled from its spec (12.29 USD per GPU-hour), the B200 has none
+    assert at.number_input(key="price_hourly_GPU_h100-sxm5-80gb").value == pytest.approx(12.29)
+    assert at.number_input(key="price_hourly_GPU_b200").value is None
+    assert t.loc["h100-sxm5-80gb", "cost_usd"] == pytest.approx(t.loc["h100-sxm5-80gb", "gpu_hours"] * 12.29)
+    assert pd.isna(t.loc["b200", "cost_usd"]) and t.loc["b200", "price_note"] == "no price: type one"
+    assert any("no hourly price" in c.value for c in at.caption)
+    # typing a price costs the candidate; cost per 10^12 tokens follows (1000 B tokens by default)
+    at.number_input(key="price_hourly_GPU_b200").set_value(6.0).run()
+    t = compare_table(at)
+    assert t.loc["b200", "cost_usd"] == pytest.approx(t.loc["b200", "gpu_hours"] * 6.0)
+    assert t.loc["b200", "usd_per_trillion_tokens"] == pytest.approx(t.loc["b200", "cost_usd"])
+    # PUE multiplies the energy; the electricity price sets the energy cost
+    e12 = t.loc["b200", "energy_mwh"]
+    at.number_input(key="pue").set_value(1.5).run()
+    t = compare_table(at)
+    assert t.loc["b200", "energy_mwh"] == pytest.approx(e12 * 1.5 / 1.2)
+    assert t.loc["b200", "energy_cost_usd"] == pytest.approx(t.loc["b200", "energy_mwh"] * 1000 * 0.10)
+
+
+def test_purchase_view_buying_amortises_a_node_price() -> None:
+    at = small_compare(["b200"])
+    at.radio(key="basis").set_value("purchase").run()
+    at.radio(key="price_per").set_value("node").run()
+    at.number_input(key="price_purchase_node_b200").set_value(400_000.0).run()
+    no_exception(at)
+    t = compare_table(at)
+    rate = 400_000 / 8 / (4 * 8766 * 0.8)  # node price / 8 GPUs / (4 years x 8766 h x 80 % utilisation)
+    assert t.loc["b200", "usd_per_gpu_hour"] == pytest.approx(rate)
+    assert t.loc["b200", "cost_usd"] == pytest.approx(t.loc["b200", "gpu_hours"] * rate + t.loc["b200", "energy_cost_usd"])
+
+
+def test_purchase_view_precision_per_candidate_and_a_rack_on_another_fabric() -> None:
+    at = small_compare(["h100-sxm5-80gb", "dgx-h100@roce"])
+    step_bf16 = compare_table(at).loc["h100-sxm5-80gb", "step_time_s"]
+    at.selectbox(key="prec_h100-sxm5-80gb").set_value("fp8").run()
+    t = compare_table(at)
+    assert t.loc["h100-sxm5-80gb", "precision"] == "fp8" and t.loc["dgx-h100@roce", "precision"] == "bf16"
+    assert t.loc["h100-sxm5-80gb", "step_time_s"] < step_bf16  # fp8 GEMMs on H100
+    assert t.loc["dgx-h100@roce", "step_time_s"] >= step_bf16 * (1 - 1e-9)  # RoCE hops are no faster than NDR's
+
+
+def test_purchase_view_warns_of_a_partial_rack() -> None:
+    at = small_compare(["nvl72"], gpus="100")
+    assert any("partial NVLink domain (rack) of 72" in w.value for w in at.warning), [w.value for w in at.warning]
+
+
+def test_compare_rows_carry_badges_interval_and_mfu_flag() -> None:
+    at = small_compare(["h100-sxm5-80gb", "mi300x"])
+    t = compare_table(at)
+    md = [m.value for m in at.markdown]
+    assert sum("badge[" in m for m in md) == 2  # one calibration badge per candidate
+    assert all(s.endswith("(no interval)") for s in t["step_interval"])  # the library gives none yet
+    flagged = [c for c in t.index if t.loc[c, "mfu_flag"]]
+    assert sum("MFU above any published run" in m for m in md) == len(flagged)
+
+
+def test_compare_flags_an_mfu_above_any_published_run() -> None:
+    pytest.importorskip("perfmodel.planning")
+    at = app(page="Compare hardware", workload="llama3-70b", gpus="576", gb="2048")
+    at.multiselect(key="cands").set_value(["h100-sxm5-80gb"]).run()
+    no_exception(at)
+    t = compare_table(at)
+    assert t.loc["h100-sxm5-80gb", "mfu"] > 0.47  # above Megatron-LM's 47 % on H100 (the spec's best published)
+    assert any("MFU above any published run" in m.value for m in at.markdown)
+
+
+def test_estimate_shows_no_interval_badge_and_assumptions(default_app: AppTest) -> None:
+    md = [m.value for m in default_app.markdown]
+    assert any("Step time 80 % interval: **no interval**" in m for m in md)
+    assert any("badge[" in m and "measured" in m for m in md)
+    assumptions = next(c.value for c in default_app.caption if c.value.startswith("Assumptions"))
+    for text in ("sequence length (tokens): **2048**", "precision: **bf16**", "framework", "calibration profile"):
+        assert text in assumptions
+
+
+def test_estimate_shows_the_interval_when_the_library_gives_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfmodel.estimate import Estimate
+
+    monkeypatch.setattr(Estimate, "step_time_lo_s", property(lambda e: 0.9 * e.step_time_s), raising=False)
+    monkeypatch.setattr(Estimate, "step_time_hi_s", property(lambda e: 1.2 * e.step_time_s), raising=False)
+    at = app(seq="4096")
+    no_exception(at)
+    step = float(metric(at, "Step time (s)"))
+    line = next(m.value for m in at.markdown if m.value.startswith("Step time 80 % interval"))
+    lo, hi = (float(x) for x in line.split("**")[1].removesuffix(" s").split(" – "))
+    assert lo == pytest.approx(0.9 * step, rel=1e-3) and hi == pytest.approx(1.2 * step, rel=1e-3)
+    assert any("sequence length (tokens): **4096**" in c.value and "the sidebar" in c.value for c in at.caption)
+
+
+def test_tornado_labels_seconds_and_percent_red_slower_nothing_for_zero(default_app: AppTest) -> None:
+    frames = [f for fs in chart_frames(default_app) for f in fs if "direction" in f]
+    bars = next(f for f in frames if len(f))
+    assert (bars["delta"].abs() > 5e-4).all()  # no bar for a change that would print as 0.0 %
+    assert ((bars["delta"] > 0) == (bars["direction"] == "slower")).all()
+    halved = bars[(bars["factor"] == "peak FLOP/s") & (bars["change"] == "×0.5")].iloc[0]
+    assert halved["label"] == f"×0.5: {halved['delta_s']:+.3g} s ({halved['delta']:+.1%})"
+
+
+@pytest.mark.parametrize("key", ["s_flops", "s_hbm", "s_intra", "s_inter", "s_lat"])
+def test_every_what_if_slider_moves_the_step_as_the_library_does(key: str) -> None:
+    # the sliders feed System.scaled (tests/test_whatif.py holds every key moving the step on every
+    # reference node where its term is over 1 %); here: the app shows the library's scaled step
+    from perfmodel.hardware.catalog import resolve_system
+
+    at = app()
+    base = float(metric(at, "Step time (s)"))
+    at.select_slider(key=key).set_value(2.0).run()
+    no_exception(at)
+    shown = float(metric(at, "Step time (s)", nth=1))
+    kw = {"s_flops": "flops", "s_hbm": "hbm_bw", "s_intra": "intra_bw", "s_inter": "inter_bw", "s_lat": "latency"}[key]
+    plan = perfmodel.ParallelPlan(dp=16, tp=8, pp=8, zero_stage=1, global_batch=1536, recompute="selective",
+                                  sequence_parallel=True)
+    system, _ = resolve_system("a100-sxm4-80gb", None, 1024)
+    expected = perfmodel.estimate("gpt3-175b", system.scaled(**{kw: 2.0}), plan).step_time_s
+    assert shown == pytest.approx(expected, rel=1e-3)
+    if abs(expected / base - 1) > 0.01:
+        assert shown != pytest.approx(base, rel=1e-3)

@@ -88,10 +88,18 @@ CHART = "[data-testid='stVegaLiteChart'] svg, [data-testid='stVegaLiteChart'] ca
 
 
 def open_page(browser: object, url: str) -> object:
-    page = browser.new_page(viewport={"width": 1500, "height": 1300})  # type: ignore[attr-defined]
+    page = browser.new_page(viewport={"width": 1500, "height": 3000})  # type: ignore[attr-defined]
     page.set_default_timeout(90_000)
     page.goto(url)
     return page
+
+
+def full_shot(page: object, path: Path) -> None:
+    """A screenshot of the whole page. Streamlit scrolls inside its main container and redraws its
+    charts when the window is resized, so the page opens tall (`open_page`) rather than growing here."""
+    settle(page)
+    page.wait_for_timeout(1000)  # type: ignore[attr-defined]  # let Vega finish drawing
+    page.screenshot(path=str(path), full_page=True)  # type: ignore[attr-defined]
 
 
 def settle(page: object) -> None:
@@ -116,7 +124,7 @@ def test_estimate_page_in_chromium(server: str, browser: object, tmp_path: Path)
     page.locator(CHART).first.wait_for()
     settle(page)
     shot = shots_dir(tmp_path) / "estimate.png"
-    page.screenshot(path=str(shot), full_page=True)
+    full_shot(page, shot)
     text = page.inner_text("body")
     assert "Traceback" not in text
     assert "tp=4" in page.url or "tp=4&" in page.url  # the what-if is in the link
@@ -124,13 +132,13 @@ def test_estimate_page_in_chromium(server: str, browser: object, tmp_path: Path)
     page.close()
 
 
-@pytest.mark.parametrize("name", ["Compare hardware", "Validation", "Layout search"])
+@pytest.mark.parametrize("name", ["Compare hardware", "Validation", "Layout search", "Training run"])
 def test_other_pages_in_chromium(server: str, browser: object, tmp_path: Path, name: str) -> None:
     page = open_page(browser, f"{server}/?page={name.replace(' ', '+')}")
     page.get_by_role("heading", name=name.split()[0], exact=False).first.wait_for()
     page.locator(CHART).first.wait_for()
     settle(page)
-    page.screenshot(path=str(shots_dir(tmp_path) / f"{name.split()[0].lower()}.png"), full_page=True)
+    full_shot(page, shots_dir(tmp_path) / f"{name.split()[0].lower()}.png")
     assert "Traceback" not in page.inner_text("body")
     page.close()
 
@@ -148,7 +156,7 @@ def test_search_row_opens_on_the_estimate_page(server: str, browser: object, tmp
     page.get_by_text("Estimate one training step").wait_for()
     page.locator(CHART).first.wait_for()
     settle(page)
-    page.screenshot(path=str(shots_dir(tmp_path) / "opened-from-search.png"), full_page=True)
+    full_shot(page, shots_dir(tmp_path) / "opened-from-search.png")
     assert "Traceback" not in page.inner_text("body")
     assert "page=" not in page.url  # back on the default page, with the layout's degrees in the link
     page.close()

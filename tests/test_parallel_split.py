@@ -83,12 +83,18 @@ def test_uneven_first_last_stages(L: int, pp: int, vp: int, ranks: list[int]) ->
     assert "decoder_first_pipeline_num_layers" in (split.note or "")
 
 
-def test_unsplittable_names_the_vp_that_work() -> None:
-    with pytest.raises(LayoutError, match=r"30 layers cannot be split over pp 3 x vp 4.*vp that work with pp 3: \[1, 2, 3, 5, 6, 10\]"):
-        pipeline_split(30, 3, 4)
-    assert not splittable(30, 3, 4) and splittable(30, 3, 5)
-    with pytest.raises(LayoutError, match=r"16 model chunks > 10 layers \+ 2"):
-        pipeline_split(10, 4, 4)
+def test_no_automatic_rule_falls_back_to_the_most_even_layout_and_says_so() -> None:
+    # 30 layers over pp 3 x vp 4 = 12 chunks: 30 = 12 x 2 + 6, the 6 extra layers on the chunks
+    # farthest from the ends (chunks 3..8), the first and last chunks lighter
+    split = pipeline_split(30, 3, 4)
+    assert split.rule == "balanced" and not splittable(30, 3, 4) and splittable(30, 3, 5)
+    assert split.chunk_layers == (2, 2, 2, 3, 3, 3, 3, 3, 3, 2, 2, 2) and sum(split.chunk_layers) == 30
+    assert "pipeline_model_parallel_layout" in (split.note or "")
+    # DeepSeek-V3: 61 layers over pp 16 x vp 2, measured by NVIDIA with an explicit layout
+    ds = pipeline_split(61, 16, 2)
+    assert ds.rule == "balanced" and sum(ds.chunk_layers) == 61 and ds.chunk_layers[0] == ds.chunk_layers[-1] == 1
+    with pytest.raises(LayoutError, match="model chunks > 61 layers"):
+        pipeline_split(61, 16, 4)
 
 
 def test_uneven_split_shows_in_estimate_and_message() -> None:

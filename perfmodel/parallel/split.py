@@ -19,7 +19,13 @@ L layers, Megatron offers three ways to split, tried here in this order:
    every count a multiple of vp (Megatron asserts it). Chosen here: the smallest slowest stage
    max(n, first, last), then the fewest layers on the first and last ranks (they also hold the
    embedding and the loss), then last <= first.
-A layer count none of these can split is a LayoutError naming the vp values that work.
+4. None of these fits (e.g. DeepSeek-V3's 61 layers over pp 16 x vp 2): Megatron-Core then needs
+   an explicit `pipeline_model_parallel_layout`, which the runs contract cannot state. The split
+   assumed is the most even one, base = L // (pp·vp) layers per chunk and the L mod (pp·vp)
+   extra layers on the chunks farthest from the ends (the first and last chunks also hold the
+   embedding and the loss, so they stay lighter), and the note says so. `splittable` tells
+   Megatron's three automatic rules from this fallback; the planner enumerates only those.
+More chunks than layers + 2 is a LayoutError.
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ class PipelineSplit:
     pp: int
     vp: int
     chunk_layers: tuple[int, ...]
-    rule: str  # "even", "embedding+loss", "loss", "first/last"
+    rule: str  # "even", "embedding+loss", "loss", "first/last", "balanced"
 
     def rank_layers(self, stage: int) -> int:
         return sum(self.chunk_layers[c * self.pp + stage] for c in range(self.vp))
@@ -65,6 +71,10 @@ def _note(split: PipelineSplit) -> str | None:
     if split.rule == "loss":
         return head + ("Megatron's split counting the loss as a layer (account_for_loss_in_pipeline_split): "
                        f"the last chunk holds one layer fewer; layers per stage {_runs(per_rank)}")
+    if split.rule == "balanced":
+        return head + ("none of Megatron-Core's automatic splits fits (layer counts not a multiple of vp), so it needs an "
+                       "explicit pipeline_model_parallel_layout; assumed the most even one, the first and last chunks lighter: "
+                       f"layers per chunk {_runs(list(split.chunk_layers))}, per stage {_runs(per_rank)}")
     if split.rule == "first/last":
         return head + (f"Megatron's uneven first/last stages (decoder_first_pipeline_num_layers {per_rank[0]}, "
                        f"decoder_last_pipeline_num_layers {per_rank[-1]}); layers per stage {_runs(per_rank)}")
@@ -109,14 +119,18 @@ def pipeline_split(num_layers: int, pp: int, vp: int = 1) -> PipelineSplit:
         return PipelineSplit(num_layers, pp, vp, tuple(counts), "loss")
     ranks = _first_last(num_layers, pp, vp)
     if ranks is None:
-        ok = [v for v in range(1, num_layers // pp + 1) if splittable(num_layers, pp, v)]
-        raise LayoutError(
-            f"{num_layers} layers cannot be split over pp {pp} x vp {vp} as Megatron-Core does: neither {num_layers}, "
-            f"{num_layers + 1} (loss as a layer) nor {num_layers + 2} (embedding and loss) is a multiple of {chunks}, "
-            f"and uneven first/last stages need every stage's layers to be a multiple of vp {vp}; "
-            f"vp that work with pp {pp}: {ok or 'none'}")
+        return PipelineSplit(num_layers, pp, vp, _balanced(num_layers, chunks), "balanced")
     counts = [ranks[s] // vp for _c in range(vp) for s in range(pp)]
     return PipelineSplit(num_layers, pp, vp, tuple(counts), "first/last")
+
+
+def _balanced(num_layers: int, chunks: int) -> tuple[int, ...]:
+    """The most even split: L // chunks per chunk, the remainder on the chunks farthest from the ends."""
+    base, extra = divmod(num_layers, chunks)
+    counts = [base] * chunks
+    for i in sorted(range(chunks), key=lambda i: (-min(i, chunks - 1 - i), i))[:extra]:
+        counts[i] += 1
+    return tuple(counts)
 
 
 def _first_last(num_layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
@@ -138,6 +152,7 @@ def _first_last(num_layers: int, pp: int, vp: int) -> tuple[int, ...] | None:
 
 
 def splittable(num_layers: int, pp: int, vp: int) -> bool:
+    """Whether one of Megatron-Core's automatic rules (1-3 of the module docstring) splits the layers."""
     chunks = pp * vp
     if chunks > num_layers + 2:
         return False

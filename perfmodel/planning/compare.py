@@ -61,8 +61,9 @@ def evaluate_candidate(job: Job, system: System, label: str, space: SearchSpace 
     params = cached_graph(job.spec, 1, seq, 1, 1, 1, False, job.precision, "flash").total_params_full()
     gp = goodput(job.n_gpus, checkpoint_bytes(params), ideal_wall_s=run.wall_s)
     return {
-        **row, "layout": layout_label(est.plan), "step_time_s": est.step_time_s,
-        "step_time_lo_s": est.step_time_lo_s, "step_time_hi_s": est.step_time_hi_s, "tokens_per_s": est.tokens_per_s,
+        **row, "layout": layout_label(est.plan), "plan": est.plan, "step_time_s": est.step_time_s,
+        "tokens_per_s": est.tokens_per_s,
+        "step_time_lo_s": getattr(est, "step_time_lo_s", None), "step_time_hi_s": getattr(est, "step_time_hi_s", None),
         "mfu": est.mfu, "memory_gb": est.memory.total_bytes / GB, "days": run.wall_days, "gpu_hours": run.gpu_hours,
         "usd_per_gpu_hour": run.price_per_gpu_hour_usd, "cost_usd": run.cost_usd, "energy_mwh": run.energy_mwh,
         "power_per_gpu_w": run.power_per_gpu_w, "power_basis": run.power_basis, "pue": run.pue,
@@ -204,6 +205,7 @@ def write_report(df: pd.DataFrame, out: str | Path, job_line: str, sens: pd.Data
     md = markdown(df, job_line, sens)
     paths = [d / "report.md", d / "compare.csv"]
     paths[0].write_text(md)
+    df = df.drop(columns=["plan"], errors="ignore")  # the layout column names it; the object is for callers
     df.to_csv(paths[1], index=False)
     if sens is not None and not sens.empty:
         sens.to_csv(d / "sensitivity.csv", index=False)

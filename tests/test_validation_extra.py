@@ -1,0 +1,62 @@
+"""validation/runs_published_extra.csv (judged only, never fitted): the file is well formed and
+`perfmodel validate` reads every row of it. No accuracy is asserted here: the file judges the model."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from perfmodel.cli import main
+from perfmodel.validation.runs import COLUMNS, OUTPUT_COLUMNS
+
+EXTRA = Path(__file__).resolve().parents[1] / "validation" / "runs_published_extra.csv"
+SOURCES = EXTRA.with_name("SOURCES_extra.md")
+PREFIXES = ("mbridge-", "nemo2407-", "torchtitan-")
+
+
+def _rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def test_extra_file_has_the_contract_columns_and_unique_ids() -> None:
+    header, rows = _rows(EXTRA)
+    public_header, _ = _rows(EXTRA.with_name("runs_public.csv"))
+    assert header == public_header
+    assert set(COLUMNS) <= set(header)
+    ids = [r["run_id"] for r in rows]
+    assert len(ids) == len(set(ids))
+    assert all(i.startswith(PREFIXES) for i in ids)
+    assert 30 <= len(rows) <= 150
+    text = SOURCES.read_text()
+    for p in PREFIXES:
+        assert f"`{p}" in text, f"SOURCES_extra.md does not describe the {p} rows"
+
+
+def test_extra_step_time_is_the_published_throughput_inverted() -> None:
+    # every row's step time was derived as global_batch * seq_len / tokens_per_s (both from the source)
+    _, rows = _rows(EXTRA)
+    for r in rows:
+        step, tps = float(r["step_time_s"]), float(r["tokens_per_s"])
+        tokens = int(r["global_batch"]) * int(r["seq_len"])
+        assert step > 0 and tps > 0
+        assert step * tps == pytest.approx(tokens, rel=2e-5), r["run_id"]
+        assert r["source_detail"] and r["notes"], r["run_id"]
+
+
+def test_validate_reads_every_extra_row(tmp_path: Path) -> None:
+    out = tmp_path / "pred.csv"
+    assert main(["validate", "--runs", str(EXTRA), "--out", str(out)]) == 0
+    _, runs = _rows(EXTRA)
+    header, pred = _rows(out)
+    assert header[: len(OUTPUT_COLUMNS)] == OUTPUT_COLUMNS
+    assert [p["run_id"] for p in pred] == [r["run_id"] for r in runs]
+    for p in pred:
+        assert p["status"] in ("ok", "error"), p
+        if p["status"] == "ok":
+            assert float(p["predicted_step_time_s"]) > 0, p["run_id"]
+        else:
+            assert p["message"].strip(), f"{p['run_id']}: error without a reason"
