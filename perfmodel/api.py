@@ -49,7 +49,7 @@ def estimate(workload: str | ModelSpec, cluster: str | System, plan: ParallelPla
         raise LayoutError(f"plan needs {plan.world} GPUs (dp {plan.dp} x tp {plan.tp} x pp {plan.pp} x cp {plan.cp}) "
                           f"but {system.name} has {system.num_gpus}")
     est = run_engine(engine, spec, calibrated_system(system, prof, fw), plan, msgs)
-    return with_interval(est, prof, system, spec)
+    return with_interval(est, prof, system, spec, fw.name if fw is not None else None)
 
 
 def estimate_graph(graph: Graph, cluster: str | System, plan: ParallelPlan, gpus_per_node: int | None = None,

@@ -242,3 +242,23 @@ def test_one_source_is_held_out_run_by_run(tmp_path):
     res = fit([one])
     assert res.profile.provenance["held_out_by"].startswith("run")
     assert len(res.loso) == 8 and "all" in res.profile.intervals
+
+
+def test_interval_widens_for_a_stack_the_fit_never_saw():
+    """A run from a training stack absent from the fit's rows gets a wider 80 % interval: the
+    between-source spread of the profile's own held-out medians, added in quadrature."""
+    import math
+
+    import perfmodel
+    from perfmodel.calibration.profile import Z80, load_profile
+
+    prof = load_profile("default")
+    assert "megatron-lm" in prof.frameworks_seen and "megatron-core" not in prof.frameworks_seen
+    plan = perfmodel.ParallelPlan(dp=16, tp=8, pp=8, global_batch=1536, sequence_parallel=True)
+    seen = perfmodel.estimate("gpt3-175b", "a100-sxm4-80gb", plan, framework="megatron-lm")
+    new = perfmodel.estimate("gpt3-175b", "a100-sxm4-80gb", plan, framework="megatron-core")
+    lo_s, hi_s = math.log(seen.step_time_lo_s / seen.step_time_s), math.log(seen.step_time_hi_s / seen.step_time_s)
+    extra = (Z80 * prof.between_source_sigma) ** 2
+    assert math.log(new.step_time_hi_s / new.step_time_s) == pytest.approx(math.sqrt(hi_s**2 + extra))
+    assert math.log(new.step_time_lo_s / new.step_time_s) == pytest.approx(-math.sqrt(lo_s**2 + extra))
+    assert 0.05 < prof.between_source_sigma < 0.5

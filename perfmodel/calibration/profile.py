@@ -83,6 +83,22 @@ class Profile:
     def families_seen(self) -> set[str]:
         return set(self.provenance.get("families", []))
 
+    @property
+    def frameworks_seen(self) -> set[str]:
+        return set(self.provenance.get("frameworks", []))
+
+    @property
+    def between_source_sigma(self) -> float:
+        """How far a new source (stack, cluster, software release) sits from the others: the
+        standard deviation over the fit's sources of the median held-out log residual, from this
+        profile's own leave-one-source-out table (UNSEEN_FAMILY_SIGMA where it has none)."""
+        meds = [math.log1p(float(r["loso_median"])) for r in self.provenance.get("leave_one_source_out", [])
+                if r.get("loso_median") is not None and float(r["loso_median"]) > -1]
+        if len(meds) < 3:
+            return UNSEEN_FAMILY_SIGMA
+        mean = sum(meds) / len(meds)
+        return math.sqrt(sum((m - mean) ** 2 for m in meds) / (len(meds) - 1))
+
 
 NONE = Profile("none", physics_only=True)
 
@@ -247,11 +263,13 @@ def _quantiles_for(prof: Profile, n_gpus: int) -> tuple[float, float] | None:
 
 
 def step_time_interval(prof: Profile, acc: Accelerator, spec: ModelSpec | None, plan: ParallelPlan,
-                       step_time_s: float, widen: bool = True) -> tuple[float, float] | None:
+                       step_time_s: float, widen: bool = True, framework: str | None = None) -> tuple[float, float] | None:
     """80 % interval of the step time: the leave-one-source-out residual quantiles q10, q90 of
     log(measured / predicted) for the run's scale (the nearest scale the fit had), widened in
     quadrature where the fit saw neither the accelerator generation (the prior spread of
-    gemm_generation) nor the model family. The interval always contains the point estimate
+    gemm_generation) nor the model family, nor the training stack (`framework`, when given: the
+    between-source spread of the fit's held-out medians, since the efficiency factors were fitted
+    on other stacks). The interval always contains the point estimate
     (q10 <= 0 <= q90): where held-out runs of a scale were all slower than predicted, it says so
     by reaching far above the estimate, not by leaving it."""
     q = _quantiles_for(prof, plan.world) if prof.intervals else None
@@ -264,19 +282,22 @@ def step_time_interval(prof: Profile, acc: Accelerator, spec: ModelSpec | None, 
     family = spec.family if spec is not None else "graph"
     if widen and family not in prof.families_seen:
         extra += (Z80 * UNSEEN_FAMILY_SIGMA) ** 2
+    if widen and framework and prof.frameworks_seen and framework not in prof.frameworks_seen:
+        extra += (Z80 * prof.between_source_sigma) ** 2
     if extra:
         lo, hi = -math.sqrt(lo**2 + extra), math.sqrt(hi**2 + extra)
     return step_time_s * math.exp(lo), step_time_s * math.exp(hi)
 
 
-def with_interval(est: Estimate, prof: Profile, system: System, spec: ModelSpec | None) -> Estimate:
+def with_interval(est: Estimate, prof: Profile, system: System, spec: ModelSpec | None,
+                  framework: str | None = None) -> Estimate:
     """`est` labelled with the profile, carrying its 80 % step-time interval, and with the
     provenance of the uncalibrated `system` (what was measured or derated) plus one `calibration`
     entry naming the fitted factors applied on top."""
     from perfmodel.hardware.derating import system_provenance
 
     acc = system.accelerator
-    iv = step_time_interval(prof, acc, spec, est.plan, est.step_time_s)
+    iv = step_time_interval(prof, acc, spec, est.plan, est.step_time_s, framework=framework)
     prov = system_provenance(system, est.plan.precision) if est.provenance else {}
     if not prof.physics_only:
         k = prof.knobs(acc)

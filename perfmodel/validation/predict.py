@@ -43,7 +43,7 @@ def predict_row(row: dict[str, str], workloads: dict, engine: str = "analytic", 
             run.plan = run.plan.model_copy(update={"attention_impl": attention_impl})
             run.notes.append(f"attention {attention_impl} (--attention)")
         est = run_engine(engine, run.spec, calibrated_system(run.system, prof, fw), run.plan, run.notes)
-        est = with_interval(est, prof, run.system, run.spec)
+        est = with_interval(est, prof, run.system, run.spec, fw.name if fw is not None else None)
     except (PerfmodelError, RowError, ValueError, KeyError, ArithmeticError) as e:
         return _error(out, f"{type(e).__name__}: {e}")
     except Exception as e:
