@@ -79,6 +79,83 @@ def _goodput(workload: Any, hardware: str, plan: Any, storage: str, asynchronous
                          for i, r in enumerate(rows)])
 
 
+@st.cache_data(show_spinner=False, max_entries=32)
+def _rl(workload: str, hardware: str, spec: Any) -> Any:
+    from perfmodel.planning.rl import policy_timings, simulate_rl
+
+    inference_s, learn_s = policy_timings(workload, hardware, spec)
+    return simulate_rl(spec, inference_s, learn_s)
+
+
+def input_pipeline_section(cfg: dict[str, Any], spec: Any, plan: Any, hardware: str) -> None:
+    """Is the data loader the bottleneck? The sidebar's estimate bounded by an input pipeline."""
+    import perfmodel
+    from perfmodel.hardware.catalog import resolve_hardware
+    from perfmodel.planning.input_pipeline import InputPipelineSpec, apply_input_pipeline
+
+    st.subheader("Input pipeline")
+    st.caption("Per GPU and step: storage reads (per-node bandwidth shared by its GPUs), CPU decode and transforms over the "
+               "DataLoader workers, host-to-device copies; they overlap compute, so the slowest bounds the step "
+               "(`perfmodel calibrate --dataset module:factory` measures your Dataset's CPU time per sample).")
+    c = st.columns(4)
+    storage = c[0].number_input("storage read (GB/s per node)", min_value=0.001, value=2.0, key="ip_storage")
+    sample = c[1].number_input("sample read (kB)", min_value=0.001, value=40.0, key="ip_sample")
+    device = c[2].number_input("sample on device (kB)", min_value=0.001, value=430.0, key="ip_device")
+    cpu_ms = c[3].number_input("CPU per sample (ms, one worker)", min_value=0.0, value=4.0, key="ip_cpu")
+    c2 = st.columns(3)
+    workers = c2[0].number_input("workers per GPU", min_value=1, max_value=256, value=4, key="ip_workers")
+    h2d = c2[1].number_input("host-to-device (GB/s per GPU)", min_value=0.001, value=25.0, key="ip_h2d")
+    prefetch = c2[2].number_input("prefetch (batches)", min_value=0, max_value=64, value=2, key="ip_prefetch")
+    pipe = InputPipelineSpec(storage_read_Bps=storage * 1e9, sample_bytes=sample * 1e3, device_sample_bytes=device * 1e3,
+                             cpu_s_per_sample=cpu_ms / 1e3, workers_per_gpu=int(workers), h2d_Bps=h2d * 1e9,
+                             prefetch=int(prefetch))
+    try:
+        system, _ = resolve_hardware(hardware, plan.world)
+        est = apply_input_pipeline(perfmodel.estimate(spec, system, plan), pipe, system.node.accelerators_per_node)
+    except USER_ERRORS as e:
+        st.error(str(e))
+        return
+    m = st.columns(3)
+    m[0].metric("Step with the loader (s)", f"{est.step_time_s:.4g}")
+    m[1].metric("Waiting for data (s)", f"{est.breakdown_s['data_wait_s']:.3g}")
+    m[2].metric("Input bound", "yes" if est.input_bound else "no")
+    st.caption(est.messages[-1])
+
+
+def rl_section(cfg: dict[str, Any]) -> None:
+    """Actor-learner RL: environment steps per second and which side is the bottleneck."""
+    from perfmodel.planning.rl import RLPipelineSpec
+
+    st.subheader("Reinforcement learning: actors, inference, learner")
+    st.caption("CPU actors step environments, accelerators batch the policy's inference, a learner trains on "
+               "trajectories (IMPALA / SEED RL); inference and learner times come from the cost models of the policy "
+               "workload (e.g. ppo-mlp-humanoid) on the sidebar's accelerator; a simpy simulation finds the rate.")
+    c = st.columns(4)
+    workers = c[0].number_input("actor workers", min_value=1, max_value=100_000, value=64, key="rl_workers")
+    envs = c[1].number_input("envs per worker", min_value=1, max_value=4096, value=8, key="rl_envs")
+    step_ms = c[2].number_input("CPU per env step (ms)", min_value=0.0001, value=0.2, format="%.4f", key="rl_step")
+    unroll = c[3].number_input("unroll length", min_value=1, max_value=100_000, value=128, key="rl_unroll")
+    c2 = st.columns(3)
+    batch = c2[0].number_input("trajectories per learner step", min_value=1, max_value=100_000, value=32, key="rl_batch")
+    servers = c2[1].number_input("inference accelerators", min_value=1, max_value=4096, value=1, key="rl_servers")
+    maxb = c2[2].number_input("max inference batch", min_value=1, max_value=1_000_000, value=512, key="rl_maxb")
+    spec = RLPipelineSpec(actor_workers=int(workers), envs_per_worker=int(envs), env_step_s=step_ms / 1e3,
+                          inference_servers=int(servers), inference_max_batch=int(maxb), unroll_length=int(unroll),
+                          learner_batch=int(batch))
+    try:
+        r = _rl(cfg["workload"], cfg["acc"], spec)
+    except USER_ERRORS as e:
+        st.error(str(e))
+        return
+    m = st.columns(4)
+    m[0].metric("Environment steps/s", f"{r.env_steps_per_s:,.0f}")
+    m[1].metric("Bottleneck", r.bottleneck)
+    m[2].metric("Inference busy", f"{r.inference_busy:.0%}")
+    m[3].metric("Learner busy", f"{r.learner_busy:.0%}")
+    st.caption(f"actors {r.actor_busy:.0%} busy; mean inference batch {r.mean_inference_batch:.1f}; learner step "
+               f"{r.learner_step_s * 1e3:.3g} ms")
+
+
 def page_run(cfg: dict[str, Any], spec_of: Callable[[str], Any], plan: Any | None) -> None:
     st.header("The whole training run")
     spec = spec_of(cfg["workload"])
@@ -131,6 +208,9 @@ def page_run(cfg: dict[str, Any], spec_of: Callable[[str], Any], plan: Any | Non
                f"written once per unique shard); failures at the Llama 3 report's rate: a job on {plan.world:,} GPUs fails "
                f"every {g['job MTBF (h)'].iloc[0]:.2f} h. First row: the Young/Daly interval.")
     st.dataframe(g, hide_index=True, column_config={"goodput": st.column_config.NumberColumn("goodput", format="percent")})
+    input_pipeline_section(cfg, spec, plan, hardware)
+    if spec.family == "mlp":
+        rl_section(cfg)
 
 
 __all__ = ["converge_chart", "converge_frame", "page_run"]

@@ -415,3 +415,18 @@ def test_every_what_if_slider_moves_the_step_as_the_library_does(key: str) -> No
     assert shown == pytest.approx(expected, rel=1e-3)
     if abs(expected / base - 1) > 0.01:
         assert shown != pytest.approx(base, rel=1e-3)
+
+
+def test_training_run_page_input_pipeline_and_rl() -> None:
+    at = app(page="Training run", workload="gpt2-124m", acc="a100-sxm4-80gb", gpus="8", tp="1", pp="1", gb="64")
+    no_exception(at)
+    assert metric(at, "Input bound") in ("yes", "no")
+    at.number_input(key="ip_cpu").set_value(1000.0).run()  # 1 s of CPU per sample: 8 samples / 4 workers = 2 s
+    no_exception(at)
+    assert metric(at, "Input bound") == "yes"
+    assert float(metric(at, "Step with the loader (s)")) == pytest.approx(2.0, rel=1e-3)
+    rl = app(page="Training run", workload="ppo-mlp-humanoid", acc="h100-sxm5-80gb", gpus="1", tp="1", pp="1", gb="1",
+             zero="0", recompute="none")
+    no_exception(rl)
+    assert float(metric(rl, "Environment steps/s").replace(",", "")) > 0
+    assert metric(rl, "Bottleneck") in ("actors", "inference", "learner")
