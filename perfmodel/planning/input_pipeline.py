@@ -30,10 +30,7 @@ with these forms in steady state.
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import importlib.util
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,25 +247,9 @@ def measure_dataset(target: str, samples: int = 64) -> DatasetMeasurement:
     """Time `samples` reads of the torch Dataset that `target` ("pkg.module:factory" or
     "file.py:factory", the factory returning the dataset) yields, on this machine, in this
     process (one worker): decode + transforms per sample, and the bytes a sample puts on the device."""
-    mod_name, sep, attr = target.partition(":")
-    if not sep or not attr:
-        raise PerfmodelError(f"--dataset {target!r}: expected package.module:factory or file.py:factory")
-    try:
-        if mod_name.endswith(".py"):
-            path = Path(mod_name).resolve()
-            spec = importlib.util.spec_from_file_location(path.stem, path)
-            if spec is None or spec.loader is None:
-                raise PerfmodelError(f"--dataset: cannot load {path}")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[path.stem] = module
-            spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(mod_name)
-    except (ImportError, OSError) as e:
-        raise PerfmodelError(f"--dataset {target!r}: cannot import {mod_name} ({e})") from None
-    factory = getattr(module, attr, None)
-    if factory is None:
-        raise PerfmodelError(f"--dataset {target!r}: {mod_name} has no {attr!r}")
+    from perfmodel.user_code import load_factory
+
+    factory = load_factory(target, "--dataset")
     ds = factory()
     n = min(samples, len(ds)) if hasattr(ds, "__len__") else samples
     if n <= 0:

@@ -28,16 +28,12 @@ full); `Op.flop` of a causal attention op is halved, what a FlashAttention kerne
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import math
-import sys
 import time
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -648,28 +644,9 @@ def matmul_model_flop(graph: Graph) -> float:
 
 # --------------------------------------------------------------------------------------------
 def _load_factory(path_spec: str) -> Callable[..., Any]:
-    if ":" not in path_spec:
-        raise TorchImportError(f"--torch expects 'package.module:factory' or 'path/to/file.py:factory', got {path_spec!r}")
-    target, attr = path_spec.rsplit(":", 1)
-    if target.endswith(".py") or "/" in target or "\\" in target:
-        file = Path(target)
-        if not file.is_file():
-            raise TorchImportError(f"{path_spec!r}: no such file {file}")
-        spec = importlib.util.spec_from_file_location(f"perfmodel_user_{file.stem}", file)
-        if spec is None or spec.loader is None:
-            raise TorchImportError(f"{path_spec!r}: cannot import {file}")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod
-        spec.loader.exec_module(mod)
-    else:
-        try:
-            mod = importlib.import_module(target)
-        except ImportError as e:
-            raise TorchImportError(f"{path_spec!r}: cannot import module {target!r}: {e}") from e
-    if not hasattr(mod, attr):
-        public = sorted(n for n in dir(mod) if callable(getattr(mod, n)) and not n.startswith("_"))
-        raise TorchImportError(f"{path_spec!r}: module {target!r} has no {attr!r}; callables there: {', '.join(public[:20])}")
-    return getattr(mod, attr)
+    from perfmodel.user_code import load_factory
+
+    return load_factory(path_spec, "--torch", TorchImportError)
 
 
 def estimate_module_cli(path_spec: str, example_shape: Iterable[int] | None = None, precision: str = "bf16",
