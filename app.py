@@ -566,11 +566,32 @@ def candidate_inputs(cands: list[str], n_gpus: int, basis: str, per: str, defaul
     return precisions, prices, sources
 
 
+def sweep_results_view() -> None:
+    """Open a `perfmodel sweep` Parquet: the best layout of every point, fastest first per point."""
+    with st.expander("Open a sweep's results (perfmodel sweep ... --out RESULTS.parquet)"):
+        up = st.file_uploader("sweep results", type=["parquet"], key="upload_sweep", label_visibility="collapsed")
+        if up is None:
+            return
+        from perfmodel.planning.sweep_report import best_view
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / Path(up.name).name
+            path.write_bytes(up.getvalue())
+            try:
+                best, view = best_view(path)
+            except (*USER_ERRORS, OSError, ImportError) as e:
+                st.error(str(e).replace(str(path), up.name))
+                return
+        st.caption(f"{len(best)} points; the best layout (rank 0) of each, as `perfmodel report` lists them.")
+        st.dataframe(view, hide_index=True, column_config={"mfu": st.column_config.NumberColumn("MFU", format="percent")})
+
+
 def page_compare(cfg: dict[str, Any]) -> None:
     st.header("Compare hardware: the purchase view")
     if planning() is None:
         st.info(NO_PLANNER)
         return
+    sweep_results_view()
     from perfmodel.planning.purchase import (
         apply_site,
         calibration_status,

@@ -119,3 +119,24 @@ def test_cli_sweep_and_report(sweep_file: Path, tmp_path: Path) -> None:
     text = page.read_text()
     assert "gpt3-125m, global batch 64, sequence 2048, bf16" in text and "a100-sxm4-80gb" in text
     assert text.count("<tr>") == 2 * (1 + 4)  # two sections (one per workload), each a header and 4 best rows
+
+
+def test_best_view_is_what_the_app_shows(tmp_path):
+    """The Compare page opens a sweep's Parquet through best_view: rank-0 rows only, fastest first
+    within a workload and batch, memory in decimal GB; a file without the sweep columns names one."""
+    import pandas as pd
+
+    from perfmodel.errors import SpecError
+    from perfmodel.planning.sweep_report import best_view
+
+    rows = [dict(workload="w", hardware=h, n_gpus=8, global_batch=64, seq_len=2048, precision="bf16", rank=r,
+                 status="ok", step_time_s=t, memory_bytes=40e9) for h, r, t in
+            (("a100", 0, 2.0), ("a100", 1, 2.5), ("h100", 0, 1.0), ("h100", 1, 1.2))]
+    path = tmp_path / "res.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    best, view = best_view(path)
+    assert len(best) == 2 and list(view["hardware"]) == ["h100", "a100"]
+    assert list(view["memory_gb"]) == [40.0, 40.0]
+    pd.DataFrame([{"x": 1}]).to_parquet(tmp_path / "bad.parquet")
+    with pytest.raises(SpecError, match="missing column"):
+        best_view(tmp_path / "bad.parquet")

@@ -24,6 +24,18 @@ def best_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["rank"] <= 0].reset_index(drop=True)
 
 
+def best_view(results: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(best rows, the table the app shows): one row per point, fastest first within a workload and
+    batch, memory in decimal GB."""
+    best = best_rows(read_results(results))
+    cols = [c for c in ("workload", "hardware", "n_gpus", "global_batch", "precision", "status", "step_time_s",
+                        "tokens_per_s", "mfu", "memory_bytes") if c in best]
+    view = best.sort_values([c for c in ("workload", "global_batch", "step_time_s") if c in best])[cols]
+    if "memory_bytes" in view:
+        view = view.assign(memory_gb=view.pop("memory_bytes") / 1e9)
+    return best, view.reset_index(drop=True)
+
+
 def write_sweep_report(results: Path, out: Path) -> str:
     df = read_results(results)
     best = best_rows(df)
