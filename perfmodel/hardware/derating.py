@@ -120,6 +120,16 @@ def mamf_ratio(acc: Accelerator, fmt: str) -> Derived:
     return found or Derived(GENERIC_MAMF_RATIO, f"fallback: MAMF/peak {GENERIC_MAMF_RATIO} (no part measured one)")
 
 
+def _measured_or_peers(acc: Accelerator, own: Callable[[Accelerator], float | None], field: str, measured: str,
+                       what: str, fallback: Derived, levels: tuple[str, ...] = LEVELS) -> Derived:
+    """The part's own calibration `field` (through `own`), else the median of its nearest peers',
+    else `fallback`: the derating rule for a term that is one number per part."""
+    value = own(acc)
+    if value is not None:
+        return Derived(value, f"measured: {measured} ({getattr(acc.calibration, field).source})")
+    return peer_median(acc, _peers(acc), own, what, levels=levels) or fallback
+
+
 def _own_in_model(acc: Accelerator) -> float | None:
     cal = acc.calibration.in_model_efficiency
     return cal.si("dimensionless", "calibration.in_model_efficiency") if cal else None
@@ -128,12 +138,9 @@ def _own_in_model(acc: Accelerator) -> float | None:
 @lru_cache(maxsize=512)
 def in_model_efficiency(acc: Accelerator) -> Derived:
     """Fraction of the isolated GEMM / attention rates a whole model reaches (generation only)."""
-    own = _own_in_model(acc)
-    if own is not None:
-        return Derived(own, f"measured: whole-model forward ({acc.calibration.in_model_efficiency.source})")  # type: ignore[union-attr]
-    found = peer_median(acc, _peers(acc), _own_in_model, "whole-model efficiency", levels=("generation",))
-    return found or Derived(1.0, f"fallback: 1.0, no whole-model measurement in generation {acc.generation} "
-                                 "(isolated-kernel rates)")
+    return _measured_or_peers(acc, _own_in_model, "in_model_efficiency", "whole-model forward", "whole-model efficiency",
+                              Derived(1.0, f"fallback: 1.0, no whole-model measurement in generation {acc.generation} "
+                                           "(isolated-kernel rates)"), levels=("generation",))
 
 
 def _own_hbm_ratio(acc: Accelerator) -> float | None:
@@ -144,11 +151,8 @@ def _own_hbm_ratio(acc: Accelerator) -> float | None:
 @lru_cache(maxsize=512)
 def hbm_ratio(acc: Accelerator) -> Derived:
     """Achieved streaming bandwidth / datasheet HBM bandwidth."""
-    own = _own_hbm_ratio(acc)
-    if own is not None:
-        return Derived(own, f"measured: streaming bandwidth ({acc.calibration.hbm_achieved.source})")  # type: ignore[union-attr]
-    found = peer_median(acc, _peers(acc), _own_hbm_ratio, "achieved/datasheet HBM bandwidth")
-    return found or Derived(1.0, "fallback: the datasheet bandwidth (no part measured one)")
+    return _measured_or_peers(acc, _own_hbm_ratio, "hbm_achieved", "streaming bandwidth", "achieved/datasheet HBM bandwidth",
+                              Derived(1.0, "fallback: the datasheet bandwidth (no part measured one)"))
 
 
 def _own_launch(acc: Accelerator) -> float | None:
@@ -159,11 +163,8 @@ def _own_launch(acc: Accelerator) -> float | None:
 @lru_cache(maxsize=512)
 def kernel_launch_s(acc: Accelerator) -> Derived:
     """Back-to-back kernel launch gap, seconds."""
-    own = _own_launch(acc)
-    if own is not None:
-        return Derived(own, f"measured: launch gap ({acc.calibration.kernel_launch.source})")  # type: ignore[union-attr]
-    found = peer_median(acc, _peers(acc), _own_launch, "launch gap (s)")
-    return found or Derived(DEFAULT_LAUNCH_S, f"fallback: {DEFAULT_LAUNCH_S * 1e6:.3g} us (A100 fit)")
+    return _measured_or_peers(acc, _own_launch, "kernel_launch", "launch gap", "launch gap (s)",
+                              Derived(DEFAULT_LAUNCH_S, f"fallback: {DEFAULT_LAUNCH_S * 1e6:.3g} us (A100 fit)"))
 
 
 def _own_best_mfu(acc: Accelerator) -> float | None:
