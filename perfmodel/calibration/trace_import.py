@@ -486,6 +486,18 @@ def _ref_key(refs: dict[str, str], base: str, text: str) -> str:
     return key
 
 
+def _open_spec(path: str | Path, key_base: str, source_note: str, date: str) -> tuple[Path, dict[str, Any], str]:
+    """(path, the spec's YAML data, the references key under which the imported points cite
+    `source_note`), the key added to the data's references."""
+    from perfmodel.hardware.catalog import read_yaml
+
+    src = Path(path)
+    data = read_yaml(src)
+    refs = data.get("references") or {}
+    data["references"] = refs
+    return src, data, _ref_key(refs, key_base, f"{source_note} (imported by perfmodel calibrate, {date})")
+
+
 def apply_to_spec(spec_yaml_path: str | Path | None = None, *, gemm: list[dict[str, Any]] | None = None,
                   attention: list[dict[str, Any]] | None = None, curve: dict[str, Any] | None = None,
                   node_yaml_path: str | Path | None = None, source_note: str = "user measurement",
@@ -501,7 +513,7 @@ def apply_to_spec(spec_yaml_path: str | Path | None = None, *, gemm: list[dict[s
     written: to `out` / `node_out` if given, else in place. Returns {"accelerator": path, "node":
     path} for what was written.
     """
-    from perfmodel.hardware.catalog import parse_model, read_yaml
+    from perfmodel.hardware.catalog import parse_model
     from perfmodel.hardware.specs import Accelerator, Node
 
     date = date or dt.date.today().isoformat()
@@ -509,11 +521,7 @@ def apply_to_spec(spec_yaml_path: str | Path | None = None, *, gemm: list[dict[s
     if gemm or attention:
         if spec_yaml_path is None:
             raise ValueError("GEMM/attention points need the accelerator YAML (spec_yaml_path)")
-        src = Path(spec_yaml_path)
-        data = read_yaml(src)
-        refs = data.setdefault("references", {}) or {}
-        data["references"] = refs
-        key = _ref_key(refs, f"user-trace-{date}", f"{source_note} (imported by perfmodel calibrate, {date})")
+        src, data, key = _open_spec(spec_yaml_path, f"user-trace-{date}", source_note, date)
         cal = data.get("calibration") or {}
         data["calibration"] = cal
         if gemm:
@@ -538,11 +546,7 @@ def apply_to_spec(spec_yaml_path: str | Path | None = None, *, gemm: list[dict[s
     if curve is not None:
         if node_yaml_path is None:
             raise ValueError("a collective curve needs the node YAML (node_yaml_path)")
-        src = Path(node_yaml_path)
-        data = read_yaml(src)
-        refs = data.setdefault("references", {}) or {}
-        data["references"] = refs
-        key = _ref_key(refs, f"user-nccl-{date}", f"{source_note} (imported by perfmodel calibrate, {date})")
+        src, data, key = _open_spec(node_yaml_path, f"user-nccl-{date}", source_note, date)
         c = {**curve, "source": key}
         intra = data.setdefault("intra_node", {})
         old = [x for x in intra.get("curves", [])
