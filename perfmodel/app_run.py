@@ -52,22 +52,22 @@ def converge_chart(frame: pd.DataFrame) -> alt.LayerChart | alt.FacetChart:
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def _converge(workload: Any, hardware: str, n_gpus: int, target: float, e_min: float | None, b_noise: float | None,
-              seq_len: int | None, precision: str) -> Any:
+              seq_len: int | None, precision: str, calibration: str) -> Any:
     from perfmodel.planning.converge import time_to_target
 
     return time_to_target(workload, hardware, n_gpus, target, e_min_tokens=e_min, noise_scale_tokens=b_noise,
-                          seq_len=seq_len, precision=precision)
+                          seq_len=seq_len, precision=precision, calibration=calibration)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def _goodput(workload: Any, hardware: str, plan: Any, storage: str, asynchronous: bool) -> pd.DataFrame:
+def _goodput(workload: Any, hardware: str, plan: Any, storage: str, asynchronous: bool, calibration: str) -> pd.DataFrame:
     import perfmodel
     from perfmodel.hardware.catalog import resolve_hardware
     from perfmodel.planning.checkpoint import goodput_from_model, load_storage
     from perfmodel.workload.builder import build_graph
 
     system, _ = resolve_hardware(hardware, plan.world)
-    est = perfmodel.estimate(workload, system, plan)
+    est = perfmodel.estimate(workload, system, plan, calibration=calibration)
     params = build_graph(workload, 1, plan.seq_len or workload.seq_len, 1, 1, 1, False, plan.precision,
                          "flash").total_params_full()
     rows = goodput_from_model(est, system, load_storage(storage), params, asynchronous=asynchronous,
@@ -111,7 +111,8 @@ def input_pipeline_section(cfg: dict[str, Any], spec: Any, plan: Any, hardware: 
                              prefetch=int(prefetch))
     try:
         system, _ = resolve_hardware(hardware, plan.world)
-        est = apply_input_pipeline(perfmodel.estimate(spec, system, plan), pipe, system.node.accelerators_per_node)
+        est = perfmodel.estimate(spec, system, plan, calibration=cfg.get("calibration", "default"))
+        est = apply_input_pipeline(est, pipe, system.node.accelerators_per_node)
     except USER_ERRORS as e:
         st.error(str(e))
         return
@@ -173,7 +174,7 @@ def page_run(cfg: dict[str, Any], spec_of: Callable[[str], Any], plan: Any | Non
     try:
         with st.spinner("Searching the best layout at each global batch…"):
             res = _converge(spec, hardware, cfg["gpus"], float(target), e_min_b * 1e9 or None, b_noise_m * 1e6 or None,
-                            cfg["seq"] or None, cfg["precision"])
+                            cfg["seq"] or None, cfg["precision"], cfg.get("calibration", "default"))
     except USER_ERRORS as e:
         st.error(str(e))
     else:
@@ -200,7 +201,7 @@ def page_run(cfg: dict[str, Any], spec_of: Callable[[str], Any], plan: Any | Non
     storage = c1.selectbox("storage", storage_ids(), key="run_storage")
     asynchronous = c2.checkbox("asynchronous checkpointing", value=True, key="run_async")
     try:
-        g = _goodput(spec, hardware, plan, storage, asynchronous)
+        g = _goodput(spec, hardware, plan, storage, asynchronous, cfg.get("calibration", "default"))
     except USER_ERRORS as e:
         st.error(str(e))
         return

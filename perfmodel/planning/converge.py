@@ -262,7 +262,8 @@ def time_to_target(workload: str | ModelSpec, hardware: str | System, n_gpus: in
                    e_min_tokens: float | None = None, noise_scale_tokens: float | None = None,
                    loss_law: LossLaw = CHINCHILLA, curve_batch_tokens: float | None = None,
                    global_batches: list[int] | None = None,
-                   seq_len: int | None = None, precision: str = "bf16", pue: float = 1.0) -> ConvergeResult:
+                   seq_len: int | None = None, precision: str = "bf16", pue: float = 1.0,
+                   calibration: str | None = "default") -> ConvergeResult:
     """Wall-clock time, GPU-hours, cost and energy to reach `target_loss`, at each global batch
     with the best layout the planner finds for it (see the module docstring).
 
@@ -302,7 +303,7 @@ def time_to_target(workload: str | ModelSpec, hardware: str | System, n_gpus: in
     points = []
     for gb in batches:
         try:
-            res = search(spec, system, n_gpus, gb, seq_len=s, precision=precision)
+            res = search(spec, system, n_gpus, gb, seq_len=s, precision=precision, calibration=calibration)
             est = res.best()
         except (LayoutError, PerfmodelError, ValueError) as e:
             notes.append(f"global batch {gb}: no layout ({str(e)[:120]})")
