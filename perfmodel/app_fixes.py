@@ -121,7 +121,6 @@ def add_uploaded_hardware(name: str, data: bytes, root: Any) -> tuple[str, str]:
     import yaml
 
     from perfmodel.errors import SpecError
-    from perfmodel.hardware import catalog
     from perfmodel.hardware.catalog import add_specs_dir, load_catalog
 
     if len(data) > MAX_UPLOAD_BYTES:
@@ -140,7 +139,6 @@ def add_uploaded_hardware(name: str, data: bytes, root: Any) -> tuple[str, str]:
     target = Path(root) / kind / f"{ident}.yaml"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(data)
-    catalog._load.cache_clear()  # a new file in a directory already added: read the directory again
     problems = add_specs_dir(root)
     for p in problems:
         if p.file and Path(p.file).resolve() == target.resolve():

@@ -45,7 +45,7 @@ def specs_dir() -> Path:
 
 def add_specs_dir(path: Path | str) -> list[SpecError]:
     """Add the specs under `path` (sub-folders accelerators/, nodes/, fabrics/, clusters/) to the
-    catalogue every later call sees. Returns the problems found in that directory's files (each
+    catalogue every later call sees (again: re-read it). Returns the problems found in that directory's files (each
     bad file is left out; the rest load)."""
     root = Path(path).expanduser()
     if not root.is_dir():
@@ -57,6 +57,7 @@ def add_specs_dir(path: Path | str) -> list[SpecError]:
     key = str(root.resolve())
     if key not in _EXTRA_DIRS:
         _EXTRA_DIRS.append(key)
+    _load.cache_clear()  # adding a directory again re-reads it (files added to it since)
     return [p for p in load_catalog().problems if p.file and Path(p.file).resolve().is_relative_to(key)]
 
 
