@@ -24,6 +24,7 @@ from perfmodel.app_fixes import LayoutProblem, diagnose, field_of
 from perfmodel.engines.registry import ENGINE_NAMES
 from perfmodel.errors import PerfmodelError
 from perfmodel.parallel.schedules import SCHEDULE_NAMES
+from perfmodel.precision import precision_names
 
 ROOT = Path(__file__).resolve().parent
 RUNS_PUBLIC = ROOT / "validation" / "runs_public.csv"
@@ -196,7 +197,7 @@ def sidebar() -> dict[str, Any] | None:
     slots["batch"] = sb.container()
     c1, c2 = sb.columns(2)
     recompute = _bound(c1.selectbox, "recompute", "recompute", options=["none", "selective", "full"], index=1)
-    precision = _bound(c2.selectbox, "precision", "precision", options=["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"])
+    precision = _bound(c2.selectbox, "precision", "precision", options=precision_names())
     c1, c2 = sb.columns(2)
     schedule = _bound(c1.selectbox, "schedule", "schedule", options=["auto", *SCHEDULE_NAMES],
                       help="; ".join(f"{k}: {SCHEDULE_LABELS.get(k, k)}" for k in ["auto", *SCHEDULE_NAMES]))
@@ -455,7 +456,7 @@ COMPARE_COLUMNS = {
     "partial_warning": st.column_config.TextColumn("partial node / rack"),
     "message": st.column_config.TextColumn("note"),
 }
-PRECISIONS = ["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"]
+PRECISIONS = precision_names()
 DEFAULT_CANDIDATES = ("h100-sxm5-80gb", "h200-sxm-141gb", "b200", "mi300x", "nvl72")
 
 

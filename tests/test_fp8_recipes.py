@@ -10,15 +10,19 @@ from perfmodel.compute.fp8_recipes import RECIPES, gemm_cast_work, recipe_for
 from perfmodel.compute.ops import launch_s, op_cost
 from perfmodel.errors import LayoutError
 from perfmodel.hardware.catalog import load_catalog
-from perfmodel.parallel.plan import DEFAULT_FP8_RECIPE, FP8_RECIPE_PRECISION, ParallelPlan
+from perfmodel.parallel.plan import ParallelPlan
+from perfmodel.precision import PRECISIONS, recipe_names
 from perfmodel.workload.graph import Op
 
 N = 1024
 
 
 def test_every_recipe_has_costs_and_a_precision():
-    assert set(RECIPES) == set(FP8_RECIPE_PRECISION)
-    assert set(DEFAULT_FP8_RECIPE.values()) <= set(RECIPES)
+    # each recipe runs exactly one precision (perfmodel/precision.py), and has its costs
+    assert sorted(recipe_names()) == sorted(RECIPES)
+    # the default (first) recipe per precision: Transformer Engine's delayed scaling for fp8
+    defaults = {p.name: p.recipes[0] for p in PRECISIONS.values() if p.recipes}
+    assert defaults == {"fp8": "delayed", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 
 
 @pytest.mark.parametrize(("name", "bytes_per_elem"), [

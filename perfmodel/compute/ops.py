@@ -49,6 +49,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from perfmodel import precision as registry
 from perfmodel.compute.fp8_recipes import Fp8Recipe, gemm_cast_work, recipe_for
 from perfmodel.hardware.derating import kernel_launch_s, mamf_ratio
 from perfmodel.hardware.specs import Accelerator
@@ -79,8 +80,8 @@ def _bound(tc: float, tm: float, t0: float) -> str:
 
 
 def gemm_precision(precision: str) -> str:
-    """The matrix format a GEMM runs in: mxfp8 runs on the fp8 units, nvfp4 on fp4."""
-    return {"mxfp8": "fp8", "nvfp4": "fp4"}.get(precision, precision)
+    """The matrix format a GEMM runs in (perfmodel/precision.py: mxfp8 runs on the fp8 units, nvfp4 on fp4)."""
+    return registry.matrix_format(precision)
 
 
 @lru_cache(maxsize=256)
@@ -135,7 +136,7 @@ def gemm_cost(acc: Accelerator, m: int, n: int, k: int, precision: str, batch: i
     """One (batched) GEMM [m,k]x[k,n] of `batch` matrices, `flop_scale` times its FLOPs (the
     backward pass runs two GEMMs of the same size: dgrad and wgrad)."""
     R = gemm_rate_flop_per_s(acc, precision)
-    el = 1.0 if gemm_precision(precision) in ("fp8", "fp4") else 2.0
+    el = registry.get(precision).gemm_operand_bytes
     flop = 2.0 * m * n * k * batch * flop_scale
     tc = flop / R
     tm = _gemm_bytes(m, n, k, el) * batch * flop_scale / acc.hbm_achieved_Bps
@@ -148,7 +149,7 @@ def grouped_gemm_cost(acc: Accelerator, m: int, n: int, k: int, groups: int, pre
     """`groups` experts, each [m, k] x [k, n], as one grouped kernel (fwd) or its dgrad and wgrad
     kernels (bwd); see the module docstring for the tile padding and K0."""
     R = gemm_rate_flop_per_s(acc, precision)
-    el = 1.0 if gemm_precision(precision) in ("fp8", "fp4") else 2.0
+    el = registry.get(precision).gemm_operand_bytes
     m_pad = -(-m // GROUPED_TILE_M) * GROUPED_TILE_M
     # (reduction depth, bytes of A, B and C per group) of each kernel
     kernels = [(k, _gemm_bytes(m_pad, n, k, el))] if direction == "fwd" else [
@@ -180,7 +181,7 @@ def attention_rate_flop_per_s(acc: Accelerator, head_dim: int, seq_len: int, cau
         # FlashAttention runs in bf16 under fp8 GEMM training (Transformer Engine's default)
         return rate * acc.in_model_efficiency
     # attention runs in bf16, else the next format the chip has (fp16 on V100, fp32 on a CPU)
-    fmt = next((p for p in ("bf16", "fp16", "fp32") if p in acc.supported_precisions), "bf16")
+    fmt = next((p for p in registry.ATTENTION_PRECISIONS if p in acc.supported_precisions), "bf16")
     return FLASH_FALLBACK_RATIO * gemm_rate_flop_per_s(acc, fmt)
 
 
@@ -227,7 +228,7 @@ def _with_quantize(acc: Accelerator, c: OpCost, op: Op, bwd: bool, recipe: Fp8Re
 def ssd_cost(acc: Accelerator, op: Op, flop_scale: float = 1.0, bytes_scale: float = 1.0, kernels: int = 1) -> OpCost:
     """Mamba-2 SSD scan: its matmul FLOPs at FLASH_FALLBACK_RATIO x R, its bytes streamed."""
     # the scan runs in bf16, else the next format the chip has (fp16 on V100, fp32 on a CPU)
-    fmt = next((p for p in ("bf16", "fp16", "fp32") if p in acc.supported_precisions), "bf16")
+    fmt = next((p for p in registry.ATTENTION_PRECISIONS if p in acc.supported_precisions), "bf16")
     tc = op.flop * flop_scale / (FLASH_FALLBACK_RATIO * gemm_rate_flop_per_s(acc, fmt))
     tm = op.bytes * bytes_scale / acc.hbm_achieved_Bps
     t0 = launch_s(acc) * kernels
@@ -244,7 +245,7 @@ def recurrence_cost(acc: Accelerator, op: Op, bwd: bool = False) -> OpCost:
     per-call time t0 (no host dispatch per step: the step loop runs inside one ATen op)."""
     s = max(1, op.repeat)
     R = gemm_rate_flop_per_s(acc, op.precision)
-    el = 1.0 if gemm_precision(op.precision) in ("fp8", "fp4") else 2.0
+    el = registry.get(op.precision).gemm_operand_bytes
     tc = 2.0 * op.m * op.n * op.k / R
     tm = _gemm_bytes(op.m, op.n, op.k, el) / acc.hbm_achieved_Bps
     gates = (op.bytes - op.k * op.n * el) / s / acc.elementwise_achieved_Bps

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from perfmodel import precision as registry
 from perfmodel.hardware.specs import Accelerator
 
 if TYPE_CHECKING:
@@ -192,10 +193,8 @@ def best_published_mfu(acc: Accelerator) -> tuple[float, str] | None:
 
 def accelerator_provenance(acc: Accelerator, precision: str) -> dict[str, str]:
     """Per cost term of an accelerator: 'measured: ...' or 'fallback: ...'."""
-    from perfmodel.hardware.specs import _matrix_format
-
     cal = acc.calibration
-    fmt = _matrix_format(precision)
+    fmt = registry.matrix_format(precision)
     out = {
         "gemm_rate": mamf_ratio(acc, fmt).provenance,
         "in_model_efficiency": in_model_efficiency(acc).provenance,

@@ -14,10 +14,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from perfmodel import precision as registry
 from perfmodel.units import Dimension, parse_quantity
 
-Precision = Literal["fp64", "tf32", "fp32", "bf16", "fp16", "fp8", "fp6", "fp4", "int8"]
-TrainingPrecision = Literal["fp32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4"]
+# number formats and training precisions are checked against perfmodel/precision.py
+Precision = registry.FormatName
+TrainingPrecision = registry.PrecisionName
 Direction = Literal["one-way", "bidirectional"]
 
 
@@ -132,8 +134,9 @@ class Accelerator(_Strict):
     reference_node: str | None = Field(None, description="node spec id a run without a system gets")
     training_precisions: list[TrainingPrecision] | None = Field(
         None, description="GEMM precisions a training run may name on this chip (its matrix units run them "
-        "natively); default: bf16, fp16 and fp8 where matrix_peak lists them, fp32 where it lists fp32 or tf32. "
-        "mxfp8 and nvfp4 (block-scaled formats) only when listed here.")
+        "natively; names of perfmodel/precision.py); default: those marked listed_by_format whose format "
+        "matrix_peak lists: bf16, fp16 and fp8, fp32 where it lists fp32 or tf32. mxfp8 and nvfp4 (block-scaled "
+        "formats) only when listed here.")
     best_published_mfu: Sourced | None = Field(
         None, description="the highest MFU a published training run reached on this chip's generation; a "
         "prediction above it is flagged (never used to compute one)")
@@ -179,8 +182,8 @@ class Accelerator(_Strict):
             if not 0 < mfu <= 1:
                 raise SpecError("best_published_mfu", f"{mfu} is outside (0, 1]", "a fraction in (0, 1]")
         for tprec in self.training_precisions or ():
-            if not any(f in self.matrix_peak for f in _fallback(_matrix_format(tprec))):
-                raise SpecError(f"training_precisions.{tprec}", f"matrix_peak has no {_matrix_format(tprec)!r} entry",
+            if not any(f in self.matrix_peak for f in registry.peak_formats(tprec)):
+                raise SpecError(f"training_precisions.{tprec}", f"matrix_peak has no {registry.matrix_format(tprec)!r} entry",
                                 f"one of the formats matrix_peak lists: {sorted(self.matrix_peak)}")
         if self.price and self.price.purchase:
             checks["price.purchase"] = (self.price.purchase, "usd")
@@ -243,13 +246,12 @@ class Accelerator(_Strict):
     @cached_property
     def supported_precisions(self) -> tuple[str, ...]:
         """Training GEMM precisions this chip runs natively (`training_precisions`, else derived
-        from matrix_peak, see the field)."""
+        from matrix_peak, see the field), widest first."""
         if self.training_precisions is not None:
             return tuple(self.training_precisions)
-        derived: list[str] = [p for p in ("bf16", "fp16", "fp8") if p in self.matrix_peak]
-        if "fp32" in self.matrix_peak or "tf32" in self.matrix_peak:
-            derived.insert(0, "fp32")
-        return tuple(derived)
+        derived = [p.name for p in registry.PRECISIONS.values()
+                   if p.listed_by_format and any(f in self.matrix_peak for f in registry.peak_formats(p.name))]
+        return tuple(registry.widest_first(derived))
 
     def check_precision(self, precision: str) -> None:
         """Raise PrecisionError unless a training run may use `precision` on this chip."""
@@ -264,7 +266,7 @@ class Accelerator(_Strict):
         """Dense matrix-unit peak; a plan precision maps to its matrix format (mxfp8 -> fp8,
         nvfp4 -> fp4), fp32 to tf32 where the chip has no fp32 matrix mode. A format the chip
         lacks is a PrecisionError naming what it has."""
-        for p in _fallback(_matrix_format(precision)):
+        for p in registry.peak_formats(precision):
             if p in self.matrix_peak:
                 return self.matrix_peak[p].si("flop_per_s")
         from perfmodel.errors import PrecisionError
@@ -275,25 +277,13 @@ class Accelerator(_Strict):
     def vector_peak_flop_per_s(self, precision: str) -> float:
         """Non-matrix peak; a chip that publishes only a 16-bit vector rate (Gaudi 3) serves it
         for wider formats too, since no wider figure exists to prefer."""
-        for p in [*_fallback(precision), "fp32", "bf16", "fp16"]:
+        for p in [*registry.peak_formats(precision), "fp32", "bf16", "fp16"]:
             if p in self.vector_peak:
                 return self.vector_peak[p].si("flop_per_s")
         raise KeyError(precision)
 
     def has_matrix_precision(self, precision: str) -> bool:
         return precision in self.matrix_peak
-
-
-def _matrix_format(precision: str) -> str:
-    """The matrix format a training precision runs in: mxfp8 on the fp8 units, nvfp4 on fp4."""
-    return {"mxfp8": "fp8", "nvfp4": "fp4"}.get(precision, precision)
-
-
-def _fallback(precision: str) -> list[str]:
-    """Formats that serve a peak lookup: only the same numeric format (fp32 matmuls may run as
-    tf32), never a wider or narrower one: a chip without fp8 does not run fp8 at its bf16 rate."""
-    order = {"fp32": ["fp32", "tf32"], "tf32": ["tf32", "fp32"], "fp16": ["fp16"], "bf16": ["bf16"]}
-    return order.get(precision, [precision])
 
 
 class BusBwPoint(_Strict):

@@ -6,20 +6,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from perfmodel import precision as registry
 from perfmodel.errors import LayoutError
 from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.split import pipeline_split
 from perfmodel.workload.spec import ModelSpec
 
-Precision = Literal["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"]
 Recompute = Literal["none", "selective", "full"]
-Fp8RecipeName = Literal["delayed", "current", "blockwise", "mxfp8", "nvfp4"]
-# which precision each recipe runs (their costs: perfmodel/compute/fp8_recipes.py), and the
-# recipe a precision gets when the plan names none: Transformer Engine's and Megatron-Core's
-# default for fp8 is delayed scaling (fp8_autocast(recipe=None), --fp8-recipe delayed)
-FP8_RECIPE_PRECISION: dict[str, str] = {"delayed": "fp8", "current": "fp8", "blockwise": "fp8",
-                                        "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
-DEFAULT_FP8_RECIPE: dict[str, str] = {"fp8": "delayed", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 
 # Tokens on the busiest expert-parallel rank over the mean, as trained MoEs route: on GLM-5's MoE
 # layers (128 experts, ep 8, H100, no auxiliary loss) the wait for the busiest rank wastes 18.6 %
@@ -50,13 +43,14 @@ class ParallelPlan(BaseModel):
     global_batch: int = Field(1, gt=0, description="sequences per optimizer step")
     seq_len: int | None = Field(None, gt=0, description="defaults to the workload's")
     recompute: Recompute = "none"
-    precision: Precision = "bf16"
+    precision: registry.PrecisionName = Field(registry.DEFAULT_PRECISION, description=(
+        "GEMM precision, one of perfmodel/precision.py PRECISIONS (or an alias)"))
     optimizer: Literal["adam", "adamw", "adam8bit", "sgd", "adafactor", "muon"] = Field(
         "adam", description="state and step cost: perfmodel/compute/optimizers.py (adam and adamw cost the same; "
         "sgd has momentum; muon orthogonalises 2-D weights by Newton-Schulz)")
-    fp8_recipe: Fp8RecipeName | None = Field(
-        None, description="scaling recipe of fp8 / fp4 GEMMs: delayed, current, blockwise (fp8), mxfp8, nvfp4; "
-        "default per precision: fp8 delayed (Transformer Engine's default), mxfp8 mxfp8, nvfp4 nvfp4")
+    fp8_recipe: registry.RecipeName | None = Field(
+        None, description="scaling recipe of fp8 / fp4 GEMMs (perfmodel/precision.py RECIPES): delayed, current, "
+        "blockwise (fp8), mxfp8, nvfp4; default: the precision's first (fp8 delayed, Transformer Engine's default)")
     schedule: str | None = Field(None, description="a pipeline schedule of perfmodel/parallel/schedules/; "
                                  "default: 1f1b, interleaved when vp > 1")
     attention_impl: Literal["flash", "unfused"] = "flash"
@@ -71,7 +65,8 @@ class ParallelPlan(BaseModel):
     moe_a2a_overlap: bool = Field(False, description=(
         "MoE: expert-parallel all-to-alls of one micro-batch hide behind another's compute (Megatron-Core "
         "overlap_moe_expert_parallel_comm, the combined 1F1B schedule)"))
-    grad_reduce_bytes: int | None = Field(None, description="bytes per gradient element reduced; default 4 (fp32) for bf16/fp8, 2 for fp16")
+    grad_reduce_bytes: int | None = Field(None, description="bytes per gradient element reduced; default the "
+                                          "precision's grad_bytes (perfmodel/precision.py: 4, fp32, for bf16/fp8; 2 for fp16)")
 
     def __init__(self, **data: object) -> None:
         try:
@@ -101,13 +96,14 @@ class ParallelPlan(BaseModel):
     @property
     def fp8_recipe_name(self) -> str | None:
         """The recipe fp8 / fp4 GEMMs run under (the precision's default when none is named)."""
-        return self.fp8_recipe or DEFAULT_FP8_RECIPE.get(self.precision)
+        recipes = registry.get(self.precision).recipes
+        return self.fp8_recipe or (recipes[0] if recipes else None)
 
     @property
     def grad_bytes(self) -> int:
         if self.grad_reduce_bytes:
             return self.grad_reduce_bytes
-        return 2 if self.precision == "fp16" else 4
+        return registry.get(self.precision).grad_bytes
 
     @model_validator(mode="after")
     def _check(self) -> ParallelPlan:
@@ -127,9 +123,9 @@ class ParallelPlan(BaseModel):
         if self.vp > 1 and self.pp == 1:
             raise LayoutError(f"vp {self.vp} needs pp > 1 (got pp 1)")
         get_schedule(self.schedule_name).check(self.pp, self.vp, self.num_micro_batches)
-        if self.fp8_recipe is not None and FP8_RECIPE_PRECISION[self.fp8_recipe] != self.precision:
-            allowed = [r for r, p in FP8_RECIPE_PRECISION.items() if p == self.precision] or "none (16/32-bit GEMMs)"
-            raise LayoutError(f"fp8_recipe {self.fp8_recipe!r} runs precision {FP8_RECIPE_PRECISION[self.fp8_recipe]}, "
+        if self.fp8_recipe is not None and self.fp8_recipe not in registry.get(self.precision).recipes:
+            allowed = list(registry.get(self.precision).recipes) or "none (16/32-bit GEMMs)"
+            raise LayoutError(f"fp8_recipe {self.fp8_recipe!r} runs precision {registry.recipe_precision(self.fp8_recipe)}, "
                               f"not {self.precision}; recipes for {self.precision}: {allowed}")
         if self.sequence_parallel and self.tp == 1:
             object.__setattr__(self, "sequence_parallel", False)

@@ -46,6 +46,7 @@ from perfmodel.errors import PerfmodelError, SpecError
 from perfmodel.hardware.catalog import read_yaml
 from perfmodel.planning.search import LAYOUT_COLUMNS, row_plan, search
 from perfmodel.planning.space import SearchSpace
+from perfmodel.precision import DEFAULT_PRECISION, PrecisionName
 from perfmodel.workload.spec import ModelSpec
 
 KEY = ["workload", "hardware", "n_gpus", "global_batch", "seq_len", "precision"]
@@ -76,7 +77,7 @@ class Sweep(BaseModel):
     n_gpus: tuple[int, ...] = Field(min_length=1)
     global_batch: tuple[int, ...] = Field(min_length=1)
     seq_len: tuple[int | None, ...] = (None,)
-    precision: tuple[Literal["bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"], ...] = ("bf16",)
+    precision: tuple[PrecisionName, ...] = (DEFAULT_PRECISION,)
     objective: Objective = "step_time"
     top: int = Field(10, gt=0)
     space: SearchSpace = SearchSpace()

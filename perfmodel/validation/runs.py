@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from perfmodel import precision as registry
 from perfmodel.errors import PerfmodelError, quote
 from perfmodel.hardware.catalog import System, resolve_system
 from perfmodel.parallel.plan import ParallelPlan
@@ -35,7 +36,7 @@ OUTPUT_COLUMNS = [
     "predicted_mfu", "predicted_memory_per_gpu_bytes", "message", "predicted_step_time_lo_s", "predicted_step_time_hi_s",
 ]
 DEFAULTS = {
-    "micro_batch": "1", "vp": "1", "cp": "1", "ep": "1", "precision": "bf16", "recompute": "none",
+    "micro_batch": "1", "vp": "1", "cp": "1", "ep": "1", "precision": registry.DEFAULT_PRECISION, "recompute": "none",
     "zero_stage": "0", "sequence_parallel": "false", "accelerator": "a100-sxm4-80gb",
 }
 ARCH_DEFAULTS: dict[str, dict[str, object]] = {
@@ -230,9 +231,9 @@ def row_run(row: dict[str, str], workloads: dict[str, ModelSpec]) -> Run:
     gb = _int(row, "global_batch")
     if gb is None:
         raise RowError("column global_batch is empty; allowed: an integer from 1 (sequences per step)")
-    prec = vals["precision"]
-    if prec not in ("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "fp32"):
-        raise RowError(f"column precision {quote(prec)}; allowed values: bf16, fp16, fp8, mxfp8, nvfp4, fp32")
+    prec = registry.canonical(vals["precision"])
+    if prec is None:
+        raise RowError(f"column precision {quote(vals['precision'])}; allowed values: {', '.join(registry.precision_names())}")
     rec = vals["recompute"]
     if rec not in ("none", "selective", "full"):
         raise RowError(f"column recompute {quote(rec)}; allowed values: none, selective, full")

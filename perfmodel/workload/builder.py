@@ -16,6 +16,7 @@ FC1 (10·s·b·h) stay replicated unless sequence parallelism shards them too (t
 
 from __future__ import annotations
 
+from perfmodel import precision as registry
 from perfmodel.errors import LayoutError
 from perfmodel.workload.graph import Comm, Graph, Layer, Op
 from perfmodel.workload.moe import MoEOptions, moe_block
@@ -28,7 +29,7 @@ ACT_BYTES = 2  # bf16/fp16 activations; fp8 GEMMs still keep bf16 activations be
 def _gemm(name: str, m: int, n: int, k: int, precision: str, weight: bool = True, batch: int = 1,
           repeat: int = 1, saved: float | None = None, bias: bool = False, in_bytes: int = ACT_BYTES) -> Op:
     """A (batched) GEMM [m,k]x[k,n]; `saved` defaults to its input activation (what wgrad needs)."""
-    el = 1 if precision in ("fp8", "mxfp8", "fp4", "nvfp4") else 4 if precision == "fp32" else 2
+    el = registry.get(precision).weight_bytes
     wbytes = k * n * el * batch  # every batch entry has its own B operand (bmm, one per expert)
     ab = batch * repeat
     bytes_ = ab * (m * k * in_bytes + m * n * ACT_BYTES) + wbytes * repeat
@@ -490,7 +491,7 @@ def _rnn(spec: ModelSpec, b: int, s: int, precision: str) -> list[Layer]:
     CPU), so it costs one kernel of host time, not one per step (see compute.ops.recurrence_cost)."""
     H = spec.hidden
     g = RNN_GATES[spec.family]
-    el = 1 if precision in ("fp8", "mxfp8", "fp4", "nvfp4") else 4 if precision == "fp32" else 2
+    el = registry.get(precision).weight_bytes
     layers: list[Layer] = []
     for i in range(spec.num_layers):
         inp = spec.input_size if i == 0 else H

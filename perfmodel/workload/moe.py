@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from perfmodel import precision as registry
 from perfmodel.errors import LayoutError
 from perfmodel.workload.graph import Comm, Op
 from perfmodel.workload.spec import ModelSpec
@@ -74,7 +75,7 @@ def _mem_op(name: str, elems: float, bytes_per_elem: float, flop: float = 0.0, s
 
 
 def _grouped(name: str, m: int, n: int, k: int, groups: int, precision: str, model_flop: float, saved: float) -> Op:
-    el = 1 if precision in ("fp8", "mxfp8", "fp4", "nvfp4") else 2
+    el = registry.get(precision).weight_bytes
     return Op(name=name, kind="gemm", flop=2.0 * m * n * k * groups, model_flop=model_flop,
               bytes=groups * (m * k * ACT_BYTES + m * n * ACT_BYTES + k * n * el), m=m, n=n, k=k, batch=groups,
               precision=precision, weight_params=float(groups * k * n), saved_bytes=saved,
@@ -105,7 +106,7 @@ def moe_block(spec: ModelSpec, T: int, tp: int, ep: int, precision: str, opts: M
     R = C * etp  # copies its experts process, balanced
     R_max = gamma * R  # on the busiest rank
     m = max(1, math.ceil(R_max / el_local))  # rows per local expert
-    fp8 = precision in ("fp8", "mxfp8", "nvfp4")
+    fp8 = registry.get(precision).quantized
     d_el = FP8_DISPATCH_BYTES if (opts.fp8_dispatch and fp8) else float(ACT_BYTES)
 
     ops: list[Op] = [

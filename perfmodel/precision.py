@@ -1,0 +1,238 @@
+"""The training precisions and their scaling recipes, in one table every layer reads.
+
+A precision is what a plan names (`--precision`, the runs file's `precision` column, the app's
+selectbox). Everything else about it is read from here: the number format of the accelerator
+spec it takes its peak and MAMF from, the bytes its GEMM operands and weights move, the bytes a
+gradient is reduced in, the scaling recipes its quantize casts follow, whether a chip runs it
+merely by listing its format, and the other names it is known by.
+
+Adding a precision is one entry in PRECISIONS (plus a recipe in RECIPES when it scales its
+tensors a new way) and the numbers in the accelerator YAMLs that run it (`matrix_peak`,
+`calibration.gemm_max_achievable`, `training_precisions`). Nothing below this module keeps a
+copy: parallel/plan.py, hardware/specs.py, compute/ops.py, compute/fp8_recipes.py,
+workload/builder.py, workload/moe.py, validation/runs.py, planning/sweep.py, cli.py and app.py
+read the tables when they run, so an entry added at run time is accepted everywhere.
+
+Spec lookups (hardware/specs.py, hardware/derating.py):
+    peak  matrix_peak[f] for the first f of peak_formats(matrix_format) the chip lists (fp32
+          matmuls may run as tf32); never a wider or narrower format: a chip without fp8 does
+          not run fp8 at its bf16 rate
+    MAMF  calibration.gemm_max_achievable[matrix_format], else the part's bf16 / fp16 MAMF over
+          peak carried to the format (the same tensor cores), else its peers' (derating rule)
+
+Scaling recipes (the quantize casts of one GEMM: perfmodel/compute/fp8_recipes.py):
+
+recipe     precision  element  scales per element        amax before the cast
+delayed    fp8        1 B      one fp32 per tensor (~0)  no: the last steps' amax history
+current    fp8        1 B      one fp32 per tensor (~0)  yes: a reduction pass reading 2 B
+blockwise  fp8        1 B      fp32 per 1x128 = 4/128 B  no: per block, inside the cast
+mxfp8      mxfp8      1 B      E8M0 per 32 = 1/32 B      no: per block, inside the cast
+nvfp4      nvfp4      0.5 B    E4M3 per 16 = 1/16 B      yes: the fp32 per-tensor scale needs it
+
+Sources (Transformer Engine recipe API, transformer_engine.common.recipe):
+  DelayedScaling(amax_history_len=1024, amax_compute_algo='max'): the cast uses the scale from
+    previous iterations and records this tensor's amax in the same kernel; one bulk history and
+    scale update per step. TE's and Megatron-Core's default fp8 recipe (fp8_autocast(recipe=None),
+    --fp8-recipe delayed), hence the first recipe of fp8.
+  Float8CurrentScaling: the scale comes from the current tensor's amax, known only after a pass.
+  Float8BlockScaling: DeepSeek-V3 style, 1x128 blocks for activations, 128x128 for weights.
+  MXFP8BlockScaling: OCP Microscaling v1.0, 32-element blocks with an E8M0 scale (Blackwell).
+  NVFP4BlockScaling and NVIDIA, "Pretraining Large Language Models with NVFP4" (2025): E2M1
+    elements, 16-element blocks with E4M3 scales plus an fp32 tensor scale, a 16-point random
+    Hadamard transform on the wgrad operands, stochastic rounding of gradients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import BeforeValidator
+from pydantic_core import PydanticCustomError
+
+from perfmodel.errors import PrecisionError
+
+DEFAULT_PRECISION = "bf16"
+
+# Number formats an accelerator spec may give a peak or a measurement for (keys of matrix_peak,
+# vector_peak, calibration.gemm_max_achievable; precision of a GEMM / attention point), each with
+# the other formats whose figure serves a peak lookup in it (fp32 matmuls may run as tf32).
+NUMBER_FORMATS: dict[str, tuple[str, ...]] = {
+    "fp64": (), "tf32": ("fp32",), "fp32": ("tf32",), "bf16": (), "fp16": (), "fp8": (), "fp6": (), "fp4": (),
+    "int8": (),
+}
+
+
+BF16_BYTES = 2.0  # the tensor a quantize cast reads
+
+
+@dataclass(frozen=True)
+class Fp8Recipe:
+    """How a low-precision GEMM scales its tensors (see the module table)."""
+
+    name: str
+    element_bytes: float
+    scale_bytes_per_element: float
+    amax_pass: bool  # a separate amax reduction kernel reads the bf16 tensor before the cast
+    hadamard_on_wgrad: bool = False
+
+    @property
+    def cast_bytes_per_element(self) -> float:
+        """HBM bytes moved to quantize one bf16 element: read 2 B, write the element and its
+        scale share, plus 2 B more when the amax needs its own pass."""
+        return BF16_BYTES + self.element_bytes + self.scale_bytes_per_element + (BF16_BYTES if self.amax_pass else 0.0)
+
+    @property
+    def kernels_per_cast(self) -> int:
+        return 2 if self.amax_pass else 1
+
+
+RECIPES: dict[str, Fp8Recipe] = {
+    "delayed": Fp8Recipe("delayed", 1.0, 0.0, amax_pass=False),
+    "current": Fp8Recipe("current", 1.0, 0.0, amax_pass=True),
+    "blockwise": Fp8Recipe("blockwise", 1.0, 4.0 / 128, amax_pass=False),
+    "mxfp8": Fp8Recipe("mxfp8", 1.0, 1.0 / 32, amax_pass=False),
+    "nvfp4": Fp8Recipe("nvfp4", 0.5, 1.0 / 16, amax_pass=True, hadamard_on_wgrad=True),
+}
+
+
+@dataclass(frozen=True)
+class TrainingPrecision:
+    """One precision a training run may name.
+
+    bits                element width of its GEMM operands; lists of a chip's precisions go widest first
+    matrix_format       the NUMBER_FORMATS key its peak and MAMF are read under (mxfp8 runs on the fp8 units)
+    gemm_operand_bytes  bytes per element of A, B and C in a GEMM's memory term (compute/ops.py)
+    weight_bytes        bytes per GEMM weight element an op reads (workload/builder.py, workload/moe.py)
+    grad_bytes          bytes per gradient element reduced over data parallelism (plan.grad_reduce_bytes default):
+                        fp32 main grads in Megatron-LM / FSDP mixed precision, 2 B in fp16 DeepSpeed
+    recipes             the RECIPES that run it, its default first; empty: no quantize casts
+    listed_by_format    a chip whose matrix_peak lists the format runs it without `training_precisions`
+                        (block-scaled formats need the chip to list them there)
+    aliases             other names it is accepted under
+    """
+
+    name: str
+    bits: int
+    matrix_format: str
+    gemm_operand_bytes: float
+    weight_bytes: int
+    grad_bytes: int = 4
+    recipes: tuple[str, ...] = ()
+    listed_by_format: bool = True
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def quantized(self) -> bool:
+        """Its GEMM operands are quantized from bf16 by a scaling recipe (fp8, fp4 families)."""
+        return bool(self.recipes)
+
+
+# Order is the order a user is offered them in (CLI choices, app selectbox, error messages); the
+# default first. Byte widths as the cost functions have always charged them: an fp32 GEMM's memory
+# term counts 2-byte operands and a packed nvfp4 weight 1 byte (see the report of issue 12).
+PRECISIONS: dict[str, TrainingPrecision] = {p.name: p for p in (
+    TrainingPrecision("bf16", 16, "bf16", 2.0, 2, aliases=("bfloat16",)),
+    TrainingPrecision("fp16", 16, "fp16", 2.0, 2, grad_bytes=2, aliases=("float16", "half")),
+    TrainingPrecision("fp8", 8, "fp8", 1.0, 1, recipes=("delayed", "current", "blockwise"), aliases=("float8",)),
+    TrainingPrecision("mxfp8", 8, "fp8", 1.0, 1, recipes=("mxfp8",), listed_by_format=False),
+    TrainingPrecision("nvfp4", 4, "fp4", 1.0, 1, recipes=("nvfp4",), listed_by_format=False),
+    TrainingPrecision("fp32", 32, "fp32", 2.0, 4, aliases=("float32",)),
+)}
+
+# Non-GEMM matmul kernels (FlashAttention, the SSD scan) run in bf16 under every precision, else
+# in the first of these the chip runs (fp16 on a V100, fp32 on a CPU).
+ATTENTION_PRECISIONS = ("bf16", "fp16", "fp32")
+
+
+# ---- lookups --------------------------------------------------------------------------------
+
+def precision_names() -> list[str]:
+    return list(PRECISIONS)
+
+
+def recipe_names() -> list[str]:
+    return [r for p in PRECISIONS.values() for r in p.recipes]
+
+
+def canonical(name: str) -> str | None:
+    """The registry name of `name` (itself or an alias, any case), None if it is none."""
+    if name in PRECISIONS:
+        return name
+    key = name.strip().lower()
+    if key in PRECISIONS:
+        return key
+    return next((p.name for p in PRECISIONS.values() if key in p.aliases), None)
+
+
+def get(name: str) -> TrainingPrecision:
+    """The precision `name` (or an alias); a PrecisionError naming the allowed ones otherwise."""
+    p = PRECISIONS.get(name)
+    if p is not None:
+        return p
+    found = canonical(name) if isinstance(name, str) else None
+    if found is None:
+        raise PrecisionError(f"unknown precision {name!r}; allowed: {', '.join(PRECISIONS)}")
+    return PRECISIONS[found]
+
+
+def recipe_precision(recipe: str) -> str:
+    """The precision a scaling recipe runs."""
+    return next(p.name for p in PRECISIONS.values() if recipe in p.recipes)
+
+
+def matrix_format(name: str) -> str:
+    """The number format a precision's GEMMs run in; a number format maps to itself."""
+    found = canonical(name)
+    return PRECISIONS[found].matrix_format if found is not None else name
+
+
+def peak_formats(name: str) -> tuple[str, ...]:
+    """The spec formats that serve a peak lookup for a precision or a number format, in order."""
+    fmt = matrix_format(name)
+    return (fmt, *NUMBER_FORMATS.get(fmt, ()))
+
+
+def widest_first(names: list[str]) -> list[str]:
+    """Precision names ordered widest element first (registry order among equals)."""
+    return sorted(names, key=lambda n: -PRECISIONS[n].bits)
+
+
+# ---- pydantic field types: checked against the tables when a model is validated --------------
+
+def _expected(names: list[str]) -> str:
+    """Pydantic's Literal wording: 'a', 'b' or 'c'."""
+    q = [repr(n) for n in names]
+    return q[0] if len(q) == 1 else f"{', '.join(q[:-1])} or {q[-1]}"
+
+
+def _literal_error(names: list[str]) -> PydanticCustomError:
+    return PydanticCustomError("literal_error", "Input should be {expected}", {"expected": _expected(names)})
+
+
+def _precision_field(v: object) -> str:
+    found = canonical(v) if isinstance(v, str) else None
+    if found is None:
+        raise _literal_error(precision_names())
+    return found
+
+
+def _recipe_field(v: object) -> str:
+    if not isinstance(v, str) or v not in recipe_names():
+        raise _literal_error(recipe_names())
+    return v
+
+
+def _format_field(v: object) -> str:
+    if not isinstance(v, str) or v not in NUMBER_FORMATS:
+        raise _literal_error(list(NUMBER_FORMATS))
+    return v
+
+
+PrecisionName = Annotated[str, BeforeValidator(_precision_field)]
+RecipeName = Annotated[str, BeforeValidator(_recipe_field)]
+FormatName = Annotated[str, BeforeValidator(_format_field)]
+
+__all__ = ["ATTENTION_PRECISIONS", "BF16_BYTES", "DEFAULT_PRECISION", "NUMBER_FORMATS", "PRECISIONS", "RECIPES", "FormatName",
+           "Fp8Recipe", "PrecisionName", "RecipeName", "TrainingPrecision", "canonical", "get", "matrix_format",
+           "peak_formats", "precision_names", "recipe_names", "recipe_precision", "widest_first"]
