@@ -15,15 +15,10 @@ import warnings
 from pathlib import Path
 
 from perfmodel import precision as registry
-from perfmodel.cliargs import Parser, positive_float, positive_int, report_error, shape, show_warning
+from perfmodel.cliargs import Parser, add_precision_arg, positive_float, positive_int, report_error, shape, show_warning
 from perfmodel.engines.registry import ENGINE_NAMES
 from perfmodel.errors import PerfmodelError, UsageError
 from perfmodel.parallel.schedules import SCHEDULE_NAMES
-
-
-def _precision_arg(text: str) -> str:
-    """argparse type: a precision's registry name for an alias (bfloat16 -> bf16); choices checks it."""
-    return registry.canonical(text) or text
 
 
 def _catalog_args(p: argparse.ArgumentParser) -> None:
@@ -54,7 +49,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--global-batch", type=positive_int, default=None, help="sequences per step (default: micro_batch x dp)")
     g.add_argument("--seq-len", type=positive_int, default=None)
     g.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
-    g.add_argument("--precision", default=registry.DEFAULT_PRECISION, type=_precision_arg, choices=registry.precision_names())
+    add_precision_arg(g)
     g.add_argument("--schedule", default=None, choices=SCHEDULE_NAMES)
     g.add_argument("--optimizer", default="adam", choices=["adam", "adamw", "adam8bit", "sgd", "adafactor", "muon"],
                    help="optimizer state and step cost (sgd: with momentum; muon: Newton-Schulz on 2-D weights)")
@@ -335,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--n-gpus", type=positive_int, required=True)
     s.add_argument("--global-batch", type=positive_int, required=True)
     s.add_argument("--seq-len", type=positive_int, default=None)
-    s.add_argument("--precision", default=registry.DEFAULT_PRECISION, type=_precision_arg, choices=registry.precision_names())
+    add_precision_arg(s)
     s.add_argument("--top", type=positive_int, default=10, help="layouts to show (at least 1)")
     s.add_argument("--json", action="store_true")
     _catalog_args(s)

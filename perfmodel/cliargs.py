@@ -10,6 +10,7 @@ import math
 import sys
 from typing import Any, NoReturn
 
+from perfmodel import precision as registry
 from perfmodel.errors import PerfmodelError, SpecError, UsageError, clip, quote
 
 
@@ -22,6 +23,13 @@ class Parser(argparse.ArgumentParser):
 
 
 MAX_COUNT = 10**7  # GPUs, degrees, batches, tokens of context: past any machine or model built
+
+
+def add_precision_arg(p: argparse.ArgumentParser | Any) -> None:
+    """--precision: the names of perfmodel/precision.py (read when the parser is built), an alias
+    taken for its name (bfloat16 -> bf16); anything else an error listing them."""
+    p.add_argument("--precision", default=registry.DEFAULT_PRECISION, choices=registry.precision_names(),
+                   type=lambda text: registry.canonical(text) or text, help="GEMM precision (default: %(default)s)")
 
 
 def positive_int(text: str) -> int:

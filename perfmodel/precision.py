@@ -63,6 +63,11 @@ NUMBER_FORMATS: dict[str, tuple[str, ...]] = {
 }
 
 
+# A vector-peak lookup with no entry in the format asked for takes the first of these the chip
+# lists: a chip that publishes only a 16-bit vector rate (Gaudi 3) serves it for wider formats,
+# since no wider figure exists to prefer.
+VECTOR_PEAK_FALLBACK = ("fp32", "bf16", "fp16")
+
 BF16_BYTES = 2.0  # the tensor a quantize cast reads
 
 
@@ -129,8 +134,9 @@ class TrainingPrecision:
 
 
 # Order is the order a user is offered them in (CLI choices, app selectbox, error messages); the
-# default first. Byte widths as the cost functions have always charged them: an fp32 GEMM's memory
-# term counts 2-byte operands and a packed nvfp4 weight 1 byte (see the report of issue 12).
+# default first. Byte widths are those the cost functions charged before the tables were merged
+# here, two of them under-counts kept so no prediction moves: an fp32 GEMM's memory term counts
+# 2-byte operands (4 B is read) and a packed nvfp4 weight 1 byte (0.5 B + 1/16 B of scales).
 PRECISIONS: dict[str, TrainingPrecision] = {p.name: p for p in (
     TrainingPrecision("bf16", 16, "bf16", 2.0, 2, aliases=("bfloat16",)),
     TrainingPrecision("fp16", 16, "fp16", 2.0, 2, grad_bytes=2, aliases=("float16", "half")),
@@ -233,6 +239,8 @@ PrecisionName = Annotated[str, BeforeValidator(_precision_field)]
 RecipeName = Annotated[str, BeforeValidator(_recipe_field)]
 FormatName = Annotated[str, BeforeValidator(_format_field)]
 
-__all__ = ["ATTENTION_PRECISIONS", "BF16_BYTES", "DEFAULT_PRECISION", "NUMBER_FORMATS", "PRECISIONS", "RECIPES", "FormatName",
-           "Fp8Recipe", "PrecisionName", "RecipeName", "TrainingPrecision", "canonical", "get", "matrix_format",
-           "peak_formats", "precision_names", "recipe_names", "recipe_precision", "widest_first"]
+__all__ = [
+    "ATTENTION_PRECISIONS", "BF16_BYTES", "DEFAULT_PRECISION", "NUMBER_FORMATS", "PRECISIONS", "RECIPES",
+    "VECTOR_PEAK_FALLBACK", "FormatName", "Fp8Recipe", "PrecisionName", "RecipeName", "TrainingPrecision", "canonical",
+    "get", "matrix_format", "peak_formats", "precision_names", "recipe_names", "recipe_precision", "widest_first",
+]

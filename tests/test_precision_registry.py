@@ -5,6 +5,7 @@ YAML that runs it gains data."""
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
 from pathlib import Path
@@ -81,6 +82,23 @@ def test_unknown_precision_names_the_allowed_ones_everywhere(capsys: pytest.Capt
     assert "'fp7'" in capsys.readouterr().err
     with pytest.raises(ValueError, match="'bf16', 'fp16', 'fp8', 'mxfp8', 'nvfp4' or 'fp32'"):
         Sweep(workloads=("gpt2-124m",), hardware=("a100-sxm4-80gb",), n_gpus=(8,), global_batch=(8,), precision=("fp7",))
+
+
+def test_no_module_keeps_its_own_list_of_precisions() -> None:
+    """A literal tuple / list / set (or dict keys) naming three or more precisions outside the
+    registry is a copy that a new precision would have to be added to."""
+    names = set(registry.PRECISIONS)
+    copies = []
+    for path in [*(ROOT / "perfmodel").rglob("*.py"), ROOT / "app.py"]:
+        if path.name == "precision.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            elts = (node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set)
+                    else node.keys if isinstance(node, ast.Dict) else [])
+            found = {e.value for e in elts if isinstance(e, ast.Constant) and e.value in names}
+            if len(found) >= 3:
+                copies.append(f"{path.relative_to(ROOT)}:{node.lineno} {sorted(found)}")
+    assert not copies
 
 
 # ---- a new precision is one registry entry ----------------------------------------------------

@@ -277,7 +277,7 @@ class Accelerator(_Strict):
     def vector_peak_flop_per_s(self, precision: str) -> float:
         """Non-matrix peak; a chip that publishes only a 16-bit vector rate (Gaudi 3) serves it
         for wider formats too, since no wider figure exists to prefer."""
-        for p in [*registry.peak_formats(precision), "fp32", "bf16", "fp16"]:
+        for p in [*registry.peak_formats(precision), *registry.VECTOR_PEAK_FALLBACK]:
             if p in self.vector_peak:
                 return self.vector_peak[p].si("flop_per_s")
         raise KeyError(precision)

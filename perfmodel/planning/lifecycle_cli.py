@@ -9,6 +9,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from perfmodel.cliargs import add_precision_arg
 from perfmodel.errors import PerfmodelError
 
 
@@ -133,7 +134,7 @@ def add_parsers(sub: Any, plan_args: Callable[[argparse.ArgumentParser], None],
     c.add_argument("--curve-batch-tokens", type=_positive(float), default=None, help="the batch (tokens) of --loss-curve")
     c.add_argument("--global-batch", type=_positive(int), nargs="+", default=None, help="batches to try (sequences)")
     c.add_argument("--seq-len", type=_positive(int), default=None)
-    c.add_argument("--precision", default="bf16")
+    add_precision_arg(c)
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_converge)
 
