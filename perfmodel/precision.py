@@ -121,7 +121,7 @@ class TrainingPrecision:
     bits: int
     matrix_format: str
     gemm_operand_bytes: float
-    weight_bytes: int
+    weight_bytes: float
     grad_bytes: int = 4
     recipes: tuple[str, ...] = ()
     listed_by_format: bool = True
@@ -134,16 +134,15 @@ class TrainingPrecision:
 
 
 # Order is the order a user is offered them in (CLI choices, app selectbox, error messages); the
-# default first. Byte widths are those the cost functions charged before the tables were merged
-# here, two of them under-counts kept so no prediction moves: an fp32 GEMM's memory term counts
-# 2-byte operands (4 B is read) and a packed nvfp4 weight 1 byte (0.5 B + 1/16 B of scales).
+# default first. Byte widths are what the kernels read: an fp32 GEMM 4 B per operand element, a
+# packed nvfp4 element 0.5 B plus its E4M3 scale per 16 (1/16 B), NVIDIA's NVFP4 paper Sec. 2.
 PRECISIONS: dict[str, TrainingPrecision] = {p.name: p for p in (
     TrainingPrecision("bf16", 16, "bf16", 2.0, 2, aliases=("bfloat16",)),
     TrainingPrecision("fp16", 16, "fp16", 2.0, 2, grad_bytes=2, aliases=("float16", "half")),
     TrainingPrecision("fp8", 8, "fp8", 1.0, 1, recipes=("delayed", "current", "blockwise"), aliases=("float8",)),
     TrainingPrecision("mxfp8", 8, "fp8", 1.0, 1, recipes=("mxfp8",), listed_by_format=False),
-    TrainingPrecision("nvfp4", 4, "fp4", 1.0, 1, recipes=("nvfp4",), listed_by_format=False),
-    TrainingPrecision("fp32", 32, "fp32", 2.0, 4, aliases=("float32",)),
+    TrainingPrecision("nvfp4", 4, "fp4", 0.5 + 1.0 / 16, 0.5 + 1.0 / 16, recipes=("nvfp4",), listed_by_format=False),
+    TrainingPrecision("fp32", 32, "fp32", 4.0, 4, aliases=("float32",)),
 )}
 
 # Non-GEMM matmul kernels (FlashAttention, the SSD scan) run in bf16 under every precision, else

@@ -33,7 +33,8 @@ ALLOWED = "bf16, fp16, fp8, mxfp8, nvfp4, fp32"
 # ---- the table ------------------------------------------------------------------------------
 
 def test_table_holds_what_the_layers_used_to_spell_out() -> None:
-    # (matrix format, GEMM operand bytes, weight bytes, gradient bytes, recipes) as the code had them
+    # (matrix format, GEMM operand bytes, weight bytes, gradient bytes, recipes): the widths the
+    # kernels read (fp32 4 B per operand; nvfp4 0.5 B + one E4M3 scale per 16 elements)
     got = {p.name: (p.matrix_format, p.gemm_operand_bytes, p.weight_bytes, p.grad_bytes, p.recipes)
            for p in registry.PRECISIONS.values()}
     assert got == {
@@ -41,8 +42,8 @@ def test_table_holds_what_the_layers_used_to_spell_out() -> None:
         "fp16": ("fp16", 2.0, 2, 2, ()),
         "fp8": ("fp8", 1.0, 1, 4, ("delayed", "current", "blockwise")),
         "mxfp8": ("fp8", 1.0, 1, 4, ("mxfp8",)),
-        "nvfp4": ("fp4", 1.0, 1, 4, ("nvfp4",)),
-        "fp32": ("fp32", 2.0, 4, 4, ()),
+        "nvfp4": ("fp4", 0.5625, 0.5625, 4, ("nvfp4",)),
+        "fp32": ("fp32", 4.0, 4, 4, ()),
     }
     assert registry.precision_names()[0] == registry.DEFAULT_PRECISION == "bf16"
     assert registry.peak_formats("fp32") == ("fp32", "tf32") and registry.peak_formats("tf32") == ("tf32", "fp32")
