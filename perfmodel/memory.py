@@ -4,7 +4,8 @@ Mixed-precision Adam (Rajbhandari et al. 2020, ZeRO §3): per parameter 2 B of b
 `grad_bytes` of gradients (4 B fp32 main grads in Megatron-LM / FSDP mixed precision, 2 B in
 fp16 DeepSpeed), 4 B fp32 master weights and 8 B of Adam moments -> 18 B (16 B with 2-byte
 grads); other optimizers keep other state (perfmodel/compute/optimizers.py: SGD with momentum
-8 B, Adafactor 4 B, Muon 8 B, 8-bit Adam 6 B, all with the master copy). ZeRO-1 shards the
+8 B, Adafactor 4 B, Muon 8 B, 8-bit Adam 6 B, all with the master copy). Pure fp32 training keeps
+4 B weights that are themselves the master copy (16 B with Adam). ZeRO-1 shards the
 optimizer state over the data-parallel group, ZeRO-2 also the gradients, ZeRO-3 (FSDP full
 shard) also the weights. Expert weights are sharded by ep·etp and their data-parallel
 group is edp = tp·cp·dp/(ep·etp) (MoE parallel folding).
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perfmodel import precision as registry
 from perfmodel.compute.optimizers import state_bytes_per_param
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.schedules import get_schedule
@@ -36,6 +38,15 @@ from perfmodel.workload.graph import Graph, Layer
 # PyTorch process that has run one NCCL collective.
 RUNTIME_BYTES = 1.0 * 2**30
 WEIGHT_BYTES = 2.0  # bf16 / fp16 model copy (fp8 training keeps it too, Transformer Engine)
+MASTER_BYTES = 4.0  # the fp32 master copy counted in every optimizer's state (compute/optimizers.py)
+
+
+def per_param_state_bytes(plan: ParallelPlan) -> tuple[float, float]:
+    """(model-copy bytes, optimizer bytes incl. the master) per parameter. In pure fp32 training the
+    4 B weights are the master copy, so the optimizer state does not count a second one."""
+    prec = registry.get(plan.precision)
+    opt = state_bytes_per_param(plan.optimizer)
+    return prec.model_copy_bytes, opt if prec.separate_master else opt - MASTER_BYTES
 
 
 @dataclass(frozen=True)
@@ -89,14 +100,14 @@ def memory_per_rank(graph: Graph, plan: ParallelPlan, stage: int = 0) -> MemoryB
             return nbytes_per_param * (dense / dp_dense + expert / dp_expert)
         return nbytes_per_param * (dense + expert)
 
-    weights = shard(WEIGHT_BYTES, 3)
+    copy_bytes, opt_bytes = per_param_state_bytes(plan)
+    weights = shard(copy_bytes, 3)
     grads = shard(float(plan.grad_bytes), 2)
-    opt_bytes = state_bytes_per_param(plan.optimizer)  # fp32 master + the optimizer's own state
     optimizer = shard(opt_bytes, 1)
     if z == 3:
         # FSDP materialises one layer's full weights (and its prefetched neighbour)
         biggest = max((layer.params for layer, _ in layers), default=0.0)
-        weights += 2 * WEIGHT_BYTES * biggest
+        weights += 2 * copy_bytes * biggest
     acts = 0.0
     working = 0.0
     for layer, n in layers:

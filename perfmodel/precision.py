@@ -114,6 +114,9 @@ class TrainingPrecision:
     recipes             the RECIPES that run it, its default first; empty: no quantize casts
     listed_by_format    a chip whose matrix_peak lists the format runs it without `training_precisions`
                         (block-scaled formats need the chip to list them there)
+    model_copy_bytes    bytes per parameter of the weights the forward reads: a 2 B bf16 / fp16 copy beside
+                        the fp32 master (fp8 / fp4 training keeps it too, Transformer Engine); in pure fp32
+                        training the 4 B weights are the master copy, so there is no second one
     aliases             other names it is accepted under
     """
 
@@ -125,7 +128,13 @@ class TrainingPrecision:
     grad_bytes: int = 4
     recipes: tuple[str, ...] = ()
     listed_by_format: bool = True
+    model_copy_bytes: float = 2.0
     aliases: tuple[str, ...] = ()
+
+    @property
+    def separate_master(self) -> bool:
+        """An fp32 master copy is kept beside the model copy (mixed precision)."""
+        return self.model_copy_bytes < 4.0
 
     @property
     def quantized(self) -> bool:
@@ -142,7 +151,7 @@ PRECISIONS: dict[str, TrainingPrecision] = {p.name: p for p in (
     TrainingPrecision("fp8", 8, "fp8", 1.0, 1, recipes=("delayed", "current", "blockwise"), aliases=("float8",)),
     TrainingPrecision("mxfp8", 8, "fp8", 1.0, 1, recipes=("mxfp8",), listed_by_format=False),
     TrainingPrecision("nvfp4", 4, "fp4", 0.5 + 1.0 / 16, 0.5 + 1.0 / 16, recipes=("nvfp4",), listed_by_format=False),
-    TrainingPrecision("fp32", 32, "fp32", 4.0, 4, aliases=("float32",)),
+    TrainingPrecision("fp32", 32, "fp32", 4.0, 4, model_copy_bytes=4.0, aliases=("float32",)),
 )}
 
 # Non-GEMM matmul kernels (FlashAttention, the SSD scan) run in bf16 under every precision, else

@@ -42,12 +42,11 @@ from pathlib import Path
 
 from pydantic import Field
 
-from perfmodel.compute.optimizers import state_bytes_per_param
 from perfmodel.errors import SpecError, UnknownIdError
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import System, parse_model, read_yaml, specs_dir
 from perfmodel.hardware.specs import Sourced, _Strict
-from perfmodel.memory import WEIGHT_BYTES
+from perfmodel.memory import per_param_state_bytes
 from perfmodel.planning.goodput import LLAMA3_GPU_MTBF_S, Goodput, goodput
 
 PCIE5_X16_ONE_WAY_BPS = 32e9 * 16 * 128 / 130 / 8  # 63.0 GB/s, PCI-SIG PCIe 5.0 base specification
@@ -137,7 +136,8 @@ def checkpoint_cost(est: Estimate, system: System, storage: StorageSpec, params:
                     asynchronous: bool = False) -> CheckpointCost:
     """Bytes and seconds of one checkpoint of the job `est` describes (module docstring)."""
     plan = est.plan
-    per_param = WEIGHT_BYTES + state_bytes_per_param(plan.optimizer)  # master copy + the optimizer's state
+    copy_bytes, opt_bytes = per_param_state_bytes(plan)
+    per_param = copy_bytes + opt_bytes  # model copy + master copy + the optimizer's state
     total = params * per_param
     nodes = max(1, math.ceil(est.n_gpus / system.node.accelerators_per_node))
     rank_state = total / est.n_gpus
