@@ -41,6 +41,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                         "routing statistics; 1 = force-balanced routing)")
     g.add_argument("--moe-fp8-dispatch", action="store_true", help="MoE: dispatch tokens in fp8 (with an fp8 precision)")
     g.add_argument("--moe-shared-overlap", action="store_true", help="MoE: overlap shared experts with the all-to-alls")
+    g.add_argument("--moe-dispatcher", choices=["alltoall", "flex"], default=None,
+                   help="MoE token dispatcher: alltoall (NCCL all-to-all, a row per routed copy) or flex (DeepEP / "
+                        "HybridEP: once per destination node over the network); default: the --framework's")
     g.add_argument("--moe-a2a-overlap", action="store_true",
                    help="MoE: hide the all-to-alls of one micro-batch behind another's compute (combined 1F1B)")
     g.add_argument("--sp", "--sequence-parallel", dest="sp", action="store_true", help="sequence parallelism (needs tp > 1)")
@@ -86,7 +89,7 @@ def _plan(a: argparse.Namespace, n_gpus: int):
     gb = a.global_batch or a.micro_batch * dp
     return ParallelPlan(dp=dp, tp=a.tp, pp=a.pp, cp=a.cp, ep=a.ep, etp=a.etp, vp=a.vp, sequence_parallel=a.sp,
                         moe_fp8_dispatch=a.moe_fp8_dispatch, moe_shared_expert_overlap=a.moe_shared_overlap,
-                        moe_a2a_overlap=a.moe_a2a_overlap,
+                        moe_a2a_overlap=a.moe_a2a_overlap, moe_dispatcher=a.moe_dispatcher,
                         **({"moe_imbalance": a.moe_imbalance} if a.moe_imbalance is not None else {}),
                         zero_stage=a.zero, micro_batch=a.micro_batch, global_batch=gb, seq_len=a.seq_len,
                         recompute=a.recompute, precision=a.precision, schedule=a.schedule,

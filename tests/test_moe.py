@@ -277,3 +277,94 @@ def test_step_time_monotone_in_imbalance(wid: str) -> None:
     times = [analytic_estimate(spec, sys_, base.model_copy(update={"moe_imbalance": g})).step_time_s
              for g in (1.0, 1.1, 1.23, 1.5, 2.0)]
     assert times == sorted(times) and times[-1] > times[0]
+
+
+# ---------------------------------------------------------------- dispatchers: alltoall and flex
+def test_distinct_share_by_hand() -> None:
+    """8 experts on 4 holders (2 each), top-2: a token misses a given holder with probability
+    C(6,2)/C(8,2) = 15/28, so it touches 13/28 of the holders; one holder is always touched."""
+    from perfmodel.comm.collectives import distinct_share
+
+    assert distinct_share(8, 2, 4) == pytest.approx(13 / 28, rel=1e-12)
+    assert distinct_share(8, 2, 1) == 1.0
+    assert distinct_share(8, 8, 4) == 1.0  # every expert chosen: every holder touched
+    assert distinct_share(256, 8, 4) == pytest.approx(1 - math.comb(192, 8) / math.comb(256, 8), rel=1e-12)
+
+
+def test_flex_dispatch_sends_a_token_once_per_destination_rank_inside_a_node() -> None:
+    """Mixtral in one DGX H100 (ep 8, one expert per rank, top-2): alltoall moves both copies of a
+    token; DeepEP/HybridEP one row per destination rank, and with one expert per rank that is the
+    same, k = 2 rows. With DeepSeek-V3's 256 experts (32 per rank) top-8 touches
+    8·(1 - C(224,8)/C(256,8)) = 5.29 ranks: flex moves 5.29 rows where alltoall moves 8.
+        t_flex = 8.4 us + 7/8 · S·5.29/8 / (450e9 · 0.82 B/s)"""
+    T = 4096
+    plan = ParallelPlan(dp=8, ep=8, global_batch=8, moe_imbalance=1.0, moe_dispatcher="alltoall")
+    flex = plan.model_copy(update={"moe_dispatcher": "flex"})
+    d = comms(moe_layer(plan_graph(MIXTRAL.with_(seq_len=T), plan)))["moe_dispatch"]
+    assert d.routing == (2, 8)
+    assert comm_s(h100(8), flex, d) == pytest.approx(comm_s(h100(8), plan, d), rel=1e-12)
+    dsv3 = DSV3.with_(seq_len=T)
+    d3 = comms(moe_layer(plan_graph(dsv3, plan)))["moe_dispatch"]
+    S = T * 8 * 7168 * 2
+    assert d3.bytes == S and d3.routing == (8, 256)
+    rows = 8 * (1 - math.comb(224, 8) / math.comb(256, 8))
+    assert rows == pytest.approx(5.29, abs=0.01)
+    assert comm_s(h100(8), flex, d3) == pytest.approx(8.4e-6 + 7 / 8 * S * rows / 8 / (450e9 * 0.82), rel=1e-9)
+
+
+def test_flex_dispatch_crosses_the_network_once_per_destination_node() -> None:
+    """DeepSeek-V3 on 4 DGX H100 nodes (ep 32, 8 experts per rank, top-8), T = 4096 tokens per
+    rank, bf16 rows of 7168: S = T·8·7168·2 B. alltoall: 24/32 of S leaves the node through the
+    rank's NIC (47.5 GB/s): 352.3 MB -> 7.417 ms (+10.2 us latency). flex: a token reaches 3·(1 - C(192,8)/C(256,8))
+    = 2.71 other nodes, once each: T·2.71·7168·2 B = 159.2 MB -> 3.351 ms, 0.45 of it; the NVLink
+    leg (the rows of 32·(1 - C(248,8)/C(256,8)) = 7.27 ranks, 7/8 of them forwarded) runs beside it."""
+    T, h = 4096, 7168
+    plan = ParallelPlan(dp=32, ep=32, global_batch=32, moe_imbalance=1.0, moe_dispatcher="alltoall")
+    flex = plan.model_copy(update={"moe_dispatcher": "flex"})
+    d = comms(moe_layer(plan_graph(DSV3.with_(seq_len=T), plan)))["moe_dispatch"]
+    S = T * 8 * h * 2
+    sys32 = h100(32)
+    lat = 8.4e-6 + 1.8e-6
+    assert comm_s(sys32, plan, d) == pytest.approx(lat + S * 24 / 32 / 47.5e9, rel=1e-9)
+    remote = 3 * (1 - math.comb(192, 8) / math.comb(256, 8))
+    assert remote == pytest.approx(2.71, abs=0.01)
+    t_flex = comm_s(sys32, flex, d)
+    assert t_flex == pytest.approx(lat + T * remote * h * 2 / 47.5e9, rel=1e-9)
+    assert comm_s(sys32, plan, d) == pytest.approx(7.427e-3, rel=1e-3)
+    assert t_flex == pytest.approx(3.361e-3, rel=1e-3)
+    assert t_flex / comm_s(sys32, plan, d) == pytest.approx(0.45, abs=0.01)
+    ranks = 32 * (1 - math.comb(248, 8) / math.comb(256, 8))
+    assert 7 / 8 * T * ranks * h * 2 / (450e9 * 0.82) < t_flex - lat  # NVLink leg hidden
+
+
+def test_stack_sets_the_dispatcher_and_the_plan_overrides_it() -> None:
+    from perfmodel.calibration.frameworks import apply_framework, framework
+
+    plan = ParallelPlan(dp=8, ep=8, global_batch=8)
+    assert plan.moe_dispatcher is None
+    assert apply_framework(plan, framework("megatron-core")).moe_dispatcher == "flex"
+    assert apply_framework(plan, framework("pytorch")).moe_dispatcher == "alltoall"
+    mine = plan.model_copy(update={"moe_dispatcher": "alltoall"})
+    assert apply_framework(mine, framework("megatron-core")).moe_dispatcher == "alltoall"
+    with pytest.raises(LayoutError, match="moe_dispatcher"):
+        ParallelPlan(dp=8, ep=8, global_batch=8, moe_dispatcher="deepep")
+
+
+def test_dispatch_and_p2p_calibration_knobs_scale_their_seconds_only() -> None:
+    """moe_dispatch 0.5 doubles each dispatch / combine and nothing else in the layer; p2p 2
+    doubles the pipeline send/recv; the physics-only profile leaves both at 1."""
+    from perfmodel.calibration.parameters import KNOBS
+    from perfmodel.calibration.profile import NONE, system_with_knobs
+    from perfmodel.engines.stages import p2p_time_s
+
+    plan = ParallelPlan(dp=16, ep=16, pp=2, global_batch=32, moe_imbalance=1.0, moe_dispatcher="flex")
+    base = h100(32)
+    knobs = dict.fromkeys(KNOBS, 1.0)
+    assert system_with_knobs(base, knobs) is base
+    slow = system_with_knobs(base, knobs | {"moe_dispatch": 0.5, "p2p": 2.0})
+    g = plan_graph(MIXTRAL.with_(num_experts=16), plan)
+    for c in moe_layer(g).comms:
+        ratio = comm_s(slow, plan, c) / comm_s(base, plan, c)
+        assert ratio == pytest.approx(2.0 if c.routing else 1.0, rel=1e-12), c.name
+    assert p2p_time_s(slow, plan, g, MIXTRAL) == pytest.approx(2 * p2p_time_s(base, plan, g, MIXTRAL), rel=1e-12)
+    assert NONE.knobs(base.accelerator)["moe_dispatch"] == NONE.knobs(base.accelerator)["p2p"] == 1.0

@@ -12,7 +12,7 @@ Method (docs/CALIBRATION.md):
 
 Speed: the step time is linearised per knob. For every row the engine is run once at the
 linearisation point and once per knob with that knob's time doubled; the extra seconds A_ij are
-what knob j contributes, so T_i(theta) = T_i0 + sum_j A_ij (k_ij0 / k_ij(theta) - 1) (host: the
+what knob j contributes, so T_i(theta) = T_i0 + sum_j A_ij (k_ij0 / k_ij(theta) - 1) (host and p2p, which multiply seconds: the
 ratio the other way up). This is exact where step time is a sum of terms, and the finite
 doubling captures max() and overlap. Two passes (linearise at the prior, fit, re-linearise at the
 fit, refit). Every number reported (fit and leave-one-source-out) is then recomputed with the full
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel.calibration.frameworks import Framework, apply_framework, framework
-from perfmodel.calibration.parameters import KNOBS, REGISTRY, Knob, Parameter, key
+from perfmodel.calibration.parameters import KNOBS, REGISTRY, TIME_KNOBS, Knob, Parameter, key
 from perfmodel.calibration.profile import Profile, scale_bucket, step_time_interval, system_with_knobs
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.catalog import System
@@ -42,7 +42,7 @@ from perfmodel.workload.spec import ModelSpec
 
 SIGMA_ROW = 0.10  # expected per-row scatter of log(T/M) a good fit leaves (10 %)
 ROWS_PER_SOURCE = 50
-EFFICIENCY_KNOBS: tuple[Knob, ...] = ("gemm", "attention", "memory_bound", "scale_up", "scale_out")
+EFFICIENCY_KNOBS: tuple[Knob, ...] = tuple(k for k in KNOBS if k not in TIME_KNOBS)
 
 
 class FitError(PerfmodelError):
@@ -145,7 +145,7 @@ def linearise(prob: Problem, log_theta: np.ndarray, idx: list[int], say: Callabl
         say(f"  sensitivity of {len(idx)} rows to {name}")
         for n, i in enumerate(idx):
             k = {kn: float(base[i, jj]) for jj, kn in enumerate(KNOBS)}
-            k[name] = k[name] * 2.0 if name == "host" else k[name] / 2.0
+            k[name] = k[name] * 2.0 if name in TIME_KNOBS else k[name] / 2.0
             a[n, j] = _predict(prob.rows[i], k) - t0[n]
     return t0, a
 
@@ -169,7 +169,7 @@ def solve(prob: Problem, idx: list[int], lin_theta: np.ndarray, t0: np.ndarray, 
     k0 = prob.knobs(lin_theta)[idx]
     meas = np.array([prob.rows[i].measured_s for i in idx])
     w = _weights(prob.rows, idx)
-    host = KNOBS.index("host")
+    host = [KNOBS.index(k) for k in TIME_KNOBS]
     eff = [KNOBS.index(k) for k in EFFICIENCY_KNOBS]
     # parameters no row in idx depends on stay at the prior exactly (their prior residual is 0)
     used = (np.abs(a[:, None, :] @ prob.member[idx]).squeeze(1) > 0).any(axis=0) if len(idx) else np.zeros(len(prob.keys), bool)

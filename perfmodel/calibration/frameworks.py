@@ -10,6 +10,9 @@ mechanisms the cost models distinguish, each with the evidence from that stack's
                    the kernel launch the GPU side already pays) or `compiled` (XLA / CUDA graphs:
                    one launch for the step)
     tp_overlap     tensor-parallel collectives hidden behind GEMMs (ParallelPlan.overlap_tp_comm)
+    moe_dispatcher the MoE token dispatcher when the plan names none (ParallelPlan.moe_dispatcher):
+                   `alltoall` (NCCL all-to-all, a row per routed copy) or `flex` (DeepEP / HybridEP,
+                   a row once per destination node over the network)
 
 An empty framework means `pytorch` (the documented default stack, today's behaviour).
 """
@@ -34,6 +37,9 @@ class Framework:
     host_dispatch: Literal["eager", "native", "compiled"]
     tp_overlap: bool
     evidence: str
+    moe_dispatcher: Literal["alltoall", "flex"] = "alltoall"
+    moe_evidence: str = ("the stack's MoE layers exchange tokens with one all-to-all per dispatch and combine "
+                         "(torch all_to_all_single / Megatron-Core's alltoall dispatcher)")
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
@@ -43,7 +49,14 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "src/model/fused_softmax.py); FlashAttention only behind the later opt-in --use-flash-attn."),
     Framework("megatron-core", "flash", "eager", False,
               "Megatron-Core / NeMo with Transformer Engine: DotProductAttention picks the fused flash "
-              "backend; tp-comm-overlap (userbuffers) is opt-in (--tp-comm-overlap), so off by default."),
+              "backend; tp-comm-overlap (userbuffers) is opt-in (--tp-comm-overlap), so off by default.",
+              "flex",
+              "Megatron-Bridge perf recipes (NVIDIA-NeMo/Megatron-Bridge @ 067f987, src/megatron/bridge/perf_recipes/) "
+              "set moe_token_dispatcher_type flex for the MoE benchmarks: HybridEP on GB200 / GB300 / B300 (qwen/*/"
+              "qwen3_moe.py, gpt_oss/common.py, deepseek/common.py _enable_deepseek_full_iteration_mxfp8), DeepEP for "
+              "DeepSeek-V3 MXFP8 on B200 (deepseek/b200/deepseek_v3.py); alltoall is the model bridges' default "
+              "(models/*/..._bridge.py) and stays in the H100 and B200 64-GPU Qwen3-235B recipes: --moe-dispatcher "
+              "alltoall for those"),
     Framework("deepspeed", "flash", "eager", False,
               "DeepSpeed with Hugging Face models: attention through torch SDPA (flash backend), eager."),
     Framework("torchtitan", "flash", "eager", False,
@@ -71,8 +84,11 @@ def framework(name: str | None) -> Framework:
 
 
 def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
-    """The plan with the stack's attention kernel and tp overlap (other plan fields untouched)."""
+    """The plan with the stack's attention kernel, tp overlap and (where the plan names none) MoE
+    dispatcher (other plan fields untouched)."""
     update: dict[str, object] = {}
+    if plan.moe_dispatcher is None:
+        update["moe_dispatcher"] = fw.moe_dispatcher
     if plan.attention_impl != fw.attention:
         update["attention_impl"] = fw.attention
     if fw.tp_overlap and not plan.overlap_tp_comm:

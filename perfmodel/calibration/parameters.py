@@ -11,6 +11,8 @@ exactly one *knob*, a field of the resolved hardware that the cost functions alr
     host          host seconds per eager kernel (engines/costs.host_op_s)  calibration.host_op_overhead
     scale_up      collective bus bandwidth inside a scale-up domain        System.levels[0]: efficiency, curves
     scale_out     collective bandwidth over the NICs                       System.levels[1:]: efficiency
+    moe_dispatch  MoE dispatch / combine seconds divide by it (engines/costs) System.ep_dispatch_efficiency
+    p2p           pipeline send/recv seconds multiply by it (engines/stages)  System.p2p_time_factor
 
 A knob's value for one run is the product of the parameters that read it and apply to the run's
 scope: `global`, `generation` (Accelerator.generation, one value per generation the fit saw; an
@@ -34,6 +36,18 @@ Priors (value, log-normal spread, and why):
       benchmark is a direct measurement (with 0.20 the fit took 0.48, which held-out sources did not
       support: 14.1 % against 13.5 % MAPE leave-one-source-out; docs/CALIBRATION.md).
   scale_out_collective 0.90 +- 0.25: the same for the NICs, plus congestion from other jobs.
+  moe_dispatch 0.90 +- 0.25: the MoE token exchange against the ring collectives of the same fabric,
+      which the levels' efficiencies hold: NVIDIA's all-to-all busbw over the ring all-reduce busbw on
+      one 8-GPU NVLink node is 640/700 = 0.91 (B200), 320/370 = 0.86 (H100), 210/232 = 0.91 (A100)
+      (GTC25 S72583, CALIBRATION_FACTS §4a). The spread covers the kernels: DeepEP's normal kernels
+      reach 153-158 of ~160 GB/s NVLink and 43-58 GB/s of a ~50 GB/s CX7 NIC (deepseek-ai/DeepEP
+      README, H800, EP 8-64), at or above the ring fraction, and NCCL's all-to-all over IB reaches
+      one NIC's 48 of 50 GB/s (GTC slide, nccl-tests #267).
+  pipeline_p2p 1.0 +- 0.30 (a time multiple): one send/recv pair per stage boundary moves the
+      activation at the level's measured collective rate (NCCL send/recv over NVLink or a NIC is one
+      copy; p2pBandwidthLatencyTest reaches 83-91 % of line, CALIBRATION_FACTS §6), so the modelled
+      seconds hold; the spread is Megatron's batched isend/irecv, which waits for both directions
+      and the peer stage (physical argument).
 """
 
 from __future__ import annotations
@@ -41,8 +55,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Knob = Literal["gemm", "attention", "memory_bound", "host", "scale_up", "scale_out"]
-KNOBS: tuple[Knob, ...] = ("gemm", "attention", "memory_bound", "host", "scale_up", "scale_out")
+Knob = Literal["gemm", "attention", "memory_bound", "host", "scale_up", "scale_out", "moe_dispatch", "p2p"]
+KNOBS: tuple[Knob, ...] = ("gemm", "attention", "memory_bound", "host", "scale_up", "scale_out", "moe_dispatch", "p2p")
+# knobs that multiply seconds (the others are efficiencies: seconds divide by them)
+TIME_KNOBS: tuple[Knob, ...] = ("host", "p2p")
 Scope = Literal["global", "generation", "scale_up_domain", "scale_out_fabric"]
 
 
@@ -82,6 +98,14 @@ REGISTRY: tuple[Parameter, ...] = (
     Parameter("scale_out_collective", "scale_out", "scale_out_fabric", 0.90, 0.25, 0.2, 1.2,
               "physical argument: as scale_up_collective, plus fabric congestion",
               "comm/collectives.collective_time_s (nic_efficiency)"),
+    Parameter("moe_dispatch", "moe_dispatch", "global", 0.90, 0.25, 0.3, 1.5,
+              "measurement: all-to-all / ring busbw 0.86-0.91 on 8-GPU NVLink (GTC25 S72583); DeepEP README "
+              "(normal kernels at or above it)",
+              "engines/costs.comm_s -> comm/collectives.ep_exchange_time_s (System.ep_dispatch_efficiency)"),
+    Parameter("pipeline_p2p", "p2p", "global", 1.0, 0.30, 0.5, 3.0,
+              "physical argument: one send/recv per boundary at the level's collective rate; spread for "
+              "Megatron's batched isend/irecv synchronisation",
+              "engines/stages.p2p_time_s (System.p2p_time_factor)", unit="multiple of the modelled send/recv seconds"),
 )
 BY_NAME = {p.name: p for p in REGISTRY}
 

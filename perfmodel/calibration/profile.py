@@ -66,7 +66,7 @@ class Profile:
         return p.prior
 
     def knobs(self, acc: Accelerator, fw: Framework | None = None) -> dict[Knob, float]:
-        """The six knob factors for one accelerator under one stack (1 = microbenchmark as measured)."""
+        """The knob factors for one accelerator under one stack (1 = microbenchmark as measured)."""
         f: dict[Knob, float] = dict.fromkeys(KNOBS, 1.0)
         for p in REGISTRY:
             scope_value = acc.generation if p.scope == "generation" else None
@@ -240,7 +240,9 @@ def system_with_knobs(system: System, k: dict[Knob, float]) -> System:
     levels = system.levels
     if k["scale_up"] != 1.0 or k["scale_out"] != 1.0:
         levels = _adjusted_levels(system.levels, k["scale_up"], k["scale_out"])
-    return replace(system, accelerator=acc, levels=levels)
+    return replace(system, accelerator=acc, levels=levels,
+                   ep_dispatch_efficiency=system.ep_dispatch_efficiency * k["moe_dispatch"],
+                   p2p_time_factor=system.p2p_time_factor * k["p2p"])
 
 
 # --- intervals -----------------------------------------------------------------------------------

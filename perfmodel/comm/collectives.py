@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from perfmodel.hardware.catalog import System
 from perfmodel.hardware.network import MeasuredCurve, bus_factor
 
-__all__ = ["Placement", "bus_factor", "collective_time_s", "intra_time_s", "nic_Bps_per_gpu", "placement"]
+__all__ = ["Placement", "bus_factor", "collective_time_s", "distinct_share", "ep_exchange_time_s", "intra_time_s",
+           "nic_Bps_per_gpu", "placement"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,3 +152,61 @@ def collective_time_s(system: System, kind: str, size: float, degree: int, strid
         steps = 2 * math.ceil(math.log2(units)) if kind == "all_reduce" else units - 1
         latency += steps * lv.latency_s
     return t + latency
+
+
+# --- MoE token exchange (dispatch / combine) -----------------------------------------------------
+def distinct_share(experts: int, top_k: int, units: int) -> float:
+    """Expected share of `units` equal holders of `experts` experts that a token's top_k distinct
+    experts touch, under uniform routing (what force-balanced benchmarks run; trained routers
+    are near uniform per token): 1 - C(E - E/u, k) / C(E, k)."""
+    if units <= 1:
+        return 1.0
+    per = experts / units
+    miss = 1.0
+    for i in range(top_k):  # C(E - per, k) / C(E, k) as a product, exact for integer per
+        miss *= max(0.0, (experts - per - i) / (experts - i))
+    return 1.0 - miss
+
+
+def ep_exchange_time_s(system: System, dispatcher: str, size: float, degree: int, stride: int,
+                       top_k: int, experts: int) -> float:
+    """Seconds of one MoE dispatch or combine over an expert-parallel group of `degree` ranks,
+    `stride` apart, where `size` is the buffer each rank exchanges when every one of a token's
+    top_k copies travels on its own (size = tokens x top_k x bytes per row).
+
+    `alltoall` (Megatron-Core MoEAlltoAllTokenDispatcher): the permuted copies go out through one
+    NCCL all-to-all, a copy per routed expert, so this is the all-to-all of `size` bytes.
+
+    `flex` (Megatron-Core MoEFlexTokenDispatcher over DeepEP or HybridEP; DeepSeek-V3 report
+    §3.2.2, DeepEP's "normal kernels with NVLink and RDMA forwarding"): a token crosses the
+    scale-out network once per destination scale-up domain, to the GPU with the same local index
+    there, which forwards it over NVLink once per destination rank; the combine runs the same
+    paths backwards, reducing per rank and per domain before sending. With g0 ranks of the group
+    in a domain, D = degree / g0 domains and uniform routing (`distinct_share`):
+        per token  scale-out rows  (D - 1) · share(E, k, D)
+                   NVLink rows      degree · share(E, k, degree)     (against k copies for alltoall)
+    The two kernels run concurrently (RDMA and NVLink channels pipelined), so the exchange takes
+    the longer of the scale-out leg and the NVLink leg, plus the latencies of the levels crossed."""
+    if degree <= 1 or size <= 0:
+        return 0.0
+    if dispatcher == "alltoall":
+        return collective_time_s(system, "all_to_all", size, degree, stride)
+    if dispatcher != "flex":
+        raise ValueError(f"moe dispatcher {dispatcher!r}: expected alltoall or flex")
+    per_copy = size / top_k  # bytes of one token row
+    span0 = system.levels[0].span_gpus
+    ranks_hit = degree * distinct_share(experts, top_k, degree)
+    if span0 is None or degree * stride <= span0:
+        return intra_time_s(system, "all_to_all", per_copy * ranks_hit, degree)
+    place = placement(system, degree, stride)
+    levels = system.levels[: place.top + 1]
+    g = place.per_unit
+    domains = place.domains
+    remote_rows = (domains - 1) * distinct_share(experts, top_k, domains)
+    remote = per_copy * remote_rows  # bytes each rank sends over its NIC
+    # a row bound for another domain leaves its level-(k-1) unit; the share of remote domains
+    # beyond that unit is (degree - g_{k-1}) / (degree - g_0) (all of them at the first scale-out level)
+    t_out = max(remote * (degree - g[k - 1]) / (degree - g[0]) / levels[k].achieved_Bps for k in range(1, len(levels)))
+    t_in = intra_time_s(system, "all_to_all", per_copy * ranks_hit, g[0]) if g[0] > 1 else 0.0
+    latency = levels[0].latency_s + sum(lv.latency_s for lv in levels[1:])
+    return latency + max(t_out, t_in)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from perfmodel.comm.collectives import collective_time_s
+from perfmodel.comm.collectives import collective_time_s, ep_exchange_time_s
 from perfmodel.compute.ops import op_cost
 from perfmodel.hardware.catalog import System
 from perfmodel.hardware.specs import Accelerator
@@ -106,6 +106,9 @@ class LayerTime:
 
 def comm_s(system: System, plan: ParallelPlan, c: Comm) -> float:
     degree, stride = group_stride(plan, c.group)
+    if c.routing is not None:  # MoE dispatch / combine: what travels depends on the dispatcher
+        t = ep_exchange_time_s(system, plan.moe_dispatcher or "alltoall", c.bytes, degree, stride, *c.routing)
+        return t / system.ep_dispatch_efficiency
     return collective_time_s(system, c.kind, c.bytes, degree, stride)
 
 

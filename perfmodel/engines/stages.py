@@ -190,19 +190,20 @@ def rank_costs(chunks: tuple[StageCost, ...], pp: int) -> tuple[StageCost, ...]:
 
 
 def p2p_time_s(system: System, plan: ParallelPlan, graph: Graph, spec: ModelSpec | None) -> float:
-    """One activation (or its gradient) crossing one stage boundary for one micro-batch."""
+    """One activation (or its gradient) crossing one stage boundary for one micro-batch, times the
+    calibrated pipeline p2p overhead (System.p2p_time_factor, 1 = the send/recv as modelled)."""
     if plan.pp == 1:
         return 0.0
     _, stride = group_stride(plan, "pp")
     if spec is None:  # imported graph: the biggest body-layer input is what crosses
         size = max((layer.input_bytes for layer in graph.layers if layer.kind not in EDGE_KINDS), default=0.0)
-        return collective_time_s(system, "send_recv", size, 2, stride)
+        return collective_time_s(system, "send_recv", size, 2, stride) * system.p2p_time_factor
     tokens = graph.tokens // plan.cp
     # each tp rank sends 1/tp of the activation and the receivers all-gather it over the
     # scale-up fabric (Megatron's scatter/gather optimisation, Narayanan et al. 2021 §4.1;
     # with sequence parallelism the activation is already split)
     size = tokens * spec.hidden * ACT_BYTES / plan.tp
-    return collective_time_s(system, "send_recv", size, 2, stride)
+    return collective_time_s(system, "send_recv", size, 2, stride) * system.p2p_time_factor
 
 
 @dataclass(frozen=True, slots=True)

@@ -288,6 +288,11 @@ class System:
     name: str
     capacity_gpus: int | None = None
     notes: tuple[str, ...] = ()
+    # calibration (perfmodel/calibration/parameters.py), 1 = the physics as modelled:
+    # the fraction of the modelled bandwidth a MoE dispatch / combine reaches (its seconds divide
+    # by it), and a multiple of the modelled pipeline send/recv seconds
+    ep_dispatch_efficiency: float = 1.0
+    p2p_time_factor: float = 1.0
 
     @property
     def num_gpus(self) -> int:

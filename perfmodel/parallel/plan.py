@@ -65,6 +65,10 @@ class ParallelPlan(BaseModel):
     moe_a2a_overlap: bool = Field(False, description=(
         "MoE: expert-parallel all-to-alls of one micro-batch hide behind another's compute (Megatron-Core "
         "overlap_moe_expert_parallel_comm, the combined 1F1B schedule)"))
+    moe_dispatcher: Literal["alltoall", "flex"] | None = Field(None, description=(
+        "MoE token dispatcher: alltoall (Megatron-Core MoEAlltoAllTokenDispatcher, one NCCL all-to-all, a row per "
+        "routed copy) or flex (--moe-token-dispatcher-type flex over DeepEP / HybridEP: a token crosses the network "
+        "once per destination domain and NVLink once per destination rank); empty = the training stack's default"))
     grad_reduce_bytes: int | None = Field(None, description="bytes per gradient element reduced; default the "
                                           "precision's grad_bytes (perfmodel/precision.py: 4, fp32, for bf16/fp8; 2 for fp16)")
 

@@ -143,12 +143,13 @@ def moe_block(spec: ModelSpec, T: int, tp: int, ep: int, precision: str, opts: M
         comms.append(Comm("moe_count_allgather", "all_gather", "ep", E * COUNT_BYTES * ep, 1, 0))
         sent = gamma * C * h  # elements the busiest rank exchanges
         if ep > 1:
+            rt = (k, E)
             if d_el < ACT_BYTES:  # fp8 forward dispatch; its backward (the combine's gradient) is bf16
-                comms += [Comm("moe_dispatch", "all_to_all", "ep", sent * d_el, 1, 0, overlap, "shared_fc1"),
-                          Comm("moe_dispatch_grad", "all_to_all", "ep", sent * ACT_BYTES, 0, 1, overlap, "shared_fc1")]
+                comms += [Comm("moe_dispatch", "all_to_all", "ep", sent * d_el, 1, 0, overlap, "shared_fc1", rt),
+                          Comm("moe_dispatch_grad", "all_to_all", "ep", sent * ACT_BYTES, 0, 1, overlap, "shared_fc1", rt)]
             else:
-                comms.append(Comm("moe_dispatch", "all_to_all", "ep", sent * ACT_BYTES, 1, 1, overlap, "shared_fc1"))
-            comms.append(Comm("moe_combine", "all_to_all", "ep", sent * ACT_BYTES, 1, 1, overlap, "shared_fc2"))
+                comms.append(Comm("moe_dispatch", "all_to_all", "ep", sent * ACT_BYTES, 1, 1, overlap, "shared_fc1", rt))
+            comms.append(Comm("moe_combine", "all_to_all", "ep", sent * ACT_BYTES, 1, 1, overlap, "shared_fc2", rt))
         if etp > 1:
             comms += [Comm("moe_etp_allgather", "all_gather", "etp", sent * etp * d_el, 1, 1),
                       Comm("moe_etp_reducescatter", "reduce_scatter", "etp", sent * etp * ACT_BYTES, 1, 1)]
