@@ -18,7 +18,11 @@ Forward, per rank (Megatron-Core `MoEAlltoAllTokenDispatcher`, `moe_utils.permut
     count        all-gather of the per-expert token counts over ep (the dispatcher's split sizes)
     permute      gather of C rows of h: reads and writes C·h elements
     dispatch     all-to-all over ep of C·h elements (fp8 + one fp32 scale per 128 values when
-                 the stack dispatches in fp8, DeepSeek-V3 §3.3.2), then an all-gather over etp
+                 the stack dispatches in fp8, DeepSeek-V3 §3.3.2), then an all-gather over etp;
+                 the Comm carries (k, E) so the plan's dispatcher decides what travels: alltoall
+                 moves every copy, flex (DeepEP / HybridEP) a token once per destination node
+                 over the network and once per destination rank over NVLink
+                 (comm/collectives.ep_exchange_time_s)
     sort chunks  regroup received rows by local expert (when a rank holds more than one)
     experts      grouped GEMMs fc1 [m, h] x [h, 2f/etp], activation, fc2 [m, f/etp] x [f/etp, h]
                  with m = γ·R / (E/ep) rows per local expert
