@@ -301,12 +301,12 @@ def test_flex_dispatch_sends_a_token_once_per_destination_rank_inside_a_node() -
     plan = ParallelPlan(dp=8, ep=8, global_batch=8, moe_imbalance=1.0, moe_dispatcher="alltoall")
     flex = plan.model_copy(update={"moe_dispatcher": "flex"})
     d = comms(moe_layer(plan_graph(MIXTRAL.with_(seq_len=T), plan)))["moe_dispatch"]
-    assert d.routing == (2, 8)
+    assert d.routing == (2, 8, 1, 1)
     assert comm_s(h100(8), flex, d) == pytest.approx(comm_s(h100(8), plan, d), rel=1e-12)
-    dsv3 = DSV3.with_(seq_len=T)
+    dsv3 = DSV3.with_(seq_len=T, moe_router_groups=1, moe_router_group_topk=None)  # uniform routing
     d3 = comms(moe_layer(plan_graph(dsv3, plan)))["moe_dispatch"]
     S = T * 8 * 7168 * 2
-    assert d3.bytes == S and d3.routing == (8, 256)
+    assert d3.bytes == S and d3.routing == (8, 256, 1, 1)
     rows = 8 * (1 - math.comb(224, 8) / math.comb(256, 8))
     assert rows == pytest.approx(5.29, abs=0.01)
     assert comm_s(h100(8), flex, d3) == pytest.approx(8.4e-6 + 7 / 8 * S * rows / 8 / (450e9 * 0.82), rel=1e-9)
@@ -317,11 +317,13 @@ def test_flex_dispatch_crosses_the_network_once_per_destination_node() -> None:
     rank, bf16 rows of 7168: S = T·8·7168·2 B. alltoall: 24/32 of S leaves the node through the
     rank's NIC (47.5 GB/s): 352.3 MB -> 7.417 ms (+10.2 us latency). flex: a token reaches 3·(1 - C(192,8)/C(256,8))
     = 2.71 other nodes, once each: T·2.71·7168·2 B = 159.2 MB -> 3.351 ms, 0.45 of it; the NVLink
-    leg (the rows of 32·(1 - C(248,8)/C(256,8)) = 7.27 ranks, 7/8 of them forwarded) runs beside it."""
+    leg (the rows of 32·(1 - C(248,8)/C(256,8)) = 7.27 ranks, 7/8 of them forwarded) runs beside it.
+    (Uniform routing here; DeepSeek-V3's own group limit lowers the 2.71, next test.)"""
     T, h = 4096, 7168
     plan = ParallelPlan(dp=32, ep=32, global_batch=32, moe_imbalance=1.0, moe_dispatcher="alltoall")
     flex = plan.model_copy(update={"moe_dispatcher": "flex"})
-    d = comms(moe_layer(plan_graph(DSV3.with_(seq_len=T), plan)))["moe_dispatch"]
+    uniform = DSV3.with_(seq_len=T, moe_router_groups=1, moe_router_group_topk=None)
+    d = comms(moe_layer(plan_graph(uniform, plan)))["moe_dispatch"]
     S = T * 8 * h * 2
     sys32 = h100(32)
     lat = 8.4e-6 + 1.8e-6
@@ -335,6 +337,13 @@ def test_flex_dispatch_crosses_the_network_once_per_destination_node() -> None:
     assert t_flex / comm_s(sys32, plan, d) == pytest.approx(0.45, abs=0.01)
     ranks = 32 * (1 - math.comb(248, 8) / math.comb(256, 8))
     assert 7 / 8 * T * ranks * h * 2 / (450e9 * 0.82) < t_flex - lat  # NVLink leg hidden
+    # group-limited: the network leg shrinks with the expected remote nodes; alltoall is unchanged
+    from perfmodel.comm.collectives import distinct_share
+
+    dl = comms(moe_layer(plan_graph(DSV3.with_(seq_len=T), plan)))["moe_dispatch"]
+    assert comm_s(sys32, plan, dl) == pytest.approx(comm_s(sys32, plan, d), rel=1e-12)
+    limited = 3 * distinct_share(256, 8, 4, 8, 4)
+    assert comm_s(sys32, flex, dl) == pytest.approx(lat + T * limited * h * 2 / 47.5e9, rel=1e-9)
 
 
 def test_stack_sets_the_dispatcher_and_the_plan_overrides_it() -> None:
@@ -368,3 +377,36 @@ def test_dispatch_and_p2p_calibration_knobs_scale_their_seconds_only() -> None:
         assert ratio == pytest.approx(2.0 if c.routing else 1.0, rel=1e-12), c.name
     assert p2p_time_s(slow, plan, g, MIXTRAL) == pytest.approx(2 * p2p_time_s(base, plan, g, MIXTRAL), rel=1e-12)
     assert NONE.knobs(base.accelerator)["moe_dispatch"] == NONE.knobs(base.accelerator)["p2p"] == 1.0
+
+
+def test_group_limited_routing_touches_fewer_nodes_by_hand() -> None:
+    """DeepSeek-V3 routes each token inside 4 of 8 expert groups (32 experts each). Over 4 nodes
+    (2 groups per node) a node is missed when none of its 2 groups is picked,
+    C(6,4)/C(8,4) = 15/70, or when 1 is picked (40/70) and the 8 experts all fall in the other
+    96 of the 128 picked experts, C(96,8)/C(128,8); or 2 picked (15/70) and all 8 in the other 64.
+    Without the limit the miss is C(192,8)/C(256,8). With as many groups picked as there are
+    the formula is the uniform one; over 16 nodes (each inside one group of 2 nodes)
+    a node is touched only when its group is picked (4/8) and one of the 8 picks is among its 16."""
+    from perfmodel.comm.collectives import distinct_share
+
+    miss = 15 / 70 + 40 / 70 * math.comb(96, 8) / math.comb(128, 8) + 15 / 70 * math.comb(64, 8) / math.comb(128, 8)
+    assert distinct_share(256, 8, 4, 8, 4) == pytest.approx(1 - miss, rel=1e-12)
+    assert distinct_share(256, 8, 4, 8, 4) < distinct_share(256, 8, 4)
+    assert distinct_share(256, 8, 4, 8, 8) == pytest.approx(distinct_share(256, 8, 4), rel=1e-12)
+    assert distinct_share(256, 8, 16, 8, 4) == pytest.approx(4 / 8 * (1 - math.comb(112, 8) / math.comb(128, 8)), rel=1e-12)
+    # a token reaches at most the nodes its 4 groups live on: 4 over 8 nodes (the report's M = 4
+    # nodes), 8 over 16 nodes where each group spans 2
+    assert 8 * distinct_share(256, 8, 8, 8, 4) <= 4
+    assert 4 < 16 * distinct_share(256, 8, 16, 8, 4) <= 8
+    assert DSV3.moe_router_groups == 8 and DSV3.moe_router_group_topk == 4
+    c = comms(moe_layer(plan_graph(DSV3.with_(seq_len=4096), ParallelPlan(dp=32, ep=32, global_batch=32))))
+    assert c["moe_dispatch"].routing == (8, 256, 8, 4)
+
+
+def test_router_groups_must_divide_the_experts() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="'moe_router_groups': 7 does not divide num_experts 256"):
+        DSV3.with_(moe_router_groups=7)
+    with pytest.raises(ValidationError, match="moe_router_group_topk"):
+        DSV3.with_(moe_router_group_topk=9)

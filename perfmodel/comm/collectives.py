@@ -155,21 +155,44 @@ def collective_time_s(system: System, kind: str, size: float, degree: int, strid
 
 
 # --- MoE token exchange (dispatch / combine) -----------------------------------------------------
-def distinct_share(experts: int, top_k: int, units: int) -> float:
-    """Expected share of `units` equal holders of `experts` experts that a token's top_k distinct
-    experts touch, under uniform routing (what force-balanced benchmarks run; trained routers
-    are near uniform per token): 1 - C(E - E/u, k) / C(E, k)."""
+def _miss(pool: float, held: float, top_k: int) -> float:
+    """C(pool - held, k) / C(pool, k): k distinct picks from `pool` experts avoid `held` of them."""
+    miss = 1.0
+    for i in range(top_k):
+        miss *= max(0.0, (pool - held - i) / (pool - i))
+    return miss
+
+
+def distinct_share(experts: int, top_k: int, units: int, groups: int = 1, group_topk: int | None = None) -> float:
+    """Expected share of `units` equal, contiguous holders of `experts` experts that a token's
+    top_k distinct experts touch, under uniform routing (what force-balanced benchmarks run):
+        1 - C(E - E/u, k) / C(E, k).
+    With group-limited routing (DeepSeek-V3 §2.1.2 node-limited routing, Megatron-Core
+    moe_router_num_groups / moe_router_group_topk): the token first picks M of G expert groups,
+    then its k experts among the M·E/G experts of those groups. A unit holding q = G/u whole
+    groups is touched unless none of its groups is picked (hypergeometric j of its q) or the k
+    picks all fall outside the j picked:  1 - sum_j P(j) · C((M - j)·E/G, k) / C(M·E/G, k).
+    A unit inside one group is touched only if its group is picked: M/G · (1 - C(M·E/G - E/u, k) / C(M·E/G, k))."""
     if units <= 1:
         return 1.0
-    per = experts / units
-    miss = 1.0
-    for i in range(top_k):  # C(E - per, k) / C(E, k) as a product, exact for integer per
-        miss *= max(0.0, (experts - per - i) / (experts - i))
-    return 1.0 - miss
+    if groups <= 1 or group_topk is None or group_topk >= groups:
+        return 1.0 - _miss(experts, experts / units, top_k)
+    per_group = experts / groups
+    pool = group_topk * per_group
+    if groups % units == 0:
+        q = groups // units
+        untouched = 0.0
+        for j in range(min(q, group_topk) + 1):
+            p_j = math.comb(q, j) * math.comb(groups - q, group_topk - j) / math.comb(groups, group_topk)
+            untouched += p_j * _miss(pool, j * per_group, top_k)
+        return 1.0 - untouched
+    if units % groups == 0:
+        return group_topk / groups * (1.0 - _miss(pool, experts / units, top_k))
+    return 1.0 - _miss(experts, experts / units, top_k)  # groups straddle units: no closed form, take uniform
 
 
 def ep_exchange_time_s(system: System, dispatcher: str, size: float, degree: int, stride: int,
-                       top_k: int, experts: int) -> float:
+                       top_k: int, experts: int, groups: int = 1, group_topk: int | None = None) -> float:
     """Seconds of one MoE dispatch or combine over an expert-parallel group of `degree` ranks,
     `stride` apart, where `size` is the buffer each rank exchanges when every one of a token's
     top_k copies travels on its own (size = tokens x top_k x bytes per row).
@@ -182,7 +205,7 @@ def ep_exchange_time_s(system: System, dispatcher: str, size: float, degree: int
     scale-out network once per destination scale-up domain, to the GPU with the same local index
     there, which forwards it over NVLink once per destination rank; the combine runs the same
     paths backwards, reducing per rank and per domain before sending. With g0 ranks of the group
-    in a domain, D = degree / g0 domains and uniform routing (`distinct_share`):
+    in a domain, D = degree / g0 domains and uniform (or group-limited) routing (`distinct_share`):
         per token  scale-out rows  (D - 1) · share(E, k, D)
                    NVLink rows      degree · share(E, k, degree)     (against k copies for alltoall)
     The two kernels run concurrently (RDMA and NVLink channels pipelined), so the exchange takes
@@ -195,14 +218,14 @@ def ep_exchange_time_s(system: System, dispatcher: str, size: float, degree: int
         raise ValueError(f"moe dispatcher {dispatcher!r}: expected alltoall or flex")
     per_copy = size / top_k  # bytes of one token row
     span0 = system.levels[0].span_gpus
-    ranks_hit = degree * distinct_share(experts, top_k, degree)
+    ranks_hit = degree * distinct_share(experts, top_k, degree, groups, group_topk)
     if span0 is None or degree * stride <= span0:
         return intra_time_s(system, "all_to_all", per_copy * ranks_hit, degree)
     place = placement(system, degree, stride)
     levels = system.levels[: place.top + 1]
     g = place.per_unit
     domains = place.domains
-    remote_rows = (domains - 1) * distinct_share(experts, top_k, domains)
+    remote_rows = (domains - 1) * distinct_share(experts, top_k, domains, groups, group_topk)
     remote = per_copy * remote_rows  # bytes each rank sends over its NIC
     # a row bound for another domain leaves its level-(k-1) unit; the share of remote domains
     # beyond that unit is (degree - g_{k-1}) / (degree - g_0) (all of them at the first scale-out level)

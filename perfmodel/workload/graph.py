@@ -92,9 +92,10 @@ class Comm:
     bwd: int = 1  # occurrences in the backward pass
     overlappable: bool = False  # can hide behind independent compute (CP ring, EP pipelining)
     hide_behind: str = ""  # overlappable: the ops (name prefix) it hides behind; "" = the attention core
-    # MoE dispatch / combine: (top_k, routed experts). `bytes` is then the buffer with one row per
-    # routed copy; the plan's dispatcher decides what travels (comm/collectives.ep_exchange_time_s)
-    routing: tuple[int, int] | None = None
+    # MoE dispatch / combine: (top_k, routed experts, router groups, groups a token may use).
+    # `bytes` is then the buffer with one row per routed copy; the plan's dispatcher decides what
+    # travels (comm/collectives.ep_exchange_time_s)
+    routing: tuple[int, int, int, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -383,6 +383,9 @@ def _moe_fields(cfg: dict[str, Any], mt: str, need: Callable[[str], int], L: int
                num_shared_experts=cfg.get("n_shared_experts") or 0, attention="mla", num_kv_heads=None,
                mla={k: need(k) for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
                                          "v_head_dim")})
+    groups, group_topk = cfg.get("n_group"), cfg.get("topk_group")
+    if isinstance(groups, int) and groups > 1 and isinstance(group_topk, int) and group_topk < groups:
+        out.update(moe_router_groups=groups, moe_router_group_topk=group_topk)  # group-limited routing
     first, freq = cfg.get("first_k_dense_replace") or 0, cfg.get("moe_layer_freq") or 1
     return out, [i >= first and i % freq == 0 for i in range(L)]
 

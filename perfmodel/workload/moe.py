@@ -147,7 +147,7 @@ def moe_block(spec: ModelSpec, T: int, tp: int, ep: int, precision: str, opts: M
         comms.append(Comm("moe_count_allgather", "all_gather", "ep", E * COUNT_BYTES * ep, 1, 0))
         sent = gamma * C * h  # elements the busiest rank exchanges
         if ep > 1:
-            rt = (k, E)
+            rt = (k, E, spec.moe_router_groups, spec.moe_router_group_topk or spec.moe_router_groups)
             if d_el < ACT_BYTES:  # fp8 forward dispatch; its backward (the combine's gradient) is bf16
                 comms += [Comm("moe_dispatch", "all_to_all", "ep", sent * d_el, 1, 0, overlap, "shared_fc1", rt),
                           Comm("moe_dispatch_grad", "all_to_all", "ep", sent * ACT_BYTES, 0, 1, overlap, "shared_fc1", rt)]

@@ -112,6 +112,11 @@ class ModelSpec(BaseModel):
     num_shared_experts: int = Field(0, ge=0)
     first_dense_layers: int = Field(0, ge=0, description="leading layers with a dense FFN (DeepSeek)")
     moe_layer_freq: int = Field(1, gt=0, description="every k-th layer is MoE")
+    moe_router_groups: int = Field(1, gt=0, description=(
+        "group-limited routing: the routed experts form this many groups (HF n_group, Megatron-Core "
+        "moe_router_num_groups); 1 = none"))
+    moe_router_group_topk: int | None = Field(None, gt=0, description=(
+        "group-limited routing: groups a token may pick its experts from (HF topk_group, moe_router_group_topk)"))
 
     input_size: int | None = Field(None, gt=0, description="features per time step (lstm/tcn/mlp/patch)")
     output_size: int | None = Field(None, gt=0)
@@ -147,6 +152,14 @@ class ModelSpec(BaseModel):
             raise SpecError("attention", f"{self.attention!r} but mla sizes are given", "'mla', or drop the mla block")
         if self.family == "moe" and self.top_k and self.num_experts and self.top_k > self.num_experts:
             raise SpecError("top_k", f"{self.top_k} > num_experts {self.num_experts}", "top_k <= num_experts")
+        if self.moe_router_groups > 1 or self.moe_router_group_topk is not None:
+            g, m, e = self.moe_router_groups, self.moe_router_group_topk or self.moe_router_groups, self.num_experts or 0
+            if e % g:
+                raise SpecError("moe_router_groups", f"{g} does not divide num_experts {e}",
+                                f"a divisor of {e}, e.g. {max(d for d in range(1, 65) if e % d == 0) if e else 1}")
+            if m > g or (self.top_k or 1) > m * (e // g):
+                raise SpecError("moe_router_group_topk", f"{m} of {g} groups of {e // g} experts for top_k {self.top_k}",
+                                f"at most {g} groups holding at least top_k experts")
         if self.family == "moe" and self.first_dense_layers >= self.num_layers:
             raise SpecError("first_dense_layers",
                             f"{self.first_dense_layers} >= num_layers {self.num_layers} leaves no MoE layer",
