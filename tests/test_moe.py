@@ -410,3 +410,20 @@ def test_router_groups_must_divide_the_experts() -> None:
         DSV3.with_(moe_router_groups=7)
     with pytest.raises(ValidationError, match="moe_router_group_topk"):
         DSV3.with_(moe_router_group_topk=9)
+
+
+def test_flex_sends_to_the_expert_tensor_parallel_ranks_in_its_exchange() -> None:
+    """Mixtral on one DGX H100 with ep 4 x etp 2. alltoall: an all-to-all over the 4 expert ranks,
+    then an all-gather over etp (and a reduce-scatter after the experts). flex (Megatron-Core
+    expands the routing map to the etp ranks): one exchange over all 8 ranks, a token going to
+    both etp ranks of each of the 4·share(8, 2, 4) = 4·13/28 expert ranks it picks, so
+    8·13/28 rows: t = 8.4 us + 7/8 · T·h·2 B · 26/7 / (450e9 · 0.82 B/s); no etp collective."""
+    T, h = 4096, 4096
+    plan = ParallelPlan(dp=8, ep=4, etp=2, global_batch=8, moe_imbalance=1.0, moe_dispatcher="alltoall")
+    flex = plan.model_copy(update={"moe_dispatcher": "flex"})
+    c = comms(moe_layer(plan_graph(MIXTRAL.with_(seq_len=T), plan)))
+    s8 = h100(8)
+    assert comm_s(s8, flex, c["moe_etp_allgather"]) == comm_s(s8, flex, c["moe_etp_reducescatter"]) == 0.0
+    assert comm_s(s8, plan, c["moe_etp_allgather"]) > 0
+    rows = 8 * 13 / 28
+    assert comm_s(s8, flex, c["moe_dispatch"]) == pytest.approx(8.4e-6 + 7 / 8 * T * h * 2 * rows / (450e9 * 0.82), rel=1e-9)

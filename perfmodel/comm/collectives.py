@@ -192,7 +192,8 @@ def distinct_share(experts: int, top_k: int, units: int, groups: int = 1, group_
 
 
 def ep_exchange_time_s(system: System, dispatcher: str, size: float, degree: int, stride: int,
-                       top_k: int, experts: int, groups: int = 1, group_topk: int | None = None) -> float:
+                       top_k: int, experts: int, groups: int = 1, group_topk: int | None = None,
+                       etp: int = 1) -> float:
     """Seconds of one MoE dispatch or combine over an expert-parallel group of `degree` ranks,
     `stride` apart, where `size` is the buffer each rank exchanges when every one of a token's
     top_k copies travels on its own (size = tokens x top_k x bytes per row).
@@ -209,7 +210,10 @@ def ep_exchange_time_s(system: System, dispatcher: str, size: float, degree: int
         per token  scale-out rows  (D - 1) · share(E, k, D)
                    NVLink rows      degree · share(E, k, degree)     (against k copies for alltoall)
     The two kernels run concurrently (RDMA and NVLink channels pipelined), so the exchange takes
-    the longer of the scale-out leg and the NVLink leg, plus the latencies of the levels crossed."""
+    the longer of the scale-out leg and the NVLink leg, plus the latencies of the levels crossed.
+    With expert tensor parallelism the flex group is the etp x ep ranks (etp fastest) and a token
+    goes to all etp ranks of each expert rank it picks (Megatron-Core expands the routing map):
+    `degree` counts all of them, the ranks hit are etp x ep x share(E, k, ep)."""
     if degree <= 1 or size <= 0:
         return 0.0
     if dispatcher == "alltoall":
@@ -218,7 +222,7 @@ def ep_exchange_time_s(system: System, dispatcher: str, size: float, degree: int
         raise ValueError(f"moe dispatcher {dispatcher!r}: expected alltoall or flex")
     per_copy = size / top_k  # bytes of one token row
     span0 = system.levels[0].span_gpus
-    ranks_hit = degree * distinct_share(experts, top_k, degree, groups, group_topk)
+    ranks_hit = degree * distinct_share(experts, top_k, degree // etp, groups, group_topk)
     if span0 is None or degree * stride <= span0:
         return intra_time_s(system, "all_to_all", per_copy * ranks_hit, degree)
     place = placement(system, degree, stride)

@@ -107,7 +107,16 @@ class LayerTime:
 def comm_s(system: System, plan: ParallelPlan, c: Comm) -> float:
     degree, stride = group_stride(plan, c.group)
     if c.routing is not None:  # MoE dispatch / combine: what travels depends on the dispatcher
-        t = ep_exchange_time_s(system, plan.moe_dispatcher or "alltoall", c.bytes, degree, stride, *c.routing)
+        dispatcher = plan.moe_dispatcher or "alltoall"
+        flex = dispatcher == "flex"
+        if c.group == "etp":
+            # alltoall: the dispatched rows are all-gathered over etp (reduce-scattered after the
+            # experts); flex expands the routing map to the etp ranks and sends to them directly
+            # (Megatron-Core MoEFlexTokenDispatcher over the expert tp x ep group), so nothing is left
+            return 0.0 if flex else collective_time_s(system, c.kind, c.bytes, degree, stride)
+        if flex:
+            degree, stride = plan.ep * plan.etp, 1
+        t = ep_exchange_time_s(system, dispatcher, c.bytes, degree, stride, *c.routing, etp=plan.etp if flex else 1)
         return t / system.ep_dispatch_efficiency
     return collective_time_s(system, c.kind, c.bytes, degree, stride)
 

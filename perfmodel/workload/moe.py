@@ -154,8 +154,9 @@ def moe_block(spec: ModelSpec, T: int, tp: int, ep: int, precision: str, opts: M
             else:
                 comms.append(Comm("moe_dispatch", "all_to_all", "ep", sent * ACT_BYTES, 1, 1, overlap, "shared_fc1", rt))
             comms.append(Comm("moe_combine", "all_to_all", "ep", sent * ACT_BYTES, 1, 1, overlap, "shared_fc2", rt))
-        if etp > 1:
-            comms += [Comm("moe_etp_allgather", "all_gather", "etp", sent * etp * d_el, 1, 1),
-                      Comm("moe_etp_reducescatter", "reduce_scatter", "etp", sent * etp * ACT_BYTES, 1, 1)]
+        if etp > 1:  # routed: the dispatcher decides (flex sends to the etp ranks in its exchange)
+            rte = (k, E, spec.moe_router_groups, spec.moe_router_group_topk or spec.moe_router_groups)
+            comms += [Comm("moe_etp_allgather", "all_gather", "etp", sent * etp * d_el, 1, 1, routing=rte),
+                      Comm("moe_etp_reducescatter", "reduce_scatter", "etp", sent * etp * ACT_BYTES, 1, 1, routing=rte)]
     expert_params = float(el_local * (h * up_n + f * h))
     return MoEBlock(tuple(ops), tuple(comms), expert_params + h * E + shared_params, expert_params)
