@@ -116,6 +116,7 @@ class Estimate:
             f"{self.workload} on {self.n_gpus} x {self.accelerator} ({self.system}), {self.engine} engine",
             f"  layout  dp {self.plan.dp} tp {self.plan.tp} pp {self.plan.pp} cp {self.plan.cp} ep {self.plan.ep}"
             + (f" etp {self.plan.etp}" if self.plan.etp > 1 else "")
+            + (f" ({self.plan.moe_dispatcher or 'alltoall'} dispatcher)" if self.plan.ep > 1 else "")
             + f" vp {self.plan.vp} zero {self.plan.zero_stage} mb {self.plan.micro_batch} gb {self.plan.global_batch}"
             f" recompute {self.plan.recompute} {self.plan.precision}",
             f"  step    {self.step_time_s:.4g} s   {self.tokens_per_s:,.0f} tokens/s   "
