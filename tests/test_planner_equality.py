@@ -100,3 +100,21 @@ def test_planner_equals_estimate_for_every_optimizer(optimizer: str) -> None:
         est = perfmodel.estimate(spec, system, plan, calibration="none")
         assert out["step_time_s"][i] == pytest.approx(est.step_time_s, rel=REL), plan
         assert out["memory_bytes"][i] == pytest.approx(est.memory.total_bytes, rel=REL), plan
+
+
+def test_planner_equals_estimate_with_the_stacks_moe_dispatcher() -> None:
+    """Under megatron-core the planner scores MoE layouts with the flex dispatcher, as estimate does."""
+    res = perfmodel.search("mixtral-8x7b", "h100-sxm5-80gb", 32, 64, seq_len=2048, calibration="none",
+                           framework="megatron-core")
+    assert res.plan(0).moe_dispatcher == "flex"
+    checked = 0
+    for i in range(len(res.table)):
+        plan = res.plan(i)
+        if plan.ep == 1:
+            continue
+        est = perfmodel.estimate(res.spec, res.system, plan, calibration="none", framework="megatron-core")
+        assert res.table["step_time_s"].iloc[i] == pytest.approx(est.step_time_s, rel=REL), plan
+        checked += 1
+        if checked == 5:
+            break
+    assert checked == 5

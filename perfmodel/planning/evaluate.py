@@ -126,6 +126,7 @@ class Evaluator:
     attention_impl: str = "flash"
     optimizer: str = "adam"
     grad_reduce_bytes: int | None = None
+    moe_dispatcher: str | None = None  # the stack's MoE dispatcher (None: alltoall), as estimate applies it
     _base: ParallelPlan | None = field(default=None, repr=False)
     _layers: dict[tuple[Any, ...], dict[str, np.ndarray]] = field(default_factory=dict, repr=False)
     _counts: dict[tuple[Any, ...], np.ndarray] = field(default_factory=dict, repr=False)
@@ -143,7 +144,8 @@ class Evaluator:
         `model_copy` costs a microsecond where validation costs tens."""
         if self._base is None:
             self._base = ParallelPlan(seq_len=self.seq_len, precision=self.precision, attention_impl=self.attention_impl,
-                                      optimizer=self.optimizer, grad_reduce_bytes=self.grad_reduce_bytes)
+                                      optimizer=self.optimizer, grad_reduce_bytes=self.grad_reduce_bytes,
+                                      moe_dispatcher=self.moe_dispatcher)
         kw.setdefault("global_batch", kw.get("micro_batch", 1) * kw.get("dp", 1))
         return self._base.model_copy(update=kw)
 

@@ -55,9 +55,10 @@ def resolve_hardware(cluster: str | System, n_gpus: int) -> System:
 
 
 @lru_cache(maxsize=32)
-def evaluator(spec: ModelSpec, system: System, seq_len: int, precision: str) -> Evaluator:
-    """One Evaluator (and its caches of shared costs) per model, system, sequence and precision."""
-    return Evaluator(spec, system, seq_len, precision)
+def evaluator(spec: ModelSpec, system: System, seq_len: int, precision: str, moe_dispatcher: str | None = None) -> Evaluator:
+    """One Evaluator (and its caches of shared costs) per model, system, sequence, precision and
+    MoE dispatcher (the framework's, as `perfmodel.estimate` applies it)."""
+    return Evaluator(spec, system, seq_len, precision, moe_dispatcher=moe_dispatcher)
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,8 @@ class SearchResult:
         if self.table.empty:
             raise LayoutError(f"no layout of {self.spec.id} fits on {self.system.name} "
                               f"(global batch {self.global_batch}, {self.n_layouts} layouts tried)")
-        return row_plan(self.table.iloc[rank], self.global_batch, self.seq_len, self.precision)
+        return row_plan(self.table.iloc[rank], self.global_batch, self.seq_len, self.precision,
+                        get_framework(self.framework).moe_dispatcher if self.framework else None)
 
     def best(self, engine: str = DEFAULT_ENGINE) -> Estimate:
         return self._estimate(0, engine)
@@ -121,14 +123,15 @@ def pareto(df: pd.DataFrame, x: str, y: str, maximise_y: bool) -> pd.DataFrame:
     return df.iloc[keep].sort_values(x).reset_index(drop=True)
 
 
-def row_plan(row: pd.Series, global_batch: int, seq_len: int, precision: str) -> ParallelPlan:
+def row_plan(row: pd.Series, global_batch: int, seq_len: int, precision: str,
+             moe_dispatcher: str | None = None) -> ParallelPlan:
     pp, vp, sched = int(row["pp"]), int(row["vp"]), str(row["schedule"])
     default = "interleaved" if vp > 1 else "1f1b"
     return ParallelPlan(dp=int(row["dp"]), tp=int(row["tp"]), pp=pp, cp=int(row["cp"]), ep=int(row["ep"]), vp=vp,
                         sequence_parallel=bool(row["sequence_parallel"]), zero_stage=int(row["zero_stage"]),
                         micro_batch=int(row["micro_batch"]), global_batch=global_batch, seq_len=seq_len,
                         recompute=str(row["recompute"]), precision=precision,
-                        schedule=None if sched == default or pp == 1 else sched)
+                        schedule=None if sched == default or pp == 1 else sched, moe_dispatcher=moe_dispatcher)
 
 
 def search(workload: str | ModelSpec, cluster: str | System, n_gpus: int, global_batch: int, *,
@@ -148,7 +151,7 @@ def search(workload: str | ModelSpec, cluster: str | System, n_gpus: int, global
     grid = layout_grid(spec, system, counts, global_batch, seq, space)
     prof = load_profile(calibration)
     fw = get_framework(framework) if framework else None
-    ev = evaluator(spec, calibrated_system(system, prof, fw), seq, precision)
+    ev = evaluator(spec, calibrated_system(system, prof, fw), seq, precision, fw.moe_dispatcher if fw else None)
     out = ev.evaluate(grid, space.overlap_dp_comm, space.overlap_fsdp_prefetch) if len(grid["tp"]) else {
         "step_time_s": np.empty(0), "memory_bytes": np.empty(0)}
     table = _table(spec, system, grid, out, global_batch, seq, precision, space, objective)

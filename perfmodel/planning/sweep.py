@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from perfmodel.errors import PerfmodelError, SpecError
 from perfmodel.hardware.catalog import read_yaml
-from perfmodel.planning.search import LAYOUT_COLUMNS, row_plan, search
+from perfmodel.planning.search import LAYOUT_COLUMNS, search
 from perfmodel.planning.space import SearchSpace
 from perfmodel.precision import DEFAULT_PRECISION, PrecisionName
 from perfmodel.workload.spec import ModelSpec
@@ -188,7 +188,7 @@ def _des_columns(df: pd.DataFrame, res: Any, des: DesStudy) -> None:
             mins.append(float("nan"))
             maxs.append(float("nan"))
             continue
-        plan = row_plan(res.table.iloc[i], res.global_batch, res.seq_len, res.precision)
+        plan = res.plan(i)
         straggler = None
         if des.straggler_factor is not None:
             straggler = (0 if des.straggler_stage == "first" else plan.pp - 1, des.straggler_factor)
