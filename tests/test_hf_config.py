@@ -77,6 +77,8 @@ def test_deepseek_v3_maps_mla_shared_experts_and_dense_layers() -> None:
         "mla", 3, 1, 256, 8)
     assert spec.mla is not None and (spec.mla.q_lora_rank, spec.mla.kv_lora_rank) == (1536, 512)
     assert spec.ffn_hidden == 18432 and spec.moe_ffn_hidden == 2048 and spec.seq_len == 4096
+    # group-limited routing: n_group 8, topk_group 4 (the flex dispatcher's network rows read it)
+    assert (spec.moe_router_groups, spec.moe_router_group_topk) == (8, 4)
     # the same model as the hand-written workload
     t, a = param_counts(spec)
     assert (t, a) == param_counts(load_workload_file(Path(__file__).parents[1] / "workloads" / "deepseek-v3.yaml"))
