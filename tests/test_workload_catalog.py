@@ -25,12 +25,20 @@ WL = load_workloads()
 PUBLISHED = sorted(k for k, s in WL.items() if s.published_params is not None)
 
 
+def as_counted(wid: str) -> ModelSpec:
+    """The model as its publisher counts it: without the MTP block where the figures leave it out."""
+    spec, pub = WL[wid], WL[wid].published_params
+    if pub is not None and not pub.includes_mtp and spec.mtp_pattern is not None:
+        return spec.with_(mtp_pattern=None, mtp_depth=0, mtp_shared_weights=False)
+    return spec
+
+
 def params(wid: str) -> float:
-    return build_graph(WL[wid], seq_len=min(WL[wid].seq_len, 2048)).total_params_full()
+    return build_graph(as_counted(wid), seq_len=min(WL[wid].seq_len, 2048)).total_params_full()
 
 
 def active(wid: str) -> float:
-    return build_graph(WL[wid], seq_len=2048).active_params_full()
+    return build_graph(as_counted(wid), seq_len=2048).active_params_full()
 
 
 def active_as_published(wid: str) -> float:
@@ -69,7 +77,8 @@ def test_active_params_within_2pct_of_published(wid: str) -> None:
 # ---- issue 14: workloads from published configs, each within its published tolerance (1 %) -----
 ISSUE14_IDS = [
     "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-20b", "gpt-oss-120b", "llama4-scout", "llama4-maverick", "kimi-k2",
-    "nemotron-h-8b", "nemotron-h-56b", "nemotron3-nano", "nemotron3.5-lightning", "nemotron4-15b", "nemotron4-340b",
+    "nemotron-h-8b", "nemotron-h-56b", "nemotron3-nano", "nemotron3-super", "nemotron3-ultra", "nemotron3.5-lightning",
+    "nemotron4-15b", "nemotron4-340b",
     "llama3.1-8b", "llama3.1-70b", "llama3.1-405b",
 ]
 

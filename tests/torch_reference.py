@@ -413,3 +413,31 @@ class LocalGQAAttention(GQAAttention):
         rep = self.heads // self.kv_heads
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         return self.o(local_attention(q, k, v, self.window, self.chunked).transpose(1, 2).reshape(b, s, -1))
+
+
+class LatentMoEFFN(PermutedMoEFFN):
+    """LatentMoE as Megatron-Core's MoELayer runs it (moe_latent_size): the router and the shared
+    expert see the full hidden state; fc1_latent_proj takes the routed tokens down to l before the
+    permutation, the experts work at l, and fc2_latent_proj brings the un-permuted sum back to h."""
+
+    def __init__(self, h: int, latent: int, experts: int, top_k: int, ffn: int, shared: int = 0):
+        super().__init__(latent, experts, top_k, ffn, 0, "sigmoid")
+        self.router = nn.Linear(h, experts, bias=False)
+        self.down, self.up = nn.Linear(h, latent, bias=False), nn.Linear(latent, h, bias=False)
+        self.full_shared = SwiGLU(h, ffn * shared) if shared else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        t = x.reshape(b * s, h)
+        probs = F.linear(t.float(), self.router.weight.float()).sigmoid().topk(self.k, dim=-1).values.reshape(-1)
+        z = self.down(t)
+        copies = torch.arange(b * s * self.k, device=x.device)
+        order = torch.sort(copies % self.E, stable=True).indices
+        token = copies[order] // self.k
+        routed = z.index_select(0, token)
+        per = routed.shape[0] // self.E
+        out = torch.cat([self.experts[e](routed[e * per:(e + 1) * per]) for e in range(self.E)])
+        y = self.up(torch.zeros_like(z).index_add_(0, token, out * probs[order, None].to(out.dtype)))
+        if self.full_shared is not None:
+            y = y + self.full_shared(t)
+        return y.view(b, s, h)

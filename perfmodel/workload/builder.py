@@ -19,6 +19,7 @@ from __future__ import annotations
 from perfmodel import precision as registry
 from perfmodel.errors import LayoutError
 from perfmodel.workload.graph import Comm, Graph, Layer, Op
+from perfmodel.workload.latent_moe import latent_params
 from perfmodel.workload.moe import MoEOptions, moe_block
 from perfmodel.workload.spec import ModelSpec
 from perfmodel.workload.ssm import mamba2_ops, mamba2_params
@@ -419,7 +420,7 @@ def _block(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, ep: int, s
     active = None
     if moe:
         E, k, width = spec.num_experts or 1, spec.top_k or 1, spec.moe_ffn_hidden or h
-        one_expert = h * width * (3 if spec.activation in ("swiglu", "geglu") else 2)
+        one_expert = (spec.moe_latent_size or h) * width * (3 if spec.activation in ("swiglu", "geglu") else 2)
         active = params_full - (E - k) * one_expert
     name, kind = _layer_name(spec, mixer, ffn, scope)
     return Layer(name, kind, count, tuple(ops), tuple(comms),
@@ -463,14 +464,16 @@ def _full_params(spec: ModelSpec, moe: bool, ln_params: int, mixer: str | None =
     elif mixer is None:
         attn = 0
     gated = spec.activation in ("swiglu", "geglu")
-    def ffn(width: int, with_bias: bool) -> float:
+    def ffn(width: int, with_bias: bool, d: int = h) -> float:
         up = width * (2 if gated else 1)
-        return h * up + width * h + ((up + h) if with_bias else 0)
+        return d * up + width * d + ((up + d) if with_bias else 0)
     if ffn_kind is None:
         mlp = 0.0
     elif moe:
         E, width = spec.num_experts or 1, spec.moe_ffn_hidden or h
-        mlp = E * ffn(width, False) + h * E + (ffn(width * spec.num_shared_experts, False) if spec.num_shared_experts else 0)
+        # routed experts at the latent width under LatentMoE, plus its two projections
+        mlp = (E * ffn(width, False, spec.moe_latent_size or h) + h * E + latent_params(spec)
+               + (ffn(width * spec.num_shared_experts, False) if spec.num_shared_experts else 0))
     else:
         mlp = ffn(spec.ffn_hidden or 4 * h, bias)
     nsub = (mixer is not None) + (ffn_kind is not None)

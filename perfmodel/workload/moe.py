@@ -31,6 +31,9 @@ Forward, per rank (Megatron-Core `MoEAlltoAllTokenDispatcher`, `moe_utils.permut
     shared       always-on experts as a tp-sharded dense FFN; with `moe_shared_expert_overlap`
                  the dispatch hides behind the shared FC1 and the combine behind its FC2
 The backward pass mirrors each step (permute <-> unpermute, all-to-all of the gradients).
+Under LatentMoE (spec.moe_latent_size = l, workload/latent_moe.py) the routed tokens are
+projected h -> l before the permutation and l -> h after the un-permutation: every row the
+permutation, the all-to-alls and the expert GEMMs move is l wide instead of h.
 
 Load imbalance γ (ParallelPlan.moe_imbalance, max over mean tokens of the expert-parallel ranks,
 default 1.23 from FEPLB's measured GLM-5 routing, see parallel/plan.py) scales what the busiest
@@ -46,6 +49,7 @@ from dataclasses import dataclass
 from perfmodel import precision as registry
 from perfmodel.errors import LayoutError
 from perfmodel.workload.graph import Comm, Op
+from perfmodel.workload.latent_moe import latent_projections
 from perfmodel.workload.spec import ModelSpec
 
 ACT_BYTES = 2
@@ -92,6 +96,7 @@ def moe_block(spec: ModelSpec, T: int, tp: int, ep: int, precision: str, opts: M
     attention group (see the module docstring). `shared_ops` are the shared experts' FFN ops
     (built by the caller like a dense MLP), prefixed `shared_`."""
     h = spec.hidden
+    hx = spec.moe_latent_size or h  # what the routed experts see: the latent width under LatentMoE
     E, k = spec.num_experts or 1, spec.top_k or 1
     etp = opts.etp
     if E % ep:
@@ -121,22 +126,25 @@ def moe_block(spec: ModelSpec, T: int, tp: int, ep: int, precision: str, opts: M
         # load-balancing loss: per-expert sums of probabilities and of the routing map
         _mem_op("router_aux_loss", Tr * E, 4 + 1, flop=2.0 * Tr * E, kernels=3),
     ]
+    latent_down, latent_up, latent_params = latent_projections(spec, Tr, precision)
+    ops += latent_down
     if d_el < ACT_BYTES:
-        ops.append(_mem_op("dispatch_quantize", Tr * h, ACT_BYTES + d_el, flop=2.0 * Tr * h))
-    ops.append(_mem_op("permute", C * h, 2 * d_el, kernels=2))
+        ops.append(_mem_op("dispatch_quantize", Tr * hx, ACT_BYTES + d_el, flop=2.0 * Tr * hx))
+    ops.append(_mem_op("permute", C * hx, 2 * d_el, kernels=2))
     if el_local > 1 and ep > 1:
-        ops.append(_mem_op("sort_chunks", R_max * h, 2 * d_el))
+        ops.append(_mem_op("sort_chunks", R_max * hx, 2 * d_el))
     ops += [
-        _grouped("expert_fc1", m, up_n, h, el_local, precision, 2.0 * R * up_n * h, saved=m * el_local * h * ACT_BYTES),
+        _grouped("expert_fc1", m, up_n, hx, el_local, precision, 2.0 * R * up_n * hx, saved=m * el_local * hx * ACT_BYTES),
         _mem_op("expert_act", R_max * f, ACT_BYTES * ((2 if gated else 1) + 1), flop=8.0 * R_max * f,
                 saved=R_max * up_n * ACT_BYTES, bwd_bytes_factor=2.0),
-        _grouped("expert_fc2", m, h, f, el_local, precision, 2.0 * R * h * f, saved=m * el_local * f * ACT_BYTES),
+        _grouped("expert_fc2", m, hx, f, el_local, precision, 2.0 * R * hx * f, saved=m * el_local * f * ACT_BYTES),
     ]
     if el_local > 1 and ep > 1:
-        ops.append(_mem_op("unsort_chunks", R_max * h, 2 * ACT_BYTES))
+        ops.append(_mem_op("unsort_chunks", R_max * hx, 2 * ACT_BYTES))
     # weighted scatter-add of the k copies into each token; saves the copies for the prob gradient
-    ops.append(_mem_op("unpermute", C * h, ACT_BYTES * (1 + 1 / k) + 4 / h, flop=2.0 * C * h,
-                       saved=C * h * ACT_BYTES, kernels=2, bwd_bytes_factor=2.0))
+    ops.append(_mem_op("unpermute", C * hx, ACT_BYTES * (1 + 1 / k) + 4 / hx, flop=2.0 * C * hx,
+                       saved=C * hx * ACT_BYTES, kernels=2, bwd_bytes_factor=2.0))
+    ops += latent_up
     ops += shared_ops
 
     comms: list[Comm] = []
@@ -145,7 +153,7 @@ def moe_block(spec: ModelSpec, T: int, tp: int, ep: int, precision: str, opts: M
     if ep > 1 or etp > 1:
         overlap = opts.shared_expert_overlap and bool(shared_ops)
         comms.append(Comm("moe_count_allgather", "all_gather", "ep", E * COUNT_BYTES * ep, 1, 0))
-        sent = gamma * C * h  # elements the busiest rank exchanges
+        sent = gamma * C * hx  # elements the busiest rank exchanges (latent width under LatentMoE)
         if ep > 1:
             rt = (k, E, spec.moe_router_groups, spec.moe_router_group_topk or spec.moe_router_groups)
             if d_el < ACT_BYTES:  # fp8 forward dispatch; its backward (the combine's gradient) is bf16
@@ -158,5 +166,5 @@ def moe_block(spec: ModelSpec, T: int, tp: int, ep: int, precision: str, opts: M
             rte = (k, E, spec.moe_router_groups, spec.moe_router_group_topk or spec.moe_router_groups)
             comms += [Comm("moe_etp_allgather", "all_gather", "etp", sent * etp * d_el, 1, 1, routing=rte),
                       Comm("moe_etp_reducescatter", "reduce_scatter", "etp", sent * etp * ACT_BYTES, 1, 1, routing=rte)]
-    expert_params = float(el_local * (h * up_n + f * h))
-    return MoEBlock(tuple(ops), tuple(comms), expert_params + h * E + shared_params, expert_params)
+    expert_params = float(el_local * (hx * up_n + f * hx))
+    return MoEBlock(tuple(ops), tuple(comms), expert_params + h * E + latent_params + shared_params, expert_params)

@@ -22,6 +22,9 @@ class PublishedParams(BaseModel):
     active_includes_embedding: bool = Field(
         True, description="False where the publisher counts the unembedding but not the input embedding table "
         "as active (OpenAI's gpt-oss model card)")
+    includes_mtp: bool = Field(
+        True, description="False where the publisher's counts leave out the multi-token-prediction block (DeepSeek-V3's "
+        "671B, Nemotron 3 Super's and Ultra's model-card figures); the check then compares the model without it")
     tolerance: float = Field(
         0.01, gt=0, le=0.05, description="relative tolerance of the parameter-count check; wider than 1 % only "
         "where the published figure is rounded coarser than that or includes parts not modelled (say which in source)")
@@ -117,6 +120,9 @@ class ModelSpec(BaseModel):
         "moe_router_num_groups); 1 = none"))
     moe_router_group_topk: int | None = Field(None, gt=0, description=(
         "group-limited routing: groups a token may pick its experts from (HF topk_group, moe_router_group_topk)"))
+    moe_latent_size: int | None = Field(
+        None, gt=0, description="LatentMoE (Nemotron 3 Super / Ultra, Megatron-Core moe_latent_size): routed experts, "
+        "dispatch and combine work at this width, with h->l and l->h projections around them; None = hidden")
 
     input_size: int | None = Field(None, gt=0, description="features per time step (lstm/tcn/mlp/patch)")
     output_size: int | None = Field(None, gt=0)
@@ -160,6 +166,9 @@ class ModelSpec(BaseModel):
             if m > g or (self.top_k or 1) > m * (e // g):
                 raise SpecError("moe_router_group_topk", f"{m} of {g} groups of {e // g} experts for top_k {self.top_k}",
                                 f"at most {g} groups holding at least top_k experts")
+        if self.moe_latent_size is not None and (self.family != "moe" or self.moe_latent_size >= self.hidden):
+            raise SpecError("moe_latent_size", f"{self.moe_latent_size} with family {self.family!r} and hidden {self.hidden}",
+                            f"a width below hidden {self.hidden} on a family 'moe' model, or drop the field")
         if self.family == "moe" and self.first_dense_layers >= self.num_layers:
             raise SpecError("first_dense_layers",
                             f"{self.first_dense_layers} >= num_layers {self.num_layers} leaves no MoE layer",
