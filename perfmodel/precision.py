@@ -45,7 +45,7 @@ Sources (Transformer Engine recipe API, transformer_engine.common.recipe):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BeforeValidator
 from pydantic_core import PydanticCustomError
@@ -80,6 +80,9 @@ class Fp8Recipe:
     scale_bytes_per_element: float
     amax_pass: bool  # a separate amax reduction kernel reads the bf16 tensor before the cast
     hadamard_on_wgrad: bool = False
+    # cross-rank amax all-reduces (compute/fp8_recipes.py): per fp8_autocast region (delayed), per
+    # sequence-parallel all-gather of a quantized operand (current, nvfp4), or none
+    amax_reduction: Literal["region", "sp_gather", "none"] = "none"
 
     @property
     def cast_bytes_per_element(self) -> float:
@@ -93,11 +96,11 @@ class Fp8Recipe:
 
 
 RECIPES: dict[str, Fp8Recipe] = {
-    "delayed": Fp8Recipe("delayed", 1.0, 0.0, amax_pass=False),
-    "current": Fp8Recipe("current", 1.0, 0.0, amax_pass=True),
+    "delayed": Fp8Recipe("delayed", 1.0, 0.0, amax_pass=False, amax_reduction="region"),
+    "current": Fp8Recipe("current", 1.0, 0.0, amax_pass=True, amax_reduction="sp_gather"),
     "blockwise": Fp8Recipe("blockwise", 1.0, 4.0 / 128, amax_pass=False),
     "mxfp8": Fp8Recipe("mxfp8", 1.0, 1.0 / 32, amax_pass=False),
-    "nvfp4": Fp8Recipe("nvfp4", 0.5, 1.0 / 16, amax_pass=True, hadamard_on_wgrad=True),
+    "nvfp4": Fp8Recipe("nvfp4", 0.5, 1.0 / 16, amax_pass=True, hadamard_on_wgrad=True, amax_reduction="sp_gather"),
 }
 
 

@@ -11,9 +11,21 @@ and a column-wise copy for dgrad and wgrad) and the input again, column-wise, fo
 The recipes themselves (element and scale bytes, amax pass, Hadamard transform, with their
 Transformer Engine sources) and which precision each runs are in perfmodel/precision.py.
 
-The amax all-reduce across ranks (delayed: the amax reduction group once per step; current and
-nvfp4: the tensor-parallel group for sequence-parallel inputs) moves a few bytes per tensor and
-is not charged here.
+Amax all-reduces across ranks (Transformer Engine, transformer_engine/pytorch/quantization.py and
+module/linear.py; Megatron-Core fp8_utils.get_fp8_context), charged as latency-bound all-reduces
+through comm/collectives.py (`amax_allreduce_s`):
+  delayed    FP8GlobalStateManager.reduce_and_update_fp8_tensors: at the exit of the outermost
+             fp8_autocast region (Megatron-Core: one around each TransformerBlock forward, i.e. per
+             model chunk and micro-batch) one all-reduce (MAX) of the concatenated fp32 amaxes of
+             every fp8 tensor the region touched, 3 per GEMM (input, weight, output); and one in the
+             backward, 2 per GEMM (grad output, grad input). Group: Megatron's amax reduction group,
+             tp x cp x dp (get_amax_reduction_group(with_context_parallel=True)).
+  current,   the per-tensor scale needs the whole tensor's amax: a column-parallel GEMM whose
+  nvfp4      sequence-parallel input is all-gathered (in fp8) all-reduces its input's amax over tp
+             in the forward, a row-parallel GEMM its output gradient's amax in the backward; one
+             fp32 each (set_quantizer_amax_reduction_group(..., tp_group) in _Linear).
+  blockwise, scales are per block, inside the cast: no cross-rank reduction.
+  mxfp8
 """
 
 from __future__ import annotations
@@ -21,8 +33,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfmodel import precision as registry
+from perfmodel.comm.collectives import collective_time_s
+from perfmodel.hardware.catalog import System
 from perfmodel.precision import RECIPES, Fp8Recipe
 
+AMAX_BYTES = 4.0  # one fp32 amax per tensor
+DELAYED_AMAX_PER_GEMM = {"fwd": 3, "bwd": 2}  # TE fp8_meta: input, weight, output / grad output, grad input
 HADAMARD_BLOCK = 16  # NVFP4's random Hadamard transform: 16 x 16 blocks on the wgrad operands
 
 
@@ -59,4 +75,19 @@ def gemm_cast_work(recipe: Fp8Recipe, m: int, n: int, k: int, batch: int, bwd: b
     return CastWork(recipe.cast_bytes_per_element * elems, casts * recipe.kernels_per_cast, flop)
 
 
-__all__ = ["RECIPES", "CastWork", "Fp8Recipe", "gemm_cast_work", "recipe_for"]
+def amax_allreduce_s(system: System, nbytes: float, degree: int, stride: int = 1) -> float:
+    """Seconds of one amax all-reduce of `nbytes` over `degree` ranks `stride` apart: a few bytes,
+    so the collective's latency terms (comm/collectives.py alpha) are what it costs; 0 on one rank."""
+    if degree <= 1:
+        return 0.0
+    return collective_time_s(system, "all_reduce", nbytes, degree, stride)
+
+
+def delayed_amax_bytes(fp8_gemms: float, direction: str) -> float:
+    """Bytes of delayed scaling's concatenated amax buffer for a region holding `fp8_gemms` GEMMs:
+    3 fp32 amaxes per GEMM in the forward, 2 in the backward (TE fp8_meta)."""
+    return AMAX_BYTES * DELAYED_AMAX_PER_GEMM[direction] * fp8_gemms
+
+
+__all__ = ["AMAX_BYTES", "RECIPES", "CastWork", "Fp8Recipe", "amax_allreduce_s", "delayed_amax_bytes", "gemm_cast_work",
+           "recipe_for"]

@@ -26,11 +26,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from perfmodel.comm.collectives import collective_time_s, ep_exchange_time_s
+from perfmodel.compute.fp8_recipes import AMAX_BYTES, amax_allreduce_s, recipe_for
 from perfmodel.compute.ops import op_cost
 from perfmodel.hardware.catalog import System
 from perfmodel.hardware.specs import Accelerator
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.ranks import group_stride
+from perfmodel.parallel.split import EDGE_KINDS
 from perfmodel.workload.graph import Comm, Layer
 
 HOST_FWD_S_PER_KERNEL = 8.1e-3 / 182  # see module docstring: B200 Llama-3.2-1B eager forward
@@ -121,6 +123,24 @@ def comm_s(system: System, plan: ParallelPlan, c: Comm) -> float:
     return collective_time_s(system, c.kind, c.bytes, degree, stride)
 
 
+def sp_amax_allreduce_s(system: System, plan: ParallelPlan, layer: Layer) -> tuple[float, float]:
+    """(forward, backward) seconds of the per-tensor amax all-reduces over tp that current scaling
+    and NVFP4 need for sequence-parallel operands (compute/fp8_recipes.py): one per quantized
+    all-gather, i.e. per tp all-gather of the forward (the column-parallel GEMMs' inputs) and per
+    tp reduce-scatter's backward (the row-parallel GEMMs' output gradients). Only inside the
+    fp8_autocast region (the transformer layers, not the embedding or the output layer)."""
+    if layer.kind in EDGE_KINDS or plan.tp <= 1:
+        return 0.0, 0.0
+    recipe = next((r for op in layer.ops if op.kind == "gemm"
+                   and (r := recipe_for(op.precision, plan.fp8_recipe_name)) is not None), None)
+    if recipe is None or recipe.amax_reduction != "sp_gather":
+        return 0.0, 0.0
+    n_f = sum(c.fwd for c in layer.comms if c.group == "tp" and c.kind == "all_gather")
+    n_b = sum(c.bwd for c in layer.comms if c.group == "tp" and c.kind == "reduce_scatter")
+    t = amax_allreduce_s(system, AMAX_BYTES, *group_stride(plan, "tp"))
+    return n_f * t, n_b * t
+
+
 def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
     acc = system.accelerator
     fwd = bwd = core = wgrad = 0.0
@@ -173,6 +193,9 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
             continue
         cf += t * c.fwd
         cb += t * c.bwd
+    amax_f, amax_b = sp_amax_allreduce_s(system, plan, layer)
+    cf += amax_f
+    cb += amax_b
     if plan.moe_a2a_overlap:
         # Megatron-Core's combined 1F1B (overlap_moe_expert_parallel_comm): one micro-batch's
         # forward all-to-alls run beside another's backward compute of the layer, and vice versa

@@ -13,6 +13,7 @@ from functools import lru_cache
 
 from perfmodel.comm.collectives import collective_time_s
 from perfmodel.compute import optimizers
+from perfmodel.compute.fp8_recipes import amax_allreduce_s, delayed_amax_bytes, recipe_for
 from perfmodel.engines.costs import LayerTime, layer_time
 from perfmodel.errors import LayoutError
 from perfmodel.hardware.catalog import System
@@ -271,9 +272,37 @@ def tied_embedding_sync_s(system: System, plan: ParallelPlan, spec: ModelSpec | 
     return collective_time_s(system, "all_reduce", emb, 2, plan.tp * plan.cp * plan.dp)
 
 
+def fp8_gemms_per_chunk(graph: Graph, plan: ParallelPlan) -> float:
+    """fp8 / fp4 GEMMs (a grouped GEMM counts its groups, as TE's GroupedLinear does) of the
+    transformer layers one model chunk holds: the body's over pp·vp chunks."""
+    n = 0.0
+    for layer in graph.layers:
+        if layer.kind in EDGE_KINDS:
+            continue
+        per = sum((op.batch if op.grouped else 1) for op in layer.ops
+                  if op.kind == "gemm" and recipe_for(op.precision, plan.fp8_recipe_name) is not None)
+        n += layer.count * per
+    return n / (plan.pp * plan.vp)
+
+
+def delayed_amax_s_per_micro_batch(system: System, plan: ParallelPlan, graph: Graph) -> float:
+    """Seconds per micro-batch of delayed scaling's amax all-reduces (compute/fp8_recipes.py): per
+    model chunk, one at the forward's fp8_autocast exit and one in the backward, over Megatron's
+    amax reduction group tp·cp·dp (contiguous ranks); 0 for the other recipes. Charged with the
+    step's other synchronous small collectives (optimizer_s), num_micro_batches times."""
+    recipe = recipe_for(plan.precision, plan.fp8_recipe_name)
+    if recipe is None or recipe.amax_reduction != "region":
+        return 0.0
+    gemms = fp8_gemms_per_chunk(graph, plan)
+    degree = plan.tp * plan.cp * plan.dp
+    per_chunk = sum(amax_allreduce_s(system, delayed_amax_bytes(gemms, d), degree) for d in ("fwd", "bwd"))
+    return plan.vp * per_chunk
+
+
 __all__ = [
     "ACT_BYTES", "DpCollectives", "StageCost", "cached_graph", "cached_layer_time", "can_overlap", "check_imported",
-    "chunk_costs", "comm_contention_fraction", "dp_collectives", "graph_flop_per_step", "layers_cost",
+    "chunk_costs", "comm_contention_fraction", "delayed_amax_s_per_micro_batch", "dp_collectives", "fp8_gemms_per_chunk",
+    "graph_flop_per_step", "layers_cost",
     "model_flop_per_step", "model_graph", "moe_options", "optimizer_matrix_s", "optimizer_s_per_param", "p2p_time_s",
     "plan_graph", "rank_costs", "tied_embedding_sync_s",
 ]

@@ -13,6 +13,7 @@ from perfmodel.engines.stages import (
     StageCost,
     check_imported,
     chunk_costs,
+    delayed_amax_s_per_micro_batch,
     graph_flop_per_step,
     model_flop_per_step,
     optimizer_matrix_s,
@@ -57,11 +58,13 @@ class StepInputs:
         return tuple(float(sched.stage_s(r.fwd_s, r.bwd_s, r.bwd_input_s, r.wgrad_s)) + hops for r in self.ranks)
 
     def optimizer_s(self, rank: int) -> float:
-        """Optimizer step of pipeline rank `rank`, with the tied-embedding sync."""
+        """Optimizer step of pipeline rank `rank`, with the tied-embedding sync and the step's
+        delayed-scaling amax all-reduces (latency-bound, issued per micro-batch and chunk)."""
         plan, r = self.plan, self.ranks[rank]
         local = cf.local_params(plan.zero_stage, r.dense_params, r.expert_params, plan.dp * plan.cp, plan.edp)
-        extra = tied_embedding_sync_s(self.system, plan, self.spec) + optimizer_matrix_s(
-            self.system, plan, self.spec, self.graph, rank)
+        extra = (tied_embedding_sync_s(self.system, plan, self.spec)
+                 + optimizer_matrix_s(self.system, plan, self.spec, self.graph, rank)
+                 + plan.num_micro_batches * delayed_amax_s_per_micro_batch(self.system, plan, self.graph))
         return float(cf.optimizer_step_s(local, optimizer_s_per_param(self.system.accelerator, plan.optimizer), extra))
 
 

@@ -31,6 +31,7 @@ from perfmodel.engines.stages import (
     cached_layer_time,
     can_overlap,
     comm_contention_fraction,
+    delayed_amax_s_per_micro_batch,
     dp_collectives,
     moe_options,
     optimizer_matrix_s,
@@ -84,6 +85,7 @@ class LayoutCosts(NamedTuple):
     all_gather_s: float
     p2p_s: float
     optimizer_extra_s: float  # tied-embedding sync and the non-element-wise optimizer work (Muon)
+    amax_per_mb_s: float  # delayed scaling's amax all-reduces per micro-batch (stages.delayed_amax_s_per_micro_batch)
 
 
 class _RowTable:
@@ -250,7 +252,8 @@ class Evaluator:
             st.t_max_s, st.t_sum_s, st.avg_wgrad_s, st.worst_fwd_s, st.worst_bwd_s,
             st.worst_dense_params, st.worst_expert_params, st.worst_layers, dpc.all_reduce_s, dpc.reduce_scatter_s,
             dpc.all_gather_s, self.p2p(tp, cp, pp, dp, mb),
-            self.tied_embedding(tp, cp, pp, dp) + self.optimizer_matrix(tp, cp, pp, vp, dp, st.worst_rank))
+            self.tied_embedding(tp, cp, pp, dp) + self.optimizer_matrix(tp, cp, pp, vp, dp, st.worst_rank),
+            self.fp8_amax(tp, cp, ep, pp, vp, dp))
         self._costs[key] = out
         return out
 
@@ -265,6 +268,14 @@ class Evaluator:
         key = ("emb", tp, cp, pp > 1, dp)
         if key not in self._coll:
             self._coll[key] = tied_embedding_sync_s(self.system, self.plan(tp=tp, cp=cp, pp=pp, dp=dp), self.spec)
+        return self._coll[key]
+
+    def fp8_amax(self, tp: int, cp: int, ep: int, pp: int, vp: int, dp: int) -> float:
+        """Delayed scaling's amax all-reduces per micro-batch (stages.delayed_amax_s_per_micro_batch)."""
+        key = ("amax", tp, cp, ep, pp, vp, dp)
+        if key not in self._coll:
+            plan = self.plan(tp=tp, cp=cp, ep=ep, pp=pp, vp=vp, dp=dp)
+            self._coll[key] = delayed_amax_s_per_micro_batch(self.system, plan, self.graph(tp, cp, ep, 0, 1))
         return self._coll[key]
 
     def optimizer_matrix(self, tp: int, cp: int, pp: int, vp: int, dp: int, rank: int) -> float:
@@ -307,7 +318,7 @@ class Evaluator:
         local = cf.local_params(zero, c["worst_dense_params"], c["worst_expert_params"], (g["dp"] * g["cp"]).astype(float),
                                 (folded // g["ep"]).astype(float))
         opt = cf.optimizer_step_s(local, optimizer_s_per_param(self.system.accelerator, self.optimizer),
-                                  c["optimizer_extra_s"])
+                                  c["optimizer_extra_s"]) + m * c["amax_per_mb_s"]
         step = np.asarray(pipe + dp_exp + opt)
 
         mem = self._memory(g, uniq, inv, m, pp, vp, sched, zero)
