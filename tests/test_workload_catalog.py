@@ -79,7 +79,7 @@ ISSUE14_IDS = [
     "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-20b", "gpt-oss-120b", "llama4-scout", "llama4-maverick", "kimi-k2",
     "nemotron-h-8b", "nemotron-h-56b", "nemotron3-nano", "nemotron3-super", "nemotron3-ultra", "nemotron3.5-lightning",
     "nemotron4-15b", "nemotron4-340b",
-    "llama3.1-8b", "llama3.1-70b", "llama3.1-405b",
+    "llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "deepseek-v4-flash",
 ]
 
 

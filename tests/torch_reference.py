@@ -441,3 +441,72 @@ class LatentMoEFFN(PermutedMoEFFN):
         if self.full_shared is not None:
             y = y + self.full_shared(t)
         return y.view(b, s, h)
+
+
+class DeepSeekV4Attention(nn.Module):
+    """The matmuls of DeepSeek-V4's attention block (deepseek-ai/DeepSeek-V4-Flash inference/model.py
+    Attention / Compressor / Indexer) for one compress ratio r: low-rank query, one K = V head, the
+    gated pooling compressor (r > 0), the indexer's scores and top-k (r == 4), attention over the
+    window slots plus the compressed slots (padded as the reference's index lists are), grouped
+    low-rank output. Element-wise work (norms, RoPE, softmax, pooling) counts 0 in FlopCounterMode."""
+
+    def __init__(self, h: int, heads: int, d: int, q_lora: int, o_lora: int, o_groups: int, window: int, r: int,
+                 idx_heads: int, idx_dim: int, topk: int):
+        super().__init__()
+        self.H, self.d, self.w, self.r, self.og, self.ol, self.topk = heads, d, window, r, o_groups, o_lora, topk
+        self.ih, self.idim = idx_heads, idx_dim
+        self.wq_a, self.wq_b = nn.Linear(h, q_lora, bias=False), nn.Linear(q_lora, heads * d, bias=False)
+        self.wkv = nn.Linear(h, d, bias=False)
+        self.wo_a = nn.Linear(heads * d // o_groups, o_groups * o_lora, bias=False)
+        self.wo_b = nn.Linear(o_groups * o_lora, h, bias=False)
+        c = 2 if r == 4 else 1
+        if r:
+            self.c_kv, self.c_gate = nn.Linear(h, c * d, bias=False), nn.Linear(h, c * d, bias=False)
+        if r == 4:
+            self.i_q, self.i_w = nn.Linear(q_lora, idx_heads * idx_dim, bias=False), nn.Linear(h, idx_heads, bias=False)
+            self.i_kv, self.i_gate = nn.Linear(h, 2 * idx_dim, bias=False), nn.Linear(h, 2 * idx_dim, bias=False)
+
+    def _pool(self, kv: torch.Tensor, gate: torch.Tensor, width: int) -> torch.Tensor:
+        b, s, _ = kv.shape
+        kv, gate = kv.view(b, s // self.r, self.r, -1), gate.view(b, s // self.r, self.r, -1)
+        return (kv * gate.softmax(dim=2)).sum(dim=2)[..., :width]  # [b, s/r, width]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        qr = self.wq_a(x)
+        q = self.wq_b(qr).view(b, s, self.H, self.d)
+        kv = self.wkv(x)
+        slots = min(s, self.w)
+        win = (torch.arange(s, device=x.device)[:, None] - torch.arange(slots, device=x.device)[None, :]).clamp(min=0)
+        keys = kv[:, win]  # [b, s, W, d]
+        if self.r:
+            comp = self._pool(self.c_kv(x), self.c_gate(x), self.d)  # [b, n, d]
+            n = s // self.r
+            if self.r == 4:
+                iq = self.i_q(qr).view(b, s, self.ih, self.idim)
+                ik = self._pool(self.i_kv(x), self.i_gate(x), self.idim)
+                score = (torch.einsum("bshd,btd->bsht", iq, ik).relu() * self.i_w(x)[..., None]).sum(2)
+                idx = score.topk(min(self.topk, n), dim=-1).indices  # [b, s, K]
+                sel = torch.gather(comp[:, None].expand(b, s, n, self.d), 2, idx[..., None].expand(-1, -1, -1, self.d))
+            else:
+                sel = comp[:, None].expand(b, s, n, self.d)
+            keys = torch.cat([keys, sel], dim=2)
+        p = torch.einsum("bshd,bskd->bshk", q, keys).softmax(-1)
+        o = torch.einsum("bshk,bskd->bshd", p, keys).reshape(b, s, self.og, -1)
+        o = torch.einsum("bsgd,grd->bsgr", o, self.wo_a.weight.view(self.og, self.ol, -1))
+        return self.wo_b(o.flatten(2))
+
+
+class HyperConnectionMix(nn.Module):
+    """DeepSeek-V4 Block.hc_pre's one matmul: [T, n·h] x [n·h, (2 + n)·n] (the rest is element-wise)."""
+
+    def __init__(self, h: int, n: int):
+        super().__init__()
+        self.n = n
+        self.fn = nn.Parameter(torch.empty((2 + n) * n, n * h))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [b, s, n, h]
+        flat = x.flatten(2).float()
+        mixes = F.linear(flat, self.fn) * torch.rsqrt(flat.square().mean(-1, keepdim=True) + 1e-6)
+        pre = mixes[..., :self.n].sigmoid()
+        return (pre.unsqueeze(-1) * x).sum(dim=2)

@@ -23,6 +23,7 @@ from perfmodel.parallel.ranks import expert_dp_stride, group_stride
 from perfmodel.parallel.split import EDGE_KINDS, chunk_layers, stage_layers
 from perfmodel.workload.builder import build_graph
 from perfmodel.workload.graph import Graph, Layer
+from perfmodel.workload.hyper_connections import streams
 from perfmodel.workload.moe import MoEOptions
 from perfmodel.workload.spec import ModelSpec
 
@@ -202,8 +203,8 @@ def p2p_time_s(system: System, plan: ParallelPlan, graph: Graph, spec: ModelSpec
     tokens = graph.tokens // plan.cp
     # each tp rank sends 1/tp of the activation and the receivers all-gather it over the
     # scale-up fabric (Megatron's scatter/gather optimisation, Narayanan et al. 2021 §4.1;
-    # with sequence parallelism the activation is already split)
-    size = tokens * spec.hidden * ACT_BYTES / plan.tp
+    # with sequence parallelism the activation is already split); hyper-connections send n streams
+    size = tokens * spec.hidden * streams(spec) * ACT_BYTES / plan.tp
     return collective_time_s(system, "send_recv", size, 2, stride) * system.p2p_time_factor
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from perfmodel import precision as registry
 from perfmodel.errors import LayoutError
+from perfmodel.workload import hyper_connections as hc
+from perfmodel.workload.compressed_attention import csa_attention_ops, csa_params
 from perfmodel.workload.graph import Comm, Graph, Layer, Op
 from perfmodel.workload.latent_moe import latent_params
 from perfmodel.workload.moe import MoEOptions, moe_block
@@ -131,10 +133,11 @@ def _with_mtp(spec: ModelSpec, head: Layer, b: int, s: int, T: int, tp: int, cp:
     for depth in range(spec.mtp_depth):
         sub = [_elementwise(f"mtp{depth}_norms", 2 * Tl * h, 1, 1, 5, saved=2 * Tl * h * ACT_BYTES, kind="norm"),
                _gemm(f"mtp{depth}_eh_proj", T, h // tp if h % tp == 0 else h, 2 * h, precision)]
+        scope = f"c{spec.compress_ratio(spec.num_layers + depth)}" if spec.csa is not None else "global"
         for sym in pattern:
             kind = {"M": ("mamba", None), "*": ("attention", None), "-": (None, "dense"), "E": (None, "moe")}[sym]
             layer = _block(spec, b, s, T, tp, cp, ep, sp, precision, attn_impl, moe=kind[1] == "moe", count=1,
-                           mixer=kind[0], ffn=kind[1], moe_opts=moe_opts)
+                           mixer=kind[0], ffn=kind[1], moe_opts=moe_opts, scope=scope)
             sub += [_replace(o, name=f"mtp{depth}_{o.name}") for o in layer.ops]
             comms += [_replace_comm(c, f"mtp{depth}_{c.name}") for c in layer.comms]
             if depth == 0 or not spec.mtp_shared_weights:
@@ -146,8 +149,9 @@ def _with_mtp(spec: ModelSpec, head: Layer, b: int, s: int, T: int, tp: int, cp:
         sub += [_replace(o, name=f"mtp{depth}_{o.name}") for o in out_ops]
         ops += sub
         if depth == 0 or not spec.mtp_shared_weights:
-            extra = 2 * h * h + 3 * ln_params  # eh_proj and the enorm / hnorm / final norms
-            params += 2 * h * h / tp + 3 * ln_params
+            # eh_proj and the enorm / hnorm / final norms; with hyper-connections the block's own head mix
+            extra = 2 * h * h + 3 * ln_params + hc.head_params(spec)
+            params += 2 * h * h / tp + 3 * ln_params + hc.head_params(spec)
             params_full += extra
             active_full += extra
     head_active = head.params_full if head.active_params_full is None else head.active_params_full
@@ -174,8 +178,10 @@ def _embedding(spec: ModelSpec, b: int, s: int, T: int, tp: int, sp: bool, preci
     if spec.family == "encoder":
         pos += 2 * h  # BERT token-type (segment) embeddings, 2 types
     full = V * h + pos
-    ops = (Op("embedding_lookup", "embedding", flop=0.0, bytes=2 * T * h * ACT_BYTES, saved_bytes=0.0,
-              bwd_flop_factor=0.0, bwd_bytes_factor=2.0, weight_params=V * h / tp + pos),)
+    ops: tuple[Op, ...] = (Op("embedding_lookup", "embedding", flop=0.0, bytes=2 * T * h * ACT_BYTES, saved_bytes=0.0,
+                              bwd_flop_factor=0.0, bwd_bytes_factor=2.0, weight_params=V * h / tp + pos),)
+    if spec.hyper_connections is not None:
+        ops += (hc.hc_expand_op(spec, T // tp if sp else T),)
     comms: tuple[Comm, ...] = ()
     if tp > 1:
         # vocab-parallel embedding: partial lookups summed over tp; under sp the reduce-scatter's
@@ -196,7 +202,10 @@ def _head(spec: ModelSpec, b: int, s: int, T: int, tp: int, sp: bool, precision:
         return Layer("head", "head", 1, head_ops, params=params, params_full=params, recomputable=False)
     V = spec.vocab or 1
     ops: list[Op] = [norm]
-    extra = 0
+    extra = 0.0
+    if spec.hyper_connections is not None:
+        ops = [*hc.hc_head_ops(spec, Tl), norm]  # the n streams mixed back into one before the final norm
+        extra = hc.head_params(spec)
     if spec.family == "encoder":
         # BERT masked-LM head: dense h->h + GELU + LayerNorm before the (tied) decoder, which has a bias
         ops += [_gemm("mlm_transform", T, h, h, precision, bias=True),
@@ -362,7 +371,12 @@ def _block(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, ep: int, s
     dropout_add = lambda nm: _elementwise(nm, Tl * h, 2, 1.5, 2, saved=Tl * h * 1, bwd_bytes_factor=1.5)  # noqa: E731
     ops: list[Op] = []
     attn_params = ffn_params = 0.0
-    if mixer == "attention":
+    csa_comms: list[Comm] = []
+    if mixer == "attention" and spec.csa is not None:
+        # DeepSeek-V4 window + compressed (sparse) attention, ratio from the scope 'c<r>'
+        attn_ops, attn_params, csa_comms = csa_attention_ops(spec, int(scope[1:]), b, s, T, tp, cp, precision, saved_in)
+        ops += [norm("norm1"), *attn_ops, dropout_add("attn_residual")]
+    elif mixer == "attention":
         attn_ops, attn_params = _attention_ops(spec, b, s, T, tp, cp, precision, attn_impl, saved_in, scope)
         ops += [norm("norm1"), *attn_ops, dropout_add("attn_residual")]
     elif mixer == "mamba":
@@ -370,7 +384,7 @@ def _block(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, ep: int, s
         ops += [norm("norm1"), *mamba_ops, dropout_add("mamba_residual")]
     if ffn is not None:
         ops.append(norm("norm2"))
-    comms: list[Comm] = list(mamba_comms) if mixer == "mamba" else []
+    comms: list[Comm] = list(mamba_comms) if mixer == "mamba" else csa_comms
     expert_params = 0.0
     moe_tp_region = 0  # the MoE FFN is a tp region only through its shared experts
     if ffn == "dense":
@@ -392,6 +406,7 @@ def _block(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, ep: int, s
         ffn_params, expert_params = blk.params, blk.expert_params
     if ffn is not None:
         ops.append(dropout_add("mlp_residual"))
+    ops, hc_params = hc.with_hyper_connections(spec, ops, Tl)  # n residual streams (DeepSeek-V4 mHC)
     if tp > 1:
         act = T * h * ACT_BYTES
         # one gather/scatter pair per tp-sharded sub-layer
@@ -415,8 +430,8 @@ def _block(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, ep: int, s
         else:
             comms += [Comm("cp_kv_ring", "all_gather", "cp", kv_bytes, 1, 2, overlappable=True)]
     nsub = (mixer is not None) + (ffn is not None)
-    params = nsub * ln_params + attn_params + ffn_params
-    params_full = _full_params(spec, moe, ln_params, mixer, ffn)
+    params = nsub * ln_params + attn_params + ffn_params + hc_params
+    params_full = _full_params(spec, moe, ln_params, mixer, ffn, scope)
     active = None
     if moe:
         E, k, width = spec.num_experts or 1, spec.top_k or 1, spec.moe_ffn_hidden or h
@@ -425,13 +440,15 @@ def _block(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, ep: int, s
     name, kind = _layer_name(spec, mixer, ffn, scope)
     return Layer(name, kind, count, tuple(ops), tuple(comms),
                  params=params, params_full=params_full, expert_params=expert_params,
-                 input_bytes=Tl * h * ACT_BYTES, active_params_full=active)
+                 input_bytes=Tl * h * hc.streams(spec) * ACT_BYTES, active_params_full=active)
 
 
 def _layer_name(spec: ModelSpec, mixer: str | None, ffn: str | None, scope: str) -> tuple[str, str]:
     """(Layer name, Layer kind): 'layers' / 'moe_layers' for standard layers (suffix '_local' for
     local attention), 'mamba_layers', 'attention_layers', 'mlp_layers', 'moe_layers' in a pattern."""
     local = "_local" if scope == "local" and mixer == "attention" else ""
+    if spec.csa is not None and mixer == "attention":
+        local = f"_{scope}"  # DeepSeek-V4: one layer kind per compress ratio
     if spec.layer_pattern is None:
         return ("moe_layers" if ffn == "moe" else "layers") + local, "moe" if ffn == "moe" else "transformer"
     if mixer == "mamba":
@@ -442,7 +459,7 @@ def _layer_name(spec: ModelSpec, mixer: str | None, ffn: str | None, scope: str)
 
 
 def _full_params(spec: ModelSpec, moe: bool, ln_params: int, mixer: str | None = "attention",
-                 ffn_kind: str | None = "dense") -> float:
+                 ffn_kind: str | None = "dense", scope: str = "global") -> float:
     """Unsharded parameters of one layer, written out from the architecture."""
     if ffn_kind is not None:
         ffn_kind = "moe" if moe else "dense"
@@ -459,6 +476,8 @@ def _full_params(spec: ModelSpec, moe: bool, ln_params: int, mixer: str | None =
         qkv = (heads + 2 * kvh) * d
         attn = h * qkv + heads * d * h + ((qkv + h) if bias else 0)
     attn += heads if spec.attention_sink_logits else 0
+    if mixer == "attention" and spec.csa is not None:
+        attn = int(csa_params(spec, int(scope[1:])))
     if mixer == "mamba":
         attn = int(mamba2_params(spec))
     elif mixer is None:
@@ -477,7 +496,7 @@ def _full_params(spec: ModelSpec, moe: bool, ln_params: int, mixer: str | None =
     else:
         mlp = ffn(spec.ffn_hidden or 4 * h, bias)
     nsub = (mixer is not None) + (ffn_kind is not None)
-    return nsub * ln_params + attn + mlp
+    return nsub * (ln_params + hc.sublayer_params(spec)) + attn + mlp
 
 
 # --------------------------------------------------------------------------------------------

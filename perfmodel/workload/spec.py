@@ -41,6 +41,38 @@ class MLA(BaseModel):
     v_head_dim: int = Field(gt=0)
 
 
+class CompressedSparseAttention(BaseModel):
+    """DeepSeek-V4 hybrid attention (HF DeepseekV4 config names in brackets): one shared K = V head
+    of `head_dim` [head_dim], a low-rank query [q_lora_rank], a grouped low-rank output
+    [o_groups, o_lora_rank], a sliding window [sliding_window] and per layer a compress ratio
+    [compress_ratios]: 0 window only, `indexed_ratio` the top-k an indexer selects
+    [index_topk, index_n_heads, index_head_dim] (CSA), other ratios every compressed key (HCA).
+    Costs: perfmodel/workload/compressed_attention.py."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    head_dim: int = Field(gt=0)
+    rope_head_dim: int = Field(gt=0)
+    q_lora_rank: int = Field(gt=0)
+    o_lora_rank: int = Field(gt=0)
+    o_groups: int = Field(gt=0)
+    window: int = Field(gt=0)
+    compress_ratios: tuple[int, ...] = Field(
+        description="per layer (then per MTP depth, as the HF config lists them): 0, indexed_ratio or another ratio")
+    index_heads: int = Field(gt=0)
+    index_head_dim: int = Field(gt=0)
+    index_topk: int = Field(gt=0)
+    indexed_ratio: int = Field(4, gt=0, description="the ratio whose layers select keys with the indexer (4 in DeepSeek's code)")
+
+
+class HyperConnections(BaseModel):
+    """Manifold-constrained hyper-connections (DeepSeek-V4 hc_mult, hc_sinkhorn_iters): the residual
+    stream is `streams` copies of the hidden state; costs: perfmodel/workload/hyper_connections.py."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    streams: int = Field(gt=1)
+    sinkhorn_iters: int = Field(20, ge=0)
+
+
 class Mamba2(BaseModel):
     """Mamba-2 mixer sizes (Dao & Gu 2024; Megatron-Core MambaMixer / HF NemotronH config names:
     mamba_num_heads, mamba_head_dim, ssm_state_size, n_groups, conv_kernel, chunk_size)."""
@@ -90,8 +122,10 @@ class ModelSpec(BaseModel):
     tied_embeddings: bool = False
     bias: bool = True
     causal: bool = True
-    attention: Literal["mha", "gqa", "mla"] = "mha"
+    attention: Literal["mha", "gqa", "mla", "csa"] = "mha"
     mla: MLA | None = None
+    csa: CompressedSparseAttention | None = Field(None, description="DeepSeek-V4 window + compressed (sparse) attention")
+    hyper_connections: HyperConnections | None = None
     sliding_window: int | None = Field(None, gt=0, description="local layers: each query sees the last w keys (itself included)")
     attention_chunk: int | None = Field(None, gt=0, description="local layers: queries see only keys of their own chunk (Llama 4)")
     global_every: int | None = Field(
@@ -156,6 +190,7 @@ class ModelSpec(BaseModel):
             raise SpecError("mla", "attention is 'mla' but no mla sizes given", "q_lora_rank, kv_lora_rank, ...")
         if self.mla is not None and self.attention != "mla":
             raise SpecError("attention", f"{self.attention!r} but mla sizes are given", "'mla', or drop the mla block")
+        self._check_csa()
         if self.family == "moe" and self.top_k and self.num_experts and self.top_k > self.num_experts:
             raise SpecError("top_k", f"{self.top_k} > num_experts {self.num_experts}", "top_k <= num_experts")
         if self.moe_router_groups > 1 or self.moe_router_group_topk is not None:
@@ -213,6 +248,30 @@ class ModelSpec(BaseModel):
             raise SpecError("mamba.num_groups", f"{self.mamba.num_groups} does not divide num_heads {self.mamba.num_heads}",
                             "a divisor of mamba.num_heads")
 
+    def _check_csa(self) -> None:
+        if (self.attention == "csa") != (self.csa is not None):
+            raise SpecError("csa", f"attention {self.attention!r} with csa sizes {'given' if self.csa else 'missing'}",
+                            "attention 'csa' together with a csa block, or neither")
+        if self.csa is None:
+            return
+        n = len(self.csa.compress_ratios)
+        if n < self.num_layers:
+            raise SpecError("csa.compress_ratios", f"{n} entries for {self.num_layers} layers",
+                            f"at least {self.num_layers} entries (one per layer, then the MTP depths')")
+        if any(r < 0 for r in self.csa.compress_ratios):
+            raise SpecError("csa.compress_ratios", f"{list(self.csa.compress_ratios)} has a negative ratio", "ratios >= 0")
+        if self.layer_pattern is not None or self.sliding_window is not None or self.attention_chunk is not None:
+            raise SpecError("csa", "combined with layer_pattern, sliding_window or attention_chunk",
+                            "csa's own window (csa.window) on a plain layer stack")
+
+    def compress_ratio(self, i: int) -> int:
+        """Compress ratio of attention layer i (i >= num_layers: MTP depth i - num_layers; a
+        ratio list without MTP entries gives them a window-only layer)."""
+        if self.csa is None:
+            return 0
+        r = self.csa.compress_ratios
+        return r[i] if i < len(r) else 0
+
     def _check_attention_variants(self) -> None:
         if self.sliding_window is not None and self.attention_chunk is not None:
             raise SpecError("attention_chunk", "both sliding_window and attention_chunk are given", "one of them")
@@ -225,8 +284,9 @@ class ModelSpec(BaseModel):
 
     def layer_kinds(self) -> tuple[tuple[str | None, str | None, str], ...]:
         """Per layer (mixer, ffn, attention scope): mixer 'attention' | 'mamba' | None, ffn 'dense' |
-        'moe' | None, scope 'global' | 'local'. A layer pattern gives one sub-layer per symbol;
-        otherwise every layer is attention + FFN (MoE where `is_moe_layer`)."""
+        'moe' | None, scope 'global' | 'local' | 'c<r>' (DeepSeek-V4 attention of compress ratio r).
+        A layer pattern gives one sub-layer per symbol; otherwise every layer is attention + FFN
+        (MoE where `is_moe_layer`)."""
         local = self.sliding_window is not None or self.attention_chunk is not None
         out: list[tuple[str | None, str | None, str]] = []
         n_attn = 0
@@ -238,7 +298,9 @@ class ModelSpec(BaseModel):
             else:
                 mixer, ffn = "attention", ("moe" if self.is_moe_layer(i) else "dense")
             scope = "global"
-            if mixer == "attention":
+            if mixer == "attention" and self.csa is not None:
+                scope = f"c{self.compress_ratio(i)}"  # DeepSeek-V4: the layer's compress ratio
+            elif mixer == "attention":
                 if local and not (self.global_every is not None and (n_attn + 1) % self.global_every == 0):
                     scope = "local"
                 n_attn += 1
