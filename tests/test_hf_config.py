@@ -112,6 +112,23 @@ def test_nemotron_h_maps_the_hybrid_pattern_and_mamba_sizes() -> None:
     assert (nano.family, nano.num_experts, nano.top_k, nano.moe_ffn_hidden, nano.num_shared_experts) == (
         "moe", 128, 6, 1856, 2)
     assert nano.layer_pattern is not None and nano.layer_pattern.count("E") == 23
+    assert nano.moe_latent_size is None
+
+
+def test_nemotron_h_latent_moe_size_is_read(tmp_path: Path) -> None:
+    """A NemotronH config with moe_latent_size (Nemotron 3 Super / Ultra's LatentMoE) keeps it:
+    routed experts at the latent width, not silently at the hidden width."""
+    cfg = json.loads((HF / "nemotron3-nano-30b-a3b.json").read_text())
+    cfg["moe_latent_size"] = 1024
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    spec = load_hf_config(path)
+    assert spec.moe_latent_size == 1024
+    nano = load_hf_config(HF / "nemotron3-nano-30b-a3b.json")
+    E, f, h = 128, 1856, spec.hidden
+    # per MoE layer: experts shrink from h-wide to 1024-wide, plus the two h x 1024 projections
+    delta = (param_counts(nano)[0] - param_counts(spec)[0]) / 23
+    assert delta == E * 2 * (h - 1024) * f - 2 * h * 1024
 
 
 def test_local_attention_layouts() -> None:

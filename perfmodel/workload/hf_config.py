@@ -128,7 +128,9 @@ EXTRA: dict[str, frozenset[str]] = {
                              "mamba_ssm_cache_dtype", "norm_eps",
                              # MoE hybrids (Nemotron 3): routed experts plus one shared expert
                              "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
-                             "moe_shared_expert_intermediate_size", "n_shared_experts"}),
+                             "moe_shared_expert_intermediate_size", "n_shared_experts",
+                             # LatentMoE (Nemotron 3 Super / Ultra): routed experts at this width
+                             "moe_latent_size"}),
 }
 # outer fields of the multimodal wrappers besides text_config (the vision tower is not modelled)
 WRAPPER_FIELDS = frozenset({"text_config", "vision_config", "boi_token_index", "eoi_token_index", "image_token_index",
@@ -426,7 +428,8 @@ def _nemotron_h_fields(cfg: dict[str, Any], need: Callable[[str], int], L: int, 
                             f"moe_intermediate_size {width}", "a multiple (ModelSpec sizes the shared expert as "
                             "num_shared_experts routed-expert widths)", file)
         out = {"family": "moe", "num_experts": need("n_routed_experts"), "top_k": need("num_experts_per_tok"),
-               "moe_ffn_hidden": width, "num_shared_experts": shared // width}
+               "moe_ffn_hidden": width, "num_shared_experts": shared // width,
+               "moe_latent_size": cfg.get("moe_latent_size")}
         if "-" not in pattern:
             out["ffn_hidden"] = None
     return out | {"layer_pattern": pattern, "position": "none",
