@@ -80,3 +80,21 @@ def test_latent_size_must_be_below_hidden_on_an_moe_model() -> None:
         _tiny(moe_latent_size=512)
     with pytest.raises(ValueError, match="moe_latent_size"):
         _tiny(family="dense", ffn_hidden=1024, moe_latent_size=128)
+
+
+def test_replicated_latent_projection_gradients_all_reduce_over_tp():
+    """Under sequence parallelism every tp rank holds the duplicated latent projections (and the
+    layer norms) whole; Megatron-Core all-reduces their gradients over tp once per step."""
+    import perfmodel
+    from perfmodel import ParallelPlan
+    from perfmodel.comm.collectives import collective_time_s
+    from perfmodel.engines.stages import plan_graph, sp_replicated_grad_sync_s
+
+    spec = WL["nemotron3-super"]
+    system = perfmodel.resolve_system("h100-sxm5-80gb", None, 16)[0]
+    plan = ParallelPlan(tp=2, ep=8, dp=8, global_batch=8, micro_batch=1, sequence_parallel=True, seq_len=2048)
+    g = plan_graph(spec, plan)
+    params = 89 * 4096 + 40 * 2 * 4096 * 1024  # 88 layer norms + the final norm, 40 x (down + up)
+    want = collective_time_s(system, "all_reduce", params * 4, 2, 1)
+    assert sp_replicated_grad_sync_s(system, plan, g, 0) == pytest.approx(want, rel=1e-12)
+    assert sp_replicated_grad_sync_s(system, plan.model_copy(update={"sequence_parallel": False}), g, 0) == 0.0

@@ -273,6 +273,26 @@ def tied_embedding_sync_s(system: System, plan: ParallelPlan, spec: ModelSpec | 
     return collective_time_s(system, "all_reduce", emb, 2, plan.tp * plan.cp * plan.dp)
 
 
+# weights every tp rank holds whole while their inputs are sequence-parallel shards: the layer
+# norms and LatentMoE's duplicated projections (TELinear parallel_mode="duplicated" sets
+# param.sequence_parallel); Megatron-Core all-reduces their gradients over tp once per step
+# (finalize_model_grads._allreduce_non_tensor_model_parallel_grads, one coalesced all-reduce)
+SP_REPLICATED_OPS = ("norm1", "norm2", "final_norm", "moe_latent_down", "moe_latent_up")
+
+
+def sp_replicated_grad_sync_s(system: System, plan: ParallelPlan, graph: Graph, rank: int) -> float:
+    """All-reduce over tp of the gradients of pipeline rank `rank`'s sequence-parallel
+    replicated weights (SP_REPLICATED_OPS), at plan.grad_bytes per element; 0 without sp."""
+    if plan.tp <= 1 or not plan.sequence_parallel:
+        return 0.0
+    params = sum(n * sum(op.weight_params for op in layer.ops if op.name in SP_REPLICATED_OPS)
+                 for layer, n in stage_layers(graph, plan.pp, rank, plan.vp))
+    if params <= 0:
+        return 0.0
+    degree, stride = group_stride(plan, "tp")
+    return collective_time_s(system, "all_reduce", params * plan.grad_bytes, degree, stride)
+
+
 def fp8_gemms_per_chunk(graph: Graph, plan: ParallelPlan) -> float:
     """fp8 / fp4 GEMMs (a grouped GEMM counts its groups, as TE's GroupedLinear does) of the
     transformer layers one model chunk holds: the body's over pp·vp chunks."""
@@ -305,5 +325,5 @@ __all__ = [
     "chunk_costs", "comm_contention_fraction", "delayed_amax_s_per_micro_batch", "dp_collectives", "fp8_gemms_per_chunk",
     "graph_flop_per_step", "layers_cost",
     "model_flop_per_step", "model_graph", "moe_options", "optimizer_matrix_s", "optimizer_s_per_param", "p2p_time_s",
-    "plan_graph", "rank_costs", "tied_embedding_sync_s",
+    "plan_graph", "rank_costs", "sp_replicated_grad_sync_s", "tied_embedding_sync_s",
 ]

@@ -21,6 +21,7 @@ from perfmodel.engines.stages import (
     p2p_time_s,
     plan_graph,
     rank_costs,
+    sp_replicated_grad_sync_s,
     tied_embedding_sync_s,
 )
 from perfmodel.estimate import Estimate
@@ -58,13 +59,15 @@ class StepInputs:
         return tuple(float(sched.stage_s(r.fwd_s, r.bwd_s, r.bwd_input_s, r.wgrad_s)) + hops for r in self.ranks)
 
     def optimizer_s(self, rank: int) -> float:
-        """Optimizer step of pipeline rank `rank`, with the tied-embedding sync and the step's
-        delayed-scaling amax all-reduces (latency-bound, issued per micro-batch and chunk)."""
+        """Optimizer step of pipeline rank `rank`, with the step's small synchronous collectives:
+        the tied-embedding sync, the tp all-reduce of sequence-parallel replicated gradients and
+        the delayed-scaling amax all-reduces (latency-bound, issued per micro-batch and chunk)."""
         plan, r = self.plan, self.ranks[rank]
         local = cf.local_params(plan.zero_stage, r.dense_params, r.expert_params, plan.dp * plan.cp, plan.edp)
         extra = (tied_embedding_sync_s(self.system, plan, self.spec)
                  + optimizer_matrix_s(self.system, plan, self.spec, self.graph, rank)
-                 + plan.num_micro_batches * delayed_amax_s_per_micro_batch(self.system, plan, self.graph))
+                 + plan.num_micro_batches * delayed_amax_s_per_micro_batch(self.system, plan, self.graph)
+                 + sp_replicated_grad_sync_s(self.system, plan, self.graph, rank))
         return float(cf.optimizer_step_s(local, optimizer_s_per_param(self.system.accelerator, plan.optimizer), extra))
 
 

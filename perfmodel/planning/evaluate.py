@@ -37,6 +37,7 @@ from perfmodel.engines.stages import (
     optimizer_matrix_s,
     optimizer_s_per_param,
     p2p_time_s,
+    sp_replicated_grad_sync_s,
     tied_embedding_sync_s,
 )
 from perfmodel.hardware.catalog import System
@@ -84,7 +85,7 @@ class LayoutCosts(NamedTuple):
     reduce_scatter_s: float
     all_gather_s: float
     p2p_s: float
-    optimizer_extra_s: float  # tied-embedding sync and the non-element-wise optimizer work (Muon)
+    optimizer_extra_s: float  # tied-embedding sync, sp replicated-gradient all-reduce, non-element-wise optimizer work
     amax_per_mb_s: float  # delayed scaling's amax all-reduces per micro-batch (stages.delayed_amax_s_per_micro_batch)
 
 
@@ -252,7 +253,8 @@ class Evaluator:
             st.t_max_s, st.t_sum_s, st.avg_wgrad_s, st.worst_fwd_s, st.worst_bwd_s,
             st.worst_dense_params, st.worst_expert_params, st.worst_layers, dpc.all_reduce_s, dpc.reduce_scatter_s,
             dpc.all_gather_s, self.p2p(tp, cp, pp, dp, mb),
-            self.tied_embedding(tp, cp, pp, dp) + self.optimizer_matrix(tp, cp, pp, vp, dp, st.worst_rank),
+            self.tied_embedding(tp, cp, pp, dp) + self.optimizer_matrix(tp, cp, pp, vp, dp, st.worst_rank)
+            + self.sp_grad_sync(tp, cp, ep, sp, pp, vp, dp, st.worst_rank),
             self.fp8_amax(tp, cp, ep, pp, vp, dp))
         self._costs[key] = out
         return out
@@ -268,6 +270,16 @@ class Evaluator:
         key = ("emb", tp, cp, pp > 1, dp)
         if key not in self._coll:
             self._coll[key] = tied_embedding_sync_s(self.system, self.plan(tp=tp, cp=cp, pp=pp, dp=dp), self.spec)
+        return self._coll[key]
+
+    def sp_grad_sync(self, tp: int, cp: int, ep: int, sp: int, pp: int, vp: int, dp: int, rank: int) -> float:
+        """The tp all-reduce of sequence-parallel replicated gradients (stages.sp_replicated_grad_sync_s)."""
+        if not sp or tp == 1:
+            return 0.0
+        key = ("spgrad", tp, cp, ep, pp, vp, dp, rank)
+        if key not in self._coll:
+            plan = self.plan(tp=tp, cp=cp, ep=ep, pp=pp, vp=vp, dp=dp, sequence_parallel=True)
+            self._coll[key] = sp_replicated_grad_sync_s(self.system, plan, self.graph(tp, cp, ep, 1, 1), rank)
         return self._coll[key]
 
     def fp8_amax(self, tp: int, cp: int, ep: int, pp: int, vp: int, dp: int) -> float:
