@@ -41,6 +41,16 @@ def test_megatron_mixtral_example_is_the_catalogue_mixtral() -> None:
     assert (lay["tp"], lay["pp"], lay["ep"], lay["sp"], lay["zero"], lay["global_batch"]) == (1, 4, 8, False, 1, 256)
 
 
+def test_megatron_moe_latent_size_is_read() -> None:
+    """--moe-latent-size (Nemotron 3 Super's release config) puts the routed experts at the latent
+    width instead of being ignored (which would size them at the hidden width)."""
+    base = ("--num-layers 2 --hidden-size 4096 --num-attention-heads 32 --ffn-hidden-size 2688 --seq-length 4096 "
+            "--vocab-size 131072 --num-experts 512 --moe-router-topk 22 --moe-shared-expert-intermediate-size 5376")
+    job = parse_megatron_args(base + " --moe-latent-size 1024")
+    assert job.spec.moe_latent_size == 1024 and "moe-latent-size" not in " ".join(job.ignored)
+    assert parse_megatron_args(base).spec.moe_latent_size is None
+
+
 def test_megatron_bridge_overrides_vp_recompute_fp8_and_moe_pattern() -> None:
     job = parse_megatron_args(
         "model.num_layers=61 model.hidden_size=7168 model.num_attention_heads=128 model.seq_length=4096 "

@@ -18,7 +18,8 @@ What is read (Megatron's defaults where the list is silent):
   --position-embedding-type / --use-rotary-position-embeddings / --no-position-embedding,
   --untie-embeddings-and-output-weights (Megatron ties by default), --disable-bias-linear;
   MoE: --num-experts, --moe-router-topk, --moe-ffn-hidden-size, --moe-shared-expert-intermediate-size,
-  --moe-layer-freq (an integer or a Python list pattern of 0/1 such as `([0]*3+[1]*58)`);
+  --moe-layer-freq (an integer or a Python list pattern of 0/1 such as `([0]*3+[1]*58)`),
+  --moe-latent-size (LatentMoE);
   MLA: --multi-latent-attention, --q-lora-rank, --kv-lora-rank, --qk-head-dim,
   --qk-pos-emb-head-dim, --v-head-dim.
 - layout: --tensor-model-parallel-size, --pipeline-model-parallel-size,
@@ -59,7 +60,7 @@ VALUED = frozenset({"num-layers", "hidden-size", "ffn-hidden-size", "num-attenti
                     "num-layers-per-virtual-pipeline-stage", "virtual-pipeline-model-parallel-size",
                     "context-parallel-size", "expert-model-parallel-size", "expert-tensor-parallel-size",
                     "recompute-granularity", "micro-batch-size", "global-batch-size", "fp8-format", "fp8", "fp8-recipe",
-                    "fp4-format", "fp4-recipe", "optimizer"})
+                    "fp4-format", "fp4-recipe", "optimizer", "moe-latent-size"})
 # Megatron's --fp8-recipe / --fp4-recipe -> (precision, perfmodel fp8_recipe)
 RECIPES = {"delayed": ("fp8", "delayed"), "tensorwise": ("fp8", "current"), "blockwise": ("fp8", "blockwise"),
            "mxfp8": ("mxfp8", "mxfp8"), "nvfp4": ("nvfp4", "nvfp4")}
@@ -244,7 +245,8 @@ def _job(got: dict[str, Any], ignored: list[str], model_id: str, source: str) ->
             raise SpecError("--moe-shared-expert-intermediate-size", f"{shared} is not a multiple of the expert width "
                             f"{width}", "n_shared x --moe-ffn-hidden-size")
         data.update(family="moe", num_experts=_int(got, "num-experts"), top_k=_int(got, "moe-router-topk", 2),
-                    moe_ffn_hidden=width, num_shared_experts=shared // width, first_dense_layers=first, moe_layer_freq=freq)
+                    moe_ffn_hidden=width, num_shared_experts=shared // width, first_dense_layers=first, moe_layer_freq=freq,
+                    moe_latent_size=_int(got, "moe-latent-size") if got.get("moe-latent-size") else None)
     if got.get("multi-latent-attention"):
         data.update(attention="mla", num_kv_heads=None, mla={
             "q_lora_rank": _int(got, "q-lora-rank"), "kv_lora_rank": _int(got, "kv-lora-rank", 512),
