@@ -51,6 +51,27 @@ def test_megatron_moe_latent_size_is_read() -> None:
     assert parse_megatron_args(base).spec.moe_latent_size is None
 
 
+def test_megatron_nemotron3_super_release_args_are_the_catalogue_model() -> None:
+    """NVIDIA's Nemotron 3 Super release arguments (Megatron-LM tests/functional_tests/.../
+    nemotron3_super_release_gb200/model_config.yaml, vocab given) build the catalogue model:
+    hybrid pattern with two '/*E' MTP depths, Mamba-2 sizes from Megatron's defaults, squared
+    ReLU, LatentMoE."""
+    args = ("--num-layers 88 --hidden-size 4096 --ffn-hidden-size 2688 --num-attention-heads 32 --group-query-attention "
+            "--num-query-groups 2 --kv-channels 128 --is-hybrid-model --mamba-num-heads 128 --hybrid-layer-pattern "
+            "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*EMEMEMEME/*E/*E "
+            "--position-embedding-type none --normalization RMSNorm --untie-embeddings-and-output-weights "
+            "--disable-bias-linear --squared-relu --seq-length 8192 --vocab-size 131072 --num-experts 512 "
+            "--moe-router-topk 22 --moe-latent-size 1024 --moe-shared-expert-intermediate-size 5376 "
+            "--mtp-num-layers 2 --mtp-use-repeated-layer --tensor-model-parallel-size 2")
+    job = parse_megatron_args(args)
+    assert param_counts(job.spec) == param_counts(get_workload("nemotron3-super"))
+    assert (job.spec.mtp_depth, job.spec.mtp_pattern, job.spec.mamba.state_dim) == (2, "*E", 128)  # type: ignore[union-attr]
+    with pytest.raises(SpecError, match="--mtp-num-layers"):
+        parse_megatron_args(args.replace("--mtp-num-layers 2", "--mtp-num-layers 3"))
+    with pytest.raises(SpecError, match="--hybrid-layer-pattern"):
+        parse_megatron_args(args.replace("--num-layers 88", "--num-layers 87"))
+
+
 def test_megatron_bridge_overrides_vp_recompute_fp8_and_moe_pattern() -> None:
     job = parse_megatron_args(
         "model.num_layers=61 model.hidden_size=7168 model.num_attention_heads=128 model.seq_length=4096 "

@@ -19,7 +19,9 @@ What is read (Megatron's defaults where the list is silent):
   --untie-embeddings-and-output-weights (Megatron ties by default), --disable-bias-linear;
   MoE: --num-experts, --moe-router-topk, --moe-ffn-hidden-size, --moe-shared-expert-intermediate-size,
   --moe-layer-freq (an integer or a Python list pattern of 0/1 such as `([0]*3+[1]*58)`),
-  --moe-latent-size (LatentMoE);
+  --moe-latent-size (LatentMoE); hybrid models: --hybrid-layer-pattern / --hybrid-override-pattern
+  (with '/'-separated MTP depths), --mamba-num-heads, --mamba-head-dim, --mamba-state-dim,
+  --mamba-num-groups, --squared-relu, --mtp-use-repeated-layer;
   MLA: --multi-latent-attention, --q-lora-rank, --kv-lora-rank, --qk-head-dim,
   --qk-pos-emb-head-dim, --v-head-dim.
 - layout: --tensor-model-parallel-size, --pipeline-model-parallel-size,
@@ -51,7 +53,8 @@ TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000, "BertWor
 FLAGS = frozenset({"swiglu", "untie-embeddings-and-output-weights", "disable-bias-linear", "group-query-attention",
                    "sequence-parallel", "recompute-activations", "fp16", "bf16", "use-distributed-optimizer",
                    "use-torch-fsdp2", "use-custom-fsdp", "multi-latent-attention", "use-rotary-position-embeddings",
-                   "no-position-embedding", "add-qkv-bias"})
+                   "no-position-embedding", "add-qkv-bias", "squared-relu", "is-hybrid-model",
+                   "mtp-use-repeated-layer"})
 VALUED = frozenset({"num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "num-query-groups",
                     "kv-channels", "seq-length", "vocab-size", "tokenizer-type", "make-vocab-size-divisible-by",
                     "normalization", "position-embedding-type", "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
@@ -60,7 +63,9 @@ VALUED = frozenset({"num-layers", "hidden-size", "ffn-hidden-size", "num-attenti
                     "num-layers-per-virtual-pipeline-stage", "virtual-pipeline-model-parallel-size",
                     "context-parallel-size", "expert-model-parallel-size", "expert-tensor-parallel-size",
                     "recompute-granularity", "micro-batch-size", "global-batch-size", "fp8-format", "fp8", "fp8-recipe",
-                    "fp4-format", "fp4-recipe", "optimizer", "moe-latent-size"})
+                    "fp4-format", "fp4-recipe", "optimizer", "moe-latent-size", "hybrid-layer-pattern",
+                    "hybrid-override-pattern", "mamba-num-heads", "mamba-head-dim", "mamba-state-dim", "mamba-num-groups",
+                    "mtp-num-layers"})
 # Megatron's --fp8-recipe / --fp4-recipe -> (precision, perfmodel fp8_recipe)
 RECIPES = {"delayed": ("fp8", "delayed"), "tensorwise": ("fp8", "current"), "blockwise": ("fp8", "blockwise"),
            "mxfp8": ("mxfp8", "mxfp8"), "nvfp4": ("nvfp4", "nvfp4")}
@@ -252,8 +257,38 @@ def _job(got: dict[str, Any], ignored: list[str], model_id: str, source: str) ->
             "q_lora_rank": _int(got, "q-lora-rank"), "kv_lora_rank": _int(got, "kv-lora-rank", 512),
             "qk_nope_head_dim": _int(got, "qk-head-dim", 128), "qk_rope_head_dim": _int(got, "qk-pos-emb-head-dim", 64),
             "v_head_dim": _int(got, "v-head-dim", 128)})
+    if got.get("squared-relu"):
+        data["activation"] = "squared_relu"
+    data.update(_hybrid(got, L, h))
     spec = ModelSpec.model_validate(data)
     return MegatronJob(spec, _layout(got, L, tp, pp), tuple(ignored))
+
+
+def _hybrid(got: dict[str, Any], L: int, h: int) -> dict[str, Any]:
+    """Megatron-Core hybrid models (Nemotron-H, Nemotron 3): --hybrid-layer-pattern (or the
+    deprecated --hybrid-override-pattern), one symbol per layer (M Mamba-2, * attention, - MLP,
+    E MoE; '|' marks pipeline boundaries), then '/'-separated MTP depths; Mamba-2 sizes with
+    Megatron's defaults (state 128, head dim 64, 8 groups, heads = 2h / head dim);
+    --mtp-use-repeated-layer: one MTP block's weights serve every depth."""
+    pattern = got.get("hybrid-layer-pattern") or got.get("hybrid-override-pattern")
+    if pattern is None:
+        return {}
+    main, *mtp = str(pattern).replace("|", "").split("/")
+    if len(main) != L:
+        raise SpecError("--hybrid-layer-pattern", f"{len(main)} layers in {main!r}", f"{L} symbols (--num-layers)")
+    out: dict[str, Any] = {"layer_pattern": main}
+    if "M" in main or any("M" in m for m in mtp):
+        hd = _int(got, "mamba-head-dim", 64)
+        out["mamba"] = {"num_heads": _int(got, "mamba-num-heads", 2 * h // hd), "head_dim": hd,
+                        "state_dim": _int(got, "mamba-state-dim", 128), "num_groups": _int(got, "mamba-num-groups", 8)}
+    if mtp:
+        if len(set(mtp)) != 1:
+            raise SpecError("--hybrid-layer-pattern", f"MTP depths {mtp} differ", "one pattern repeated per depth")
+        if "mtp-num-layers" in got and _int(got, "mtp-num-layers") != len(mtp):
+            raise SpecError("--mtp-num-layers", f"{got['mtp-num-layers']} but the pattern has {len(mtp)} MTP depths",
+                            str(len(mtp)))
+        out.update(mtp_pattern=mtp[0], mtp_depth=len(mtp), mtp_shared_weights=bool(got.get("mtp-use-repeated-layer")))
+    return out
 
 
 def _layout(got: dict[str, Any], L: int, tp: int, pp: int) -> dict[str, Any]:
