@@ -126,3 +126,18 @@ def test_estimate_runs_and_engines_agree():
     d = perfmodel.estimate("deepseek-v4-flash", "h100-sxm5-80gb", plan, engine="des")
     assert a.step_time_s == pytest.approx(d.step_time_s, rel=0.05)
     assert a.model_flop_per_step > 0 and a.step_time_s > 0
+
+
+def test_plan_checks_and_search_space_honour_the_attention_split():
+    """tp must divide the output groups and indexer heads too; cp stays 1 (not modelled): the
+    plan says so by name and the planner never proposes such a layout."""
+    from perfmodel.planning.space import SearchSpace, _cp_choices, _tp_choices
+
+    spec = WL["deepseek-v4-flash"]
+    with pytest.raises(LayoutError, match=r"tp 16 does not divide csa\.o_groups 8 .* valid tp: \[1, 2, 4, 8\]"):
+        perfmodel.estimate(spec, "h100-sxm5-80gb", ParallelPlan(tp=16, global_batch=4))
+    with pytest.raises(LayoutError, match="cp 2: context parallelism"):
+        perfmodel.estimate(spec, "h100-sxm5-80gb", ParallelPlan(cp=2, global_batch=4))
+    system = perfmodel.resolve_system("h100-sxm5-80gb", None, 64)[0]
+    assert _tp_choices(spec, system, SearchSpace(), 64) == [1, 2, 4, 8]
+    assert _cp_choices(spec, 4096, SearchSpace()) == [1]

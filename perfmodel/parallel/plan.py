@@ -148,6 +148,13 @@ class ParallelPlan(BaseModel):
                 raise LayoutError(f"tp {self.tp} does not divide num_heads {heads} of {spec.id}; valid tp: {_divisors(heads)}")
             if kv % self.tp and self.tp % kv:
                 raise LayoutError(f"tp {self.tp} and num_kv_heads {kv} of {spec.id}: one must divide the other; valid tp: {_divisors(kv)}")
+            if spec.csa is not None:
+                for what, n in (("csa.o_groups", spec.csa.o_groups), ("csa.index_heads", spec.csa.index_heads)):
+                    if n % self.tp:
+                        raise LayoutError(f"tp {self.tp} does not divide {what} {n} of {spec.id}; valid tp: {_divisors(n)}")
+                if self.cp > 1:
+                    raise LayoutError(f"cp {self.cp}: context parallelism of {spec.id}'s compressed sparse attention "
+                                      "is not modelled; valid cp: 1")
             s = self.seq_len or spec.seq_len
             if s % self.cp:
                 raise LayoutError(f"cp {self.cp} does not divide seq_len {s}")

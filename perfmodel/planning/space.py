@@ -71,11 +71,13 @@ def _tp_choices(spec: ModelSpec, system: System, space: SearchSpace, max_world: 
     heads, kv = spec.num_heads or 1, spec.kv_heads
     cap = system.domain_size if space.tp_within_node else max_world
     tps = [t for t in divisors(heads) if t <= cap and (kv % t == 0 or t % kv == 0)]
+    if spec.csa is not None:  # DeepSeek-V4: output groups and indexer heads are split over tp too
+        tps = [t for t in tps if spec.csa.o_groups % t == 0 and spec.csa.index_heads % t == 0]
     return [t for t in tps if t in space.tp] if space.tp else tps
 
 
 def _cp_choices(spec: ModelSpec, seq_len: int, space: SearchSpace) -> list[int]:
-    if not spec.is_transformer:
+    if not spec.is_transformer or spec.csa is not None:  # no cp for compressed sparse attention (not modelled)
         return [1]
     cps = space.cp or tuple(2**i for i in range(16) if 2**i <= space.max_cp)
     return [c for c in cps if seq_len % c == 0]
