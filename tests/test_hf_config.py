@@ -115,6 +115,27 @@ def test_nemotron_h_maps_the_hybrid_pattern_and_mamba_sizes() -> None:
     assert nano.moe_latent_size is None
 
 
+def test_nemotron3_super_style_config_is_the_catalogue_model(tmp_path: Path) -> None:
+    """Nemotron 3 Super / Ultra's HF config writes the pattern as layers_block_type (a list, with
+    num_hidden_layers null), the MTP block as mtp_layers_block_type with num_nextn_predict_layers
+    1, and moe_latent_size; with Super's sizes it builds the catalogue nemotron3-super with one
+    (unshared) MTP depth, i.e. the checkpoint's 123,611,033,088 elements less the router biases."""
+    cat = load_workload_file(Path(__file__).resolve().parents[1] / "workloads" / "nemotron3-super.yaml")
+    cfg = json.loads((HF / "nemotron3-nano-30b-a3b.json").read_text())
+    names = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+    del cfg["hybrid_override_pattern"]
+    cfg.update(num_hidden_layers=None, layers_block_type=[names[c] for c in cat.layer_pattern or ""],
+               mtp_layers_block_type=["attention", "moe"], num_nextn_predict_layers=1, moe_latent_size=1024,
+               hidden_size=4096, mamba_num_heads=128, n_routed_experts=512, num_experts_per_tok=22,
+               moe_intermediate_size=2688, intermediate_size=2688, moe_shared_expert_intermediate_size=5376,
+               moe_shared_expert_overlap=False)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    spec = load_hf_config(path)
+    assert (spec.num_layers, spec.layer_pattern, spec.mtp_pattern, spec.mtp_depth) == (88, cat.layer_pattern, "*E", 1)
+    assert param_counts(spec)[0] == 123_611_033_088 - 41 * 512
+
+
 def test_nemotron_h_latent_moe_size_is_read(tmp_path: Path) -> None:
     """A NemotronH config with moe_latent_size (Nemotron 3 Super / Ultra's LatentMoE) keeps it:
     routed experts at the latent width, not silently at the hidden width."""
@@ -200,8 +221,8 @@ def test_qwen3_moe_dense_layers_at_any_position(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("name", "change", "field", "words"), [
     ("nemotron3-nano-30b-a3b.json", {"moe_shared_expert_intermediate_size": 3000},
      "moe_shared_expert_intermediate_size", "not a multiple of moe_intermediate_size 1856"),
-    ("nemotron3-nano-30b-a3b.json", {"mtp_layers_block_type": ["attention", "moe"]}, "mtp_layers_block_type",
-     "unknown nemotron_h config field"),
+    ("nemotron3-nano-30b-a3b.json", {"mtp_layers_block_type": ["attention", "gdn"]}, "mtp_layers_block_type",
+     "unknown block type(s) ['gdn']"),
     ("nemotron-h-8b.json", {"mamba_proj_bias": True}, "mamba_proj_bias", "not modelled"),
     ("gpt-oss-20b.json", {"layer_types": ["sliding_attention"] * 12 + ["full_attention"] * 12}, "layer_types",
      "every k-th attention layer"),

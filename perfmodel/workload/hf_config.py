@@ -26,7 +26,9 @@ Mapped model types (the field names are those of the `transformers` configuratio
   mamba_head_dim, ssm_state_size, n_groups, conv_kernel, chunk_size, attention_head_dim (or head_dim),
   mlp_hidden_act relu2 (squared ReLU), no position embedding; MoE layers (Nemotron 3): n_routed_experts,
   num_experts_per_tok, moe_intermediate_size, and a shared expert of moe_shared_expert_intermediate_size
-  (a multiple of the routed width).
+  (a multiple of the routed width); Nemotron 3 Super / Ultra: layers_block_type (the pattern as a
+  list, num_hidden_layers null), mtp_layers_block_type x num_nextn_predict_layers (MTP block),
+  moe_latent_size (LatentMoE).
 
 Local attention: a sliding window (sliding_window; Mistral, Phi-3, gpt-oss, Gemma 2 / 3, Qwen2 with
 use_sliding_window) or a chunk (Llama 4) becomes ModelSpec's sliding_window / attention_chunk. Which
@@ -130,7 +132,11 @@ EXTRA: dict[str, frozenset[str]] = {
                              "n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
                              "moe_shared_expert_intermediate_size", "n_shared_experts",
                              # LatentMoE (Nemotron 3 Super / Ultra): routed experts at this width
-                             "moe_latent_size"}),
+                             "moe_latent_size",
+                             # Nemotron 3 Super / Ultra write the pattern as a list of block types, and
+                             # their MTP block the same way (num_nextn_predict_layers depths);
+                             # moe_shared_expert_overlap is a run-time stream choice
+                             "layers_block_type", "mtp_layers_block_type", "moe_shared_expert_overlap"}),
 }
 # outer fields of the multimodal wrappers besides text_config (the vision tower is not modelled)
 WRAPPER_FIELDS = frozenset({"text_config", "vision_config", "boi_token_index", "eoi_token_index", "image_token_index",
@@ -264,7 +270,11 @@ def spec_from_hf(cfg: dict[str, Any], *, model_id: str, seq_len: int | None = No
     if attn_bias != mlp_bias and mt != "gpt_oss":
         raise SpecError("attention_bias", f"attention_bias {attn_bias} with mlp_bias {mlp_bias}",
                         "both true or both false (ModelSpec has one bias switch)", file)
-    L = need("num_hidden_layers")
+    blocks = cfg.get("layers_block_type")
+    if mt == "nemotron_h" and cfg.get("num_hidden_layers") is None and isinstance(blocks, list):
+        L = len(blocks)  # Nemotron 3 Super / Ultra leave num_hidden_layers null
+    else:
+        L = need("num_hidden_layers")
     data: dict[str, Any] = {
         "id": model_id, "name": str((cfg.get("architectures") or [mt])[0]) + f" ({model_id})", "family": "dense",
         "source": f"Hugging Face config.json {file}", "num_layers": L,
@@ -408,11 +418,26 @@ def _moe_placement(moe: list[bool], data: dict[str, Any], file: str) -> dict[str
     return {"layer_pattern": "".join("*E" if m else "*-" for m in moe), "num_layers": 2 * L}
 
 
+NEMOTRON_BLOCKS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+
+
+def _block_symbols(cfg: dict[str, Any], key: str, file: str) -> str | None:
+    """A NemotronH list of block types (layers_block_type, mtp_layers_block_type) as a pattern."""
+    blocks = cfg.get(key)
+    if blocks is None:
+        return None
+    bad = [b for b in blocks if b not in NEMOTRON_BLOCKS] if isinstance(blocks, list) else [blocks]
+    if bad:
+        raise SpecError(key, f"unknown block type(s) {bad}", f"a list of {', '.join(NEMOTRON_BLOCKS)}", file)
+    return "".join(NEMOTRON_BLOCKS[b] for b in blocks)
+
+
 def _nemotron_h_fields(cfg: dict[str, Any], need: Callable[[str], int], L: int, file: str) -> dict[str, Any]:
-    pattern = cfg.get("hybrid_override_pattern")
+    pattern = cfg.get("hybrid_override_pattern") or _block_symbols(cfg, "layers_block_type", file)
     if not isinstance(pattern, str) or len(pattern) != L:
         raise SpecError("hybrid_override_pattern", f"{pattern!r}",
-                        f"a string of num_hidden_layers = {L} symbols (M Mamba-2, * attention, - MLP)", file)
+                        f"a string of num_hidden_layers = {L} symbols (M Mamba-2, * attention, - MLP, E MoE), or a "
+                        "layers_block_type list", file)
     if cfg.get("mamba_proj_bias"):
         raise SpecError("mamba_proj_bias", "true: biases on the Mamba-2 in / out projections are not modelled", "false", file)
     if cfg.get("use_conv_bias") is False:
@@ -432,6 +457,10 @@ def _nemotron_h_fields(cfg: dict[str, Any], need: Callable[[str], int], L: int, 
                "moe_latent_size": cfg.get("moe_latent_size")}
         if "-" not in pattern:
             out["ffn_hidden"] = None
+    mtp = _block_symbols(cfg, "mtp_layers_block_type", file)
+    if mtp:
+        # the checkpoint's MTP block, run num_nextn_predict_layers times with its own weights each
+        out |= {"mtp_pattern": mtp, "mtp_depth": cfg.get("num_nextn_predict_layers") or 1}
     return out | {"layer_pattern": pattern, "position": "none",
             "mamba": {"num_heads": need("mamba_num_heads"), "head_dim": need("mamba_head_dim"),
                       "state_dim": need("ssm_state_size"), "num_groups": cfg.get("n_groups") or 1,
