@@ -54,8 +54,8 @@ def estimate(workload: str | ModelSpec, cluster: str | System, plan: ParallelPla
 
 def estimate_graph(graph: Graph, cluster: str | System, plan: ParallelPlan, gpus_per_node: int | None = None,
                    engine: Engine = DEFAULT_ENGINE, calibration: str | Profile | None = "default") -> Estimate:
-    """Predict a step of an already-built graph (e.g. `from_torch(module, inputs)`): dp and pp
-    layouts only, since an imported graph is not sharded."""
+    """Predict a step of an already-built graph (e.g. `from_torch(module, inputs)`): dp, pp and
+    tp, which splits the Linear pairs the import recognised (parallel/shard.py)."""
     prof = load_profile(calibration)
     system, msgs = resolve_hardware(cluster, plan.world, gpus_per_node)
     est = run_engine(engine, None, calibrated_system(system, prof), plan, msgs, graph=graph)

@@ -22,7 +22,7 @@ def default_target(spec: Any, seq_len: int | None = None) -> float:
     from perfmodel.planning.converge import CHINCHILLA
     from perfmodel.workload.builder import build_graph
 
-    params = build_graph(spec, 1, seq_len or spec.seq_len, 1, 1, 1, False, "bf16", "flash").total_params_full()
+    params = build_graph(spec, 1, seq_len or spec.seq_len, "bf16", "flash").total_params_full()
     return round((CHINCHILLA.floor(params) + 0.3) * 20) / 20
 
 
@@ -68,7 +68,7 @@ def _goodput(workload: Any, hardware: str, plan: Any, storage: str, asynchronous
 
     system, _ = resolve_hardware(hardware, plan.world)
     est = perfmodel.estimate(workload, system, plan, calibration=calibration)
-    params = build_graph(workload, 1, plan.seq_len or workload.seq_len, 1, 1, 1, False, plan.precision,
+    params = build_graph(workload, 1, plan.seq_len or workload.seq_len, plan.precision,
                          "flash").total_params_full()
     rows = goodput_from_model(est, system, load_storage(storage), params, asynchronous=asynchronous,
                               intervals_s=[300.0, 900.0, 1800.0, 3600.0, 7200.0])

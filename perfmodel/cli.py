@@ -137,11 +137,11 @@ def cmd_estimate(a: argparse.Namespace) -> int:
     if a.torch:
         from perfmodel.workload.torch_import import estimate_module_cli
 
-        if (a.tp, a.cp, a.ep, a.vp) != (1, 1, 1, 1):
-            raise UsageError(f"--torch graphs are not sharded: only dp and pp layouts (got tp {a.tp}, cp {a.cp}, "
+        if (a.cp, a.ep, a.vp) != (1, 1, 1):
+            raise UsageError(f"--torch graphs are split by tp (their recognised Linear pairs), dp and pp only (got cp {a.cp}, "
                              f"ep {a.ep}, vp {a.vp}); leave those at 1")
         graph = estimate_module_cli(a.workload, a.example_shape, precision=a.precision)
-        n = a.n_gpus or (a.dp or 1) * a.pp
+        n = a.n_gpus or (a.dp or 1) * a.tp * a.pp
         a.micro_batch = graph.micro_batch if a.micro_batch == 1 else a.micro_batch
         plan = _plan(a, n)
         est = perfmodel.estimate_graph(graph, _hardware(a, plan.world), plan, gpus_per_node=a.gpus_per_node,

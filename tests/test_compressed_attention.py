@@ -8,6 +8,7 @@ import pytest
 import perfmodel
 from perfmodel import ParallelPlan
 from perfmodel.errors import LayoutError
+from perfmodel.parallel.shard import sharded_graph
 from perfmodel.workload.builder import build_graph
 from perfmodel.workload.catalog import load_workloads
 from perfmodel.workload.compressed_attention import compressed_keys, window_keys
@@ -111,9 +112,9 @@ def test_deepseek_v4_flash_parameters_by_hand():
 def test_layout_errors_name_the_constraint():
     spec = WL["deepseek-v4-flash"]
     with pytest.raises(LayoutError, match="context parallelism"):
-        build_graph(spec, seq_len=4096, cp=2)
+        sharded_graph(spec, seq_len=4096, cp=2)
     with pytest.raises(LayoutError, match=r"csa\.o_groups 8"):
-        build_graph(spec, seq_len=4096, tp=16)
+        sharded_graph(spec, seq_len=4096, tp=16)
     with pytest.raises(ValueError, match="csa"):
         _tiny(csa=None)
     with pytest.raises(ValueError, match="compress_ratios"):

@@ -12,6 +12,7 @@ from perfmodel.engines.analytic import analytic_estimate, pipeline_time_s
 from perfmodel.engines.costs import HOST_BWD_S_PER_KERNEL, HOST_FWD_S_PER_KERNEL, layer_time
 from perfmodel.engines.stages import chunk_costs, model_flop_per_step
 from perfmodel.memory import memory_per_rank
+from perfmodel.parallel.shard import sharded_graph
 from perfmodel.workload.builder import build_graph
 from perfmodel.workload.catalog import load_workload_file
 from perfmodel.workload.graph import Graph, Layer, Op
@@ -114,7 +115,7 @@ def test_breakdown_sums_to_step_time(a100_system):
 def test_memory_closed_form(a100_system):
     """No ZeRO: 2 + 4 + 4 + 8 = 18 bytes per parameter; ZeRO-1 over dp 8: 2 + 4 + 12/8."""
     spec = gpt3()
-    g = build_graph(spec, 1, 2048, tp=8)
+    g = sharded_graph(spec, 1, 2048, tp=8)
     p0 = ParallelPlan(tp=8, pp=1, dp=1, global_batch=1)
     mem = memory_per_rank(g, p0)
     params = sum(layer.params * layer.count for layer in g.layers)

@@ -101,12 +101,12 @@ def test_sequence_parallel_amax_allreduces_by_hand():
     backward (out-proj and FC2 output gradients); latency-bound, nothing for the other recipes."""
     from perfmodel.comm.collectives import collective_time_s
     from perfmodel.engines.costs import sp_amax_allreduce_s
-    from perfmodel.workload.builder import build_graph
+    from perfmodel.parallel.shard import sharded_graph
     from perfmodel.workload.catalog import get_workload
 
     system = perfmodel.resolve_system("h100-sxm5-80gb", None, 8)[0]
     spec = get_workload("llama3-8b")
-    g = build_graph(spec, seq_len=4096, tp=8, sp=True, precision="fp8")
+    g = sharded_graph(spec, seq_len=4096, tp=8, sp=True, precision="fp8")
     layer = next(x for x in g.layers if x.kind == "transformer")
     t = collective_time_s(system, "all_reduce", 4.0, 8, 1)
     assert t == pytest.approx(collective_time_s(system, "all_reduce", 64.0, 8, 1), rel=0.01)  # latency-bound
@@ -116,9 +116,9 @@ def test_sequence_parallel_amax_allreduces_by_hand():
         assert sp_amax_allreduce_s(system, plan.model_copy(update={"fp8_recipe": r}), layer) == (0.0, 0.0)
     head = next(x for x in g.layers if x.kind == "head")
     assert sp_amax_allreduce_s(system, plan, head) == (0.0, 0.0)  # the output layer runs outside fp8_autocast
-    no_sp = next(x for x in build_graph(spec, seq_len=4096, tp=8, precision="fp8").layers if x.kind == "transformer")
+    no_sp = next(x for x in sharded_graph(spec, seq_len=4096, tp=8, precision="fp8").layers if x.kind == "transformer")
     assert sp_amax_allreduce_s(system, plan.model_copy(update={"sequence_parallel": False}), no_sp) == (0.0, 0.0)
-    bf16 = next(x for x in build_graph(spec, seq_len=4096, tp=8, sp=True).layers if x.kind == "transformer")
+    bf16 = next(x for x in sharded_graph(spec, seq_len=4096, tp=8, sp=True).layers if x.kind == "transformer")
     assert sp_amax_allreduce_s(system, ParallelPlan(tp=8, sequence_parallel=True), bf16) == (0.0, 0.0)
 
 
@@ -127,13 +127,13 @@ def test_delayed_scaling_amax_allreduce_per_micro_batch_and_chunk_by_hand():
     GEMM (forward) and one of 2 per GEMM (backward) over tp·cp·dp; charged in optimizer_s."""
     from perfmodel.comm.collectives import collective_time_s
     from perfmodel.engines.stages import delayed_amax_s_per_micro_batch, fp8_gemms_per_chunk
-    from perfmodel.workload.builder import build_graph
+    from perfmodel.parallel.shard import sharded_graph
     from perfmodel.workload.catalog import get_workload
 
     system = perfmodel.resolve_system("h100-sxm5-80gb", None, 64)[0]
     spec = get_workload("llama3-8b")  # 32 layers x (QKV, out-proj, FC1, FC2)
     plan = ParallelPlan(tp=4, pp=2, vp=2, dp=8, global_batch=64, micro_batch=1, precision="fp8")
-    g = build_graph(spec, seq_len=2048, tp=4, precision="fp8")
+    g = sharded_graph(spec, seq_len=2048, tp=4, precision="fp8")
     gemms = 32 * 4 / (2 * 2)
     assert fp8_gemms_per_chunk(g, plan) == gemms
     per_mb = 2 * (collective_time_s(system, "all_reduce", 4 * 3 * gemms, 32, 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from perfmodel.parallel.shard import sharded_graph
 from perfmodel.workload.builder import build_graph
 from perfmodel.workload.catalog import load_workloads
 from perfmodel.workload.graph import Graph, Layer
@@ -38,7 +39,7 @@ def test_latent_moe_flops_equal_flop_counter(tp: int, ep: int, dp: int) -> None:
         ref = R.LatentMoEFFN(512, 128, 16, 4, 256, shared=1)
         x = torch.zeros(dp * b, s, 512)
     want = R.count_flop(ref, x)
-    layer = moe_layer(build_graph(spec, micro_batch=b, seq_len=s, tp=tp, ep=ep, sp=tp > 1))
+    layer = moe_layer(sharded_graph(spec, micro_batch=b, seq_len=s, tp=tp, ep=ep, sp=tp > 1))
     names = ("router", "moe_latent_down", "expert_fc1", "expert_fc2", "moe_latent_up", "shared_fc1", "shared_fc2")
     assert sum(o.mflop for o in layer.ops if o.name in names) * tp * dp == want
     # by hand on one rank (tp 1, ep 1): T = 256 tokens, k = 4, l = 128, f = 256, E = 16
@@ -53,11 +54,11 @@ def test_dispatch_and_combine_move_latent_rows() -> None:
     """The all-to-alls carry C = (T/tp)·k rows of l, not h: a quarter for Nemotron 3 Super."""
     spec = WL["nemotron3-super"]
     b, s, tp, ep = 1, 4096, 2, 8
-    comms = {c.name: c for c in moe_layer(build_graph(spec, micro_batch=b, seq_len=s, tp=tp, ep=ep, sp=True)).comms}
+    comms = {c.name: c for c in moe_layer(sharded_graph(spec, micro_batch=b, seq_len=s, tp=tp, ep=ep, sp=True)).comms}
     C = (b * s // tp) * 22
     assert comms["moe_dispatch"].bytes == C * 1024 * 2
     assert comms["moe_combine"].bytes == C * 1024 * 2
-    plain = moe_layer(build_graph(spec.with_(moe_latent_size=None), micro_batch=b, seq_len=s, tp=tp, ep=ep, sp=True))
+    plain = moe_layer(sharded_graph(spec.with_(moe_latent_size=None), micro_batch=b, seq_len=s, tp=tp, ep=ep, sp=True))
     assert {c.name: c for c in plain.comms}["moe_dispatch"].bytes == 4 * comms["moe_dispatch"].bytes
 
 

@@ -17,8 +17,8 @@ from perfmodel.engines.stages import dp_collectives, moe_options, plan_graph
 from perfmodel.errors import LayoutError
 from perfmodel.memory import memory_per_rank
 from perfmodel.parallel.ranks import group_stride
+from perfmodel.parallel.shard import sharded_graph
 from perfmodel.validation.predict import validate_file
-from perfmodel.workload.builder import build_graph
 from perfmodel.workload.catalog import load_workloads
 from perfmodel.workload.graph import Graph, Layer
 from perfmodel.workload.moe import FP8_DISPATCH_BYTES, MoEOptions
@@ -59,7 +59,7 @@ def test_moe_flops_with_permutation_equal_flop_counter(tp: int, ep: int, etp: in
         ref = R.PermutedMoEFFN(512, 16, 4, 256, shared=1, score=score)
         x = torch.zeros(dp * b, s, 512)
     want = R.count_flop(ref, x)
-    layer = moe_layer(build_graph(spec, micro_batch=b, seq_len=s, tp=tp, ep=ep, sp=tp > 1, moe=MoEOptions(etp=etp)))
+    layer = moe_layer(sharded_graph(spec, micro_batch=b, seq_len=s, tp=tp, ep=ep, sp=tp > 1, moe=MoEOptions(etp=etp)))
     names = ("router", "expert_fc1", "expert_fc2", "shared_fc1", "shared_fc2")
     per_rank = sum(o.mflop for o in layer.ops if o.name in names)
     assert per_rank * tp * dp == want

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from perfmodel.errors import LayoutError
+from perfmodel.parallel.shard import sharded_graph
 from perfmodel.workload.builder import build_graph
 from perfmodel.workload.catalog import load_workloads
 from perfmodel.workload.graph import Graph, Layer
@@ -89,9 +90,9 @@ def test_activation_memory_is_korthikanti_table2() -> None:
     base = build_graph(spec, b, s, attention_impl="unfused")
     assert layer_of(base, "transformer").saved_bytes == s * b * h * (34 + 5 * a * s / h)
     for t in (2, 8):
-        tp = build_graph(spec, b, s, tp=t, attention_impl="unfused")
+        tp = sharded_graph(spec, b, s, tp=t, attention_impl="unfused")
         assert layer_of(tp, "transformer").saved_bytes == pytest.approx(s * b * h * (10 + 24 / t + 5 * a * s / (h * t)))
-        sp = build_graph(spec, b, s, tp=t, sp=True, attention_impl="unfused")
+        sp = sharded_graph(spec, b, s, tp=t, sp=True, attention_impl="unfused")
         assert layer_of(sp, "transformer").saved_bytes == pytest.approx(s * b * h * (34 / t + 5 * a * s / (h * t)))
 
 
@@ -193,7 +194,7 @@ def test_mamba_layers_under_tp_and_cp() -> None:
 
     base = mixer_flop(next(layer for layer in build_graph(spec, seq_len=4096).body if layer.kind == "mamba"))
     for tp, cp in ((2, 1), (1, 2), (2, 2)):
-        g = build_graph(spec, seq_len=4096, tp=tp, cp=cp)
+        g = sharded_graph(spec, seq_len=4096, tp=tp, cp=cp)
         m = next(layer for layer in g.body if layer.kind == "mamba")
         assert mixer_flop(m) == pytest.approx(base / (tp * cp), rel=1e-9)
         a2a = [c for c in m.comms if c.group == "cp"]
@@ -201,7 +202,7 @@ def test_mamba_layers_under_tp_and_cp() -> None:
         tp_comms = [c for c in m.comms if c.group == "tp"]
         assert all(c.fwd == 1 for c in tp_comms) and len(tp_comms) == (1 if tp > 1 else 0)  # one sub-layer
     with pytest.raises(LayoutError, match=r"mamba\.num_heads"):
-        build_graph(spec, tp=3)
+        sharded_graph(spec, tp=3)
 
 
 def test_local_global_alternation_and_sink_tokens() -> None:
@@ -227,13 +228,13 @@ def test_local_global_alternation_and_sink_tokens() -> None:
 def test_local_attention_under_cp_exchanges_only_the_window() -> None:
     # gpt-oss window 128 at s 8192 over cp 4: a rank needs the previous rank's last 128 K/V rows,
     # not the whole sequence; Llama 4 chunks of 8192 aligned to cp 2 at s 16384 need nothing
-    g = build_graph(WL["gpt-oss-20b"], seq_len=8192, cp=4)
+    g = sharded_graph(WL["gpt-oss-20b"], seq_len=8192, cp=4)
     local, full = g.body[0], g.body[1]
     (halo,) = [c for c in local.comms if c.group == "cp"]
     (ring,) = [c for c in full.comms if c.group == "cp"]
     assert (halo.kind, ring.kind) == ("send_recv", "all_gather")
     assert halo.bytes == 2 * 128 * 8 * 64 * 2 and ring.bytes == 2 * 8192 * 8 * 64 * 2
-    g = build_graph(WL["llama4-scout"], seq_len=16384, cp=2)
+    g = sharded_graph(WL["llama4-scout"], seq_len=16384, cp=2)
     assert not [c for c in g.body[0].comms if c.group == "cp"]
     assert [c.kind for c in g.body[1].comms if c.group == "cp"] == ["all_gather"]
 

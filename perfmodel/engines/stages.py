@@ -20,8 +20,8 @@ from perfmodel.hardware.catalog import System
 from perfmodel.hardware.specs import Accelerator
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.ranks import expert_dp_stride, group_stride
+from perfmodel.parallel.shard import RankLayout, moe_options, shard, unsharded_graph
 from perfmodel.parallel.split import EDGE_KINDS, chunk_layers, stage_layers
-from perfmodel.workload.builder import build_graph
 from perfmodel.workload.graph import Graph, Layer
 from perfmodel.workload.hyper_connections import streams
 from perfmodel.workload.moe import MoEOptions
@@ -40,17 +40,14 @@ NCCL_CHANNELS = 16
 @lru_cache(maxsize=512)
 def cached_graph(spec: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int, ep: int, sp: bool,
                  precision: str, attention_impl: str, moe: MoEOptions | None = None) -> Graph:
-    return build_graph(spec, micro_batch, seq_len, tp, cp, ep, sp, precision, attention_impl, moe)
-
-
-def moe_options(plan: ParallelPlan) -> MoEOptions:
-    """The MoE settings of a plan, in the builder's hashable form."""
-    return MoEOptions(plan.etp, plan.moe_imbalance, plan.moe_fp8_dispatch, plan.moe_shared_expert_overlap)
+    """The builder's graph laid out on one rank of (tp, cp, ep, sp, moe.etp) by parallel/shard.py."""
+    return shard(unsharded_graph(spec, micro_batch, seq_len, precision, attention_impl),
+                 RankLayout(tp, cp, ep, sp, moe or MoEOptions()))
 
 
 def model_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
     """The unsharded graph of one sequence (FLOP counts, full weight shapes)."""
-    return cached_graph(spec, 1, plan.seq_len or spec.seq_len, 1, 1, 1, False, plan.precision, plan.attention_impl)
+    return unsharded_graph(spec, 1, plan.seq_len or spec.seq_len, plan.precision, plan.attention_impl)
 
 
 def plan_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
@@ -87,10 +84,8 @@ def graph_flop_per_step(graph: Graph, plan: ParallelPlan) -> tuple[float, float]
 
 
 def check_imported(graph: Graph, plan: ParallelPlan) -> list[str]:
-    """An imported graph is not sharded: dp and pp only, traced at the micro-batch it runs."""
-    if plan.tp > 1 or plan.cp > 1 or plan.ep > 1:
-        raise LayoutError(f"an imported graph ({graph.model_id}) is not sharded: use dp and pp only "
-                          f"(got tp {plan.tp}, cp {plan.cp}, ep {plan.ep})")
+    """An imported graph is traced at the micro-batch it runs; shard() splits it by tp where it
+    recognised Linear pairs (cp, ep and a graph without pairs are errors there)."""
     if plan.micro_batch != graph.micro_batch:
         raise LayoutError(f"micro_batch {plan.micro_batch} != the traced example batch {graph.micro_batch}: "
                           "trace with the micro-batch you will run")

@@ -30,6 +30,7 @@ from perfmodel.hardware.derating import estimate_context
 from perfmodel.memory import peak_memory
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.schedules import get_schedule
+from perfmodel.parallel.shard import shard
 from perfmodel.units import fmt
 from perfmodel.workload.graph import Graph
 from perfmodel.workload.spec import ModelSpec
@@ -45,6 +46,7 @@ class StepInputs:
     chunks: tuple[StageCost, ...]  # per virtual stage chunk·pp + rank
     ranks: tuple[StageCost, ...]  # per pipeline rank
     p2p_s: float  # one activation crossing one stage boundary
+    whole: Graph | None = None  # an imported graph before shard(): the whole model's FLOPs and weights
 
     @property
     def hops_s(self) -> float:
@@ -65,7 +67,7 @@ class StepInputs:
         plan, r = self.plan, self.ranks[rank]
         local = cf.local_params(plan.zero_stage, r.dense_params, r.expert_params, plan.dp * plan.cp, plan.edp)
         extra = (tied_embedding_sync_s(self.system, plan, self.spec)
-                 + optimizer_matrix_s(self.system, plan, self.spec, self.graph, rank)
+                 + optimizer_matrix_s(self.system, plan, self.spec, self.whole or self.graph, rank)
                  + plan.num_micro_batches * delayed_amax_s_per_micro_batch(self.system, plan, self.graph)
                  + sp_replicated_grad_sync_s(self.system, plan, self.graph, rank))
         return float(cf.optimizer_step_s(local, optimizer_s_per_param(self.system.accelerator, plan.optimizer), extra))
@@ -83,9 +85,10 @@ def prepare(spec: ModelSpec | None, system: System, plan: ParallelPlan, messages
         raise ValueError("an estimate needs a ModelSpec or a Graph")
     else:
         msgs += check_imported(graph, plan)
+        whole, graph = graph, shard(graph, plan)
     chunks = chunk_costs(system, plan, graph)
     return StepInputs(spec, system, plan, graph, tuple(msgs), chunks, rank_costs(chunks, plan.pp),
-                      p2p_time_s(system, plan, graph, spec))
+                      p2p_time_s(system, plan, graph, spec), whole if spec is None else None)
 
 
 def finish(inp: StepInputs, engine: str, step_time_s: float, breakdown_s: dict[str, float],
@@ -95,7 +98,7 @@ def finish(inp: StepInputs, engine: str, step_time_s: float, breakdown_s: dict[s
     mem = peak_memory(graph, plan)
     if mem.total_bytes > acc.hbm_bytes:
         msgs.append(f"does not fit: {fmt(mem.total_bytes, 'B')} per GPU > {fmt(acc.hbm_bytes, 'B')} of HBM")
-    model_flop, hw_flop = model_flop_per_step(spec, plan) if spec is not None else graph_flop_per_step(graph, plan)
+    model_flop, hw_flop = model_flop_per_step(spec, plan) if spec is not None else graph_flop_per_step(inp.whole or graph, plan)
     tokens = (plan.global_batch * (plan.seq_len or spec.seq_len) if spec is not None
               else plan.global_batch * graph.tokens / graph.micro_batch)
     return Estimate(

@@ -279,7 +279,7 @@ def time_to_target(workload: str | ModelSpec, hardware: str | System, n_gpus: in
     spec = get_workload(workload) if isinstance(workload, str) else workload
     system = resolve_hardware(hardware, n_gpus) if isinstance(hardware, str) else hardware
     s = seq_len or spec.seq_len
-    params = float(build_graph(spec, 1, s, 1, 1, 1, False, precision, "flash").total_params_full())
+    params = float(build_graph(spec, 1, s, precision, "flash").total_params_full())
     notes: list[str] = []
     if spec.family == "moe":
         notes.append("MoE: the loss law is a dense-model fit, applied at the total parameter count (a rough guide)")

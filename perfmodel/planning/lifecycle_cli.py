@@ -79,7 +79,7 @@ def cmd_goodput(a: argparse.Namespace, plan_from_args: Callable[[argparse.Namesp
     plan = plan_from_args(a, a.n_gpus)
     system, msgs = resolve_hardware(a.hardware, plan.world)
     est = run_engine(DEFAULT_ENGINE, spec, system, plan)
-    params = build_graph(spec, 1, plan.seq_len or spec.seq_len, 1, 1, 1, False, plan.precision, "flash").total_params_full()
+    params = build_graph(spec, 1, plan.seq_len or spec.seq_len, plan.precision, "flash").total_params_full()
     storage = load_storage(a.storage)
     mtbf = a.gpu_mtbf_hours * 3600.0 if a.gpu_mtbf_hours else None
     kw = {"gpu_mtbf_s": mtbf} if mtbf else {}

@@ -173,7 +173,7 @@ def policy_timings(workload: str, hardware: str, spec: RLPipelineSpec) -> tuple[
 
     @lru_cache(maxsize=1024)
     def inference_s(b: int) -> float:
-        g = build_graph(model, b, model.seq_len, 1, 1, 1, False, "bf16", "flash")
+        g = build_graph(model, b, model.seq_len, "bf16", "flash")
         gpu = sum(op_cost(acc, op, "fwd").time_s * layer.count for layer in g.layers for op in layer.ops)
         kernels = sum(op.kernels * layer.count for layer in g.layers for op in layer.ops)
         return max(gpu, kernels * host_fwd) if acc.kind != "cpu" else gpu + kernels * host_fwd

@@ -1,6 +1,11 @@
-"""Expand a ModelSpec into a Graph of ops for one micro-batch on one (tp, cp, ep) shard.
+"""Expand a ModelSpec into the Graph of ops of one micro-batch, unsharded.
 
-Shapes per transformer layer, with T = b·s/cp tokens on this rank, h hidden, t = tp:
+Each transformer layer is written once as a function of the sizes a rank holds (`Axes`: tokens,
+heads, columns...), called here with every dimension whole; `perfmodel.parallel.shard.shard`
+calls it again with the sizes of one rank of a layout and adds the collectives the split
+implies (the layer's `LayerLayout` says which). The builder knows no parallel degree.
+
+Shapes per transformer layer on a rank, with T = b·s/cp tokens, h hidden, t = tp:
     QKV    [T, h] x [h, (q + 2·kv)/t]        out-proj  [T, q/t] x [q/t, h]
     FC1    [T, h] x [h, g·f/t] (g = 2 gated)  FC2       [T, f/t] x [f/t, h]
     attention per rank: heads/t, queries s/cp against keys s; FLOPs 4·b·(s²/cp)·d_head·heads/t,
@@ -16,11 +21,15 @@ FC1 (10·s·b·h) stay replicated unless sequence parallelism shards them too (t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
+
 from perfmodel import precision as registry
 from perfmodel.errors import LayoutError
 from perfmodel.workload import hyper_connections as hc
 from perfmodel.workload.compressed_attention import csa_attention_ops, csa_params
-from perfmodel.workload.graph import Comm, Graph, Layer, Op
+from perfmodel.workload.graph import Axes, Comm, CpExchange, Graph, Layer, LayerLayout, Op, TpSplit
 from perfmodel.workload.latent_moe import latent_params
 from perfmodel.workload.moe import MoEOptions, moe_block
 from perfmodel.workload.spec import ModelSpec
@@ -29,8 +38,44 @@ from perfmodel.workload.ssm import mamba2_ops, mamba2_params
 ACT_BYTES = 2  # bf16/fp16 activations; fp8 GEMMs still keep bf16 activations between ops
 
 
+class _Unsharded:
+    """Every dimension whole (see graph.Axes): the graph the builder emits."""
+
+    tp = cp = ep = 1
+    sp = False
+    moe = MoEOptions()
+
+    def tokens(self, b: int, s: int) -> int:
+        return b * s
+
+    def norm_tokens(self, tokens: int) -> int:
+        return tokens
+
+    def query_len(self, s: int) -> int:
+        return s
+
+    def heads(self, heads: int, kv_heads: int, owner: str) -> tuple[int, int]:
+        return heads, max(1, kv_heads)
+
+    def columns(self, width: int, owner: str, what: str) -> int:
+        return width
+
+    def vocab_columns(self, vocab: int) -> int:
+        return vocab
+
+    def hidden_columns(self, hidden: int) -> int:
+        return hidden
+
+    def ssm_heads(self, heads: int, groups: int, owner: str) -> tuple[int, int, int, int]:
+        return heads, groups, heads, groups
+
+
+UNSHARDED: Axes = _Unsharded()
+
+
 def _gemm(name: str, m: int, n: int, k: int, precision: str, weight: bool = True, batch: int = 1,
-          repeat: int = 1, saved: float | None = None, bias: bool = False, in_bytes: int = ACT_BYTES) -> Op:
+          repeat: int = 1, saved: float | None = None, bias: bool = False, in_bytes: int = ACT_BYTES,
+          split: TpSplit = "") -> Op:
     """A (batched) GEMM [m,k]x[k,n]; `saved` defaults to its input activation (what wgrad needs)."""
     el = registry.get(precision).weight_bytes
     wbytes = k * n * el * batch  # every batch entry has its own B operand (bmm, one per expert)
@@ -42,7 +87,7 @@ def _gemm(name: str, m: int, n: int, k: int, precision: str, weight: bool = True
         name=name, kind="gemm" if weight else "bmm", flop=flop, bytes=bytes_, m=m, n=n, k=k,
         batch=batch, repeat=repeat, precision=precision, weight_params=params,
         saved_bytes=(m * k * ACT_BYTES * ab) if saved is None else saved,
-        kernels=repeat, bwd_kernels=2 * repeat,
+        kernels=repeat, bwd_kernels=2 * repeat, split=split,
     )
 
 
@@ -56,21 +101,18 @@ def _elementwise(name: str, elems: float, reads: float = 1, writes: float = 1, f
     )
 
 
-def build_graph(spec: ModelSpec, micro_batch: int = 1, seq_len: int | None = None, tp: int = 1, cp: int = 1,
-                ep: int = 1, sp: bool = False, precision: str = "bf16", attention_impl: str = "flash",
-                moe: MoEOptions | None = None) -> Graph:
-    """The graph of one micro-batch of `micro_batch` sequences on one shard; `moe` carries the
-    expert layout (etp) and MoE run settings (perfmodel/workload/moe.py)."""
+def build_graph(spec: ModelSpec, micro_batch: int = 1, seq_len: int | None = None, precision: str = "bf16",
+                attention_impl: str = "flash") -> Graph:
+    """The unsharded graph of one micro-batch of `micro_batch` sequences (lay it out on a rank with
+    `perfmodel.parallel.shard.shard`)."""
     s = seq_len or spec.seq_len
-    moe = moe or MoEOptions()
     b = micro_batch
     if attention_impl not in ("flash", "unfused"):
         raise LayoutError(f"attention_impl {attention_impl!r}; allowed values: flash, unfused")
-    for name, v in (("micro_batch", micro_batch), ("tp", tp), ("cp", cp), ("ep", ep)):
-        if v < 1:
-            raise LayoutError(f"{name} {v} must be a positive integer")
+    if micro_batch < 1:
+        raise LayoutError(f"micro_batch {micro_batch} must be a positive integer")
     if spec.family in ("dense", "moe", "encoder", "patch_transformer"):
-        layers = _transformer(spec, b, s, tp, cp, ep, sp, precision, attention_impl, moe_opts=moe)
+        layers = _transformer(spec, b, s, precision, attention_impl)
         tokens = b * s if spec.family != "patch_transformer" else b * _num_patches(spec, s) * (spec.input_size or 1)
     elif spec.family in ("lstm", "gru"):
         layers, tokens = _rnn(spec, b, s, precision), b * s
@@ -79,7 +121,7 @@ def build_graph(spec: ModelSpec, micro_batch: int = 1, seq_len: int | None = Non
     else:
         layers, tokens = _mlp(spec, b, precision), b
     return Graph(model_id=spec.id, layers=tuple(layers), micro_batch=b, seq_len=s, tokens=tokens,
-                 degrees={"tp": tp, "cp": cp, "ep": ep, "etp": moe.etp, "sp": int(sp)})
+                 degrees={"tp": 1, "cp": 1, "ep": 1, "etp": 1, "sp": 0})
 
 
 def _num_patches(spec: ModelSpec, s: int) -> int:
@@ -88,18 +130,19 @@ def _num_patches(spec: ModelSpec, s: int) -> int:
 
 
 # --------------------------------------------------------------------------------------------
-def _transformer(spec: ModelSpec, b: int, s: int, tp: int, cp: int, ep: int, sp: bool, precision: str,
-                 attn_impl: str, moe_opts: MoEOptions | None = None) -> list[Layer]:
+def _shaped(make: Callable[[Axes], Layer]) -> Layer:
+    """The unsharded layer `make` builds, carrying `make` for shard() to build it on a rank."""
+    layer = make(UNSHARDED)
+    assert layer.layout is not None
+    return replace(layer, layout=replace(layer.layout, shape=make))
+
+
+def _transformer(spec: ModelSpec, b: int, s: int, precision: str, attn_impl: str) -> list[Layer]:
     h = spec.hidden
     if spec.family == "patch_transformer":
         # channel-independent patches: every variable's patches form one sequence
         b, s = b * (spec.input_size or 1), _num_patches(spec, s)
-    if s % cp:
-        raise LayoutError(f"seq_len {s} is not divisible by cp {cp}")
-    T = b * s // cp
-    layers: list[Layer] = []
-    emb = _embedding(spec, b, s, T, tp, sp, precision)
-    layers.append(emb)
+    layers: list[Layer] = [_shaped(partial(_embedding, spec, b, s, precision))]
     ln_params = (2 * h if spec.norm == "layernorm" else h)
     # identical layers are one Layer with a count, in order of first appearance (the pattern and
     # the local / global alternation are data in the spec, see ModelSpec.layer_kinds)
@@ -107,39 +150,50 @@ def _transformer(spec: ModelSpec, b: int, s: int, tp: int, cp: int, ep: int, sp:
     for kind in spec.layer_kinds():
         counts[kind] = counts.get(kind, 0) + 1
     for (mixer, ffn, scope), count in counts.items():
-        layers.append(_block(spec, b, s, T, tp, cp, ep, sp, precision, attn_impl, moe=ffn == "moe", count=count,
-                             mixer=mixer, ffn=ffn, scope=scope, moe_opts=moe_opts))
-    head = _head(spec, b, s, T, tp, sp, precision, ln_params)
-    if spec.mtp_pattern is not None:
-        head = _with_mtp(spec, head, b, s, T, tp, cp, ep, sp, precision, attn_impl, ln_params, moe_opts)
-    layers.append(head)
+        layers.append(_shaped(partial(_block_on, spec, b, s, precision, attn_impl, ffn == "moe", count, mixer, ffn, scope)))
+    layers.append(_shaped(partial(_head_on, spec, b, s, precision, attn_impl, ln_params)))
     return layers
 
 
-def _with_mtp(spec: ModelSpec, head: Layer, b: int, s: int, T: int, tp: int, cp: int, ep: int, sp: bool,
-              precision: str, attn_impl: str, ln_params: int, moe_opts: MoEOptions | None = None) -> Layer:
+def _block_on(spec: ModelSpec, b: int, s: int, precision: str, attn_impl: str, moe: bool, count: int,
+              mixer: str | None, ffn: str | None, scope: str, ax: Axes) -> Layer:
+    return _block(spec, b, s, ax.tokens(b, s), ax, precision, attn_impl, moe=moe, count=count, mixer=mixer, ffn=ffn,
+                  scope=scope)
+
+
+def _head_on(spec: ModelSpec, b: int, s: int, precision: str, attn_impl: str, ln_params: int, ax: Axes) -> Layer:
+    T = ax.tokens(b, s)
+    head = _head(spec, b, s, T, ax, precision, ln_params)
+    if spec.mtp_pattern is not None:
+        head = _with_mtp(spec, head, b, s, T, ax, precision, attn_impl, ln_params)
+    return head
+
+
+def _with_mtp(spec: ModelSpec, head: Layer, b: int, s: int, T: int, ax: Axes, precision: str, attn_impl: str,
+              ln_params: int) -> Layer:
     """The head plus `mtp_depth` multi-token-prediction passes (DeepSeek-V3 Sec. 2.2, Megatron-Core
     MultiTokenPredictionBlock), on the last pipeline stage: per depth two norms, the projection
     [T, 2h] x [2h, h] of the concatenated hidden state and next-token embedding, the pattern's
     layers, a final norm, the shared output layer and its own cross-entropy. Parameters once when
     the depths share one block (mtp_use_repeated_layer), else once per depth."""
     h = spec.hidden
-    Tl = T // tp if sp else T
+    Tl = ax.norm_tokens(T)
     pattern = spec.mtp_pattern or ""
     ops: list[Op] = list(head.ops)
-    comms: list[Comm] = list(head.comms)
+    parts: list[tuple[str, LayerLayout]] = []
     params = params_full = active_full = expert = 0.0
     out_ops = tuple(o for o in head.ops if o.name in ("final_norm", "lm_head", "cross_entropy"))
     for depth in range(spec.mtp_depth):
         sub = [_elementwise(f"mtp{depth}_norms", 2 * Tl * h, 1, 1, 5, saved=2 * Tl * h * ACT_BYTES, kind="norm"),
-               _gemm(f"mtp{depth}_eh_proj", T, h // tp if h % tp == 0 else h, 2 * h, precision)]
+               _gemm(f"mtp{depth}_eh_proj", T, ax.hidden_columns(h), 2 * h, precision, split="column")]
         scope = f"c{spec.compress_ratio(spec.num_layers + depth)}" if spec.csa is not None else "global"
         for sym in pattern:
             kind = {"M": ("mamba", None), "*": ("attention", None), "-": (None, "dense"), "E": (None, "moe")}[sym]
-            layer = _block(spec, b, s, T, tp, cp, ep, sp, precision, attn_impl, moe=kind[1] == "moe", count=1,
-                           mixer=kind[0], ffn=kind[1], moe_opts=moe_opts, scope=scope)
+            layer = _block(spec, b, s, T, ax, precision, attn_impl, moe=kind[1] == "moe", count=1,
+                           mixer=kind[0], ffn=kind[1], scope=scope)
             sub += [_replace(o, name=f"mtp{depth}_{o.name}") for o in layer.ops]
-            comms += [_replace_comm(c, f"mtp{depth}_{c.name}") for c in layer.comms]
+            assert layer.layout is not None
+            parts.append((f"mtp{depth}_", layer.layout))
             if depth == 0 or not spec.mtp_shared_weights:
                 params += layer.params
                 params_full += layer.params_full
@@ -151,55 +205,51 @@ def _with_mtp(spec: ModelSpec, head: Layer, b: int, s: int, T: int, tp: int, cp:
         if depth == 0 or not spec.mtp_shared_weights:
             # eh_proj and the enorm / hnorm / final norms; with hyper-connections the block's own head mix
             extra = 2 * h * h + 3 * ln_params + hc.head_params(spec)
-            params += 2 * h * h / tp + 3 * ln_params + hc.head_params(spec)
+            params += 2 * h * h / ax.tp + 3 * ln_params + hc.head_params(spec)
             params_full += extra
             active_full += extra
     head_active = head.params_full if head.active_params_full is None else head.active_params_full
-    return Layer(head.name, head.kind, 1, tuple(ops), tuple(comms), params=head.params + params,
+    assert head.layout is not None
+    return Layer(head.name, head.kind, 1, tuple(ops), head.comms, params=head.params + params,
                  params_full=head.params_full + params_full, expert_params=head.expert_params + expert,
-                 recomputable=False, active_params_full=head_active + active_full)
+                 recomputable=False, active_params_full=head_active + active_full,
+                 layout=replace(head.layout, parts=tuple(parts)))
 
 
-def _replace_comm(c: Comm, name: str) -> Comm:
-    from dataclasses import replace
-
-    return replace(c, name=name)
-
-
-def _embedding(spec: ModelSpec, b: int, s: int, T: int, tp: int, sp: bool, precision: str) -> Layer:
+def _embedding(spec: ModelSpec, b: int, s: int, precision: str, ax: Axes) -> Layer:
     h = spec.hidden
+    T = ax.tokens(b, s)
     if spec.family == "patch_transformer":
         p = spec.patch_len or 1
         op = _gemm("patch_embed", T, h, p, precision, bias=True)
         params = p * h + h + (s * h if spec.position == "learned" else 0)
-        return Layer("embedding", "embedding", 1, (op,), params=params, params_full=params, recomputable=False)
+        return Layer("embedding", "embedding", 1, (op,), params=params, params_full=params, recomputable=False,
+                     layout=LayerLayout())
     V = spec.vocab or 1
     pos = spec.seq_len * h if spec.position == "learned" else 0
     if spec.family == "encoder":
         pos += 2 * h  # BERT token-type (segment) embeddings, 2 types
     full = V * h + pos
+    # vocab-parallel embedding: partial lookups of the local vocabulary rows, summed over tp (shard.py)
     ops: tuple[Op, ...] = (Op("embedding_lookup", "embedding", flop=0.0, bytes=2 * T * h * ACT_BYTES, saved_bytes=0.0,
-                              bwd_flop_factor=0.0, bwd_bytes_factor=2.0, weight_params=V * h / tp + pos),)
+                              bwd_flop_factor=0.0, bwd_bytes_factor=2.0, weight_params=V * h / ax.tp + pos),)
     if spec.hyper_connections is not None:
-        ops += (hc.hc_expand_op(spec, T // tp if sp else T),)
-    comms: tuple[Comm, ...] = ()
-    if tp > 1:
-        # vocab-parallel embedding: partial lookups summed over tp; under sp the reduce-scatter's
-        # backward is an all-gather of the output gradient, the all-reduce's backward is identity
-        comms = (Comm("embedding_ar", "reduce_scatter" if sp else "all_reduce", "tp", T * h * ACT_BYTES, 1, 1 if sp else 0),)
-    return Layer("embedding", "embedding", 1, ops, comms, params=V * h / tp + pos, params_full=full, recomputable=False)
+        ops += (hc.hc_expand_op(spec, ax.norm_tokens(T)),)
+    return Layer("embedding", "embedding", 1, ops, params=V * h / ax.tp + pos, params_full=full, recomputable=False,
+                 layout=LayerLayout(vocab="embedding", tp_bytes=T * h * ACT_BYTES))
 
 
-def _head(spec: ModelSpec, b: int, s: int, T: int, tp: int, sp: bool, precision: str, ln_params: int) -> Layer:
+def _head(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision: str, ln_params: int) -> Layer:
     h = spec.hidden
-    Tl = T // tp if sp else T
+    Tl = ax.norm_tokens(T)
     norm = _elementwise("final_norm", Tl * h, 1, 1, 5, saved=Tl * h * ACT_BYTES, kind="norm", params=ln_params)
     if spec.family == "patch_transformer":
         # PatchTST flatten head: each series' s patch embeddings -> Linear(s·h, horizon)
         out = spec.output_size or 1
         head_ops = (norm, _gemm("forecast_head", b, out, s * h, precision, bias=True))
         params = ln_params + s * h * out + out
-        return Layer("head", "head", 1, head_ops, params=params, params_full=params, recomputable=False)
+        return Layer("head", "head", 1, head_ops, params=params, params_full=params, recomputable=False,
+                     layout=LayerLayout())
     V = spec.vocab or 1
     ops: list[Op] = [norm]
     extra = 0.0
@@ -212,31 +262,23 @@ def _head(spec: ModelSpec, b: int, s: int, T: int, tp: int, sp: bool, precision:
                 _elementwise("mlm_act", T * h, 1, 1, 8, saved=T * h * ACT_BYTES),
                 _elementwise("mlm_norm", T * h, 1, 1, 5, saved=T * h * ACT_BYTES, kind="norm", params=ln_params)]
         extra = h * h + h + ln_params + V
-    ops.append(_gemm("lm_head", T, V // tp if V % tp == 0 else -(-V // tp), h, precision))
+    ops.append(_gemm("lm_head", T, ax.vocab_columns(V), h, precision, split="column"))
     # softmax cross-entropy in fp32 over the vocab shard: read logits, write fp32 probs, grads
+    tp = ax.tp
     ops.append(Op("cross_entropy", "loss", flop=5.0 * T * V / tp, bytes=T * V / tp * (ACT_BYTES + 4 + 4),
                   saved_bytes=T * V / tp * 4, bwd_flop_factor=1.0, bwd_bytes_factor=1.0, kernels=3, bwd_kernels=2))
     head_params = 0 if spec.tied_embeddings else V * h
-    comms: tuple[Comm, ...] = ()
-    if tp > 1:
-        act = T * h * ACT_BYTES
-        # column-parallel lm_head: under sp its input is all-gathered (backward: reduce-scatter);
-        # without sp the input is replicated and its gradient is all-reduced in the backward
-        head_in = (Comm("head_allgather", "all_gather", "tp", act, 1, 1) if sp
-                   else Comm("head_grad_allreduce", "all_reduce", "tp", act, 0, 1))
-        # vocab-parallel cross-entropy: all-reduces of the row max, target logit and sum of exps (fp32)
-        comms = (head_in, Comm("loss_allreduce", "all_reduce", "tp", T * 4 * 3, 1, 0))
-    return Layer("head", "head", 1, tuple(ops), comms, params=ln_params + extra + head_params / tp,
-                 params_full=ln_params + extra + head_params, recomputable=False)
+    # column-parallel lm_head and vocab-parallel cross-entropy: their collectives are shard.py's
+    return Layer("head", "head", 1, tuple(ops), params=ln_params + extra + head_params / tp,
+                 params_full=ln_params + extra + head_params, recomputable=False,
+                 layout=LayerLayout(vocab="head", tp_bytes=T * h * ACT_BYTES, loss_bytes=T * 4 * 3))
 
 
 def _replace(op: Op, **kw: object) -> Op:
-    from dataclasses import replace
-
     return replace(op, **kw)  # type: ignore[arg-type]
 
 
-def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, precision: str, attn_impl: str,
+def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision: str, attn_impl: str,
                    saved_in: float | None = None, scope: str = "global") -> tuple[list[Op], float]:
     """Q/K/V projections, attention core and output projection; returns (ops, params of the block).
 
@@ -244,15 +286,7 @@ def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, pr
     (T·h) without sequence parallelism, the local T/tp shard with it (Megatron-LM re-gathers the
     input in the backward pass instead of storing it)."""
     h = spec.hidden
-    heads = spec.num_heads or 1
-    kvh = spec.kv_heads
-    bad = lambda t: heads % t or (kvh % t and t % kvh)  # noqa: E731
-    if bad(tp):
-        valid = ", ".join(str(t) for t in range(1, heads + 1) if not bad(t) and t <= 128)
-        raise LayoutError(f"tp {tp} must divide num_heads {heads} and num_kv_heads {kvh} (or be a multiple of "
-                          f"num_kv_heads) of {spec.id}; valid tp: {valid}")
-    hl = heads // tp
-    kvl = max(1, kvh // tp)
+    hl, kvl = ax.heads(spec.num_heads or 1, spec.kv_heads, spec.id)
     ops: list[Op] = []
     bias = spec.bias
     params = 0.0
@@ -263,11 +297,11 @@ def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, pr
         ops += [
             _gemm("q_down", T, m.q_lora_rank, h, precision, saved=saved_in),
             _elementwise("q_norm", T * m.q_lora_rank, 1, 1, 5, saved=T * m.q_lora_rank * ACT_BYTES, kind="norm", params=m.q_lora_rank),
-            _gemm("q_up", T, hl * dqk, m.q_lora_rank, precision),
+            _gemm("q_up", T, hl * dqk, m.q_lora_rank, precision, split="column"),
             # same input as q_down, kept once
             _gemm("kv_down", T, m.kv_lora_rank + m.qk_rope_head_dim, h, precision, saved=0.0),
             _elementwise("kv_norm", T * m.kv_lora_rank, 1, 1, 5, saved=T * m.kv_lora_rank * ACT_BYTES, kind="norm", params=m.kv_lora_rank),
-            _gemm("kv_up", T, hl * (m.qk_nope_head_dim + dv), m.kv_lora_rank, precision),
+            _gemm("kv_up", T, hl * (m.qk_nope_head_dim + dv), m.kv_lora_rank, precision, split="column"),
         ]
         params = (h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * hl * dqk + h * (m.kv_lora_rank + m.qk_rope_head_dim)
                   + m.kv_lora_rank + m.kv_lora_rank * hl * (m.qk_nope_head_dim + dv))
@@ -276,13 +310,13 @@ def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, pr
     else:
         d = spec.dhead
         qkv_n = (hl + 2 * kvl) * d
-        ops.append(_gemm("qkv_proj", T, qkv_n, h, precision, bias=bias, saved=saved_in))
+        ops.append(_gemm("qkv_proj", T, qkv_n, h, precision, bias=bias, saved=saved_in, split="column"))
         params = h * qkv_n + (qkv_n if bias else 0)
         d_qk, d_v, q_out = d, d, hl * d
         rope_el = T * (hl + kvl) * d
     if spec.position == "rope":
         ops.append(_elementwise("rope", rope_el, 1, 1, 3))
-    sq, skv = s // cp, s
+    sq, skv = ax.query_len(s), s
     full_fwd = 2.0 * b * hl * sq * skv * (d_qk + d_v)  # QK^T and PV
     causal = spec.causal
     exec_fwd = full_fwd / 2 if causal else full_fwd
@@ -290,7 +324,7 @@ def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, pr
         pairs, keys = local_attention_pairs(spec, s)
         # model FLOPs count the dense blocks a blocked local kernel computes (2x the visible
         # causal pairs, as full causal attention counts s² for s²/2 visible pairs); executed half
-        full_fwd = 2.0 * b * hl * (2.0 * pairs / cp) * (d_qk + d_v)
+        full_fwd = 2.0 * b * hl * (2.0 * pairs / ax.cp) * (d_qk + d_v)
         exec_fwd = full_fwd / 2
         skv = keys  # keys one query sees: what the kernel's efficiency depends on
     # one learned logit per local head, added to the softmax denominator (gpt-oss)
@@ -302,19 +336,20 @@ def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, pr
         io = b * sq * hl * (d_qk + d_v) * ACT_BYTES + b * min(skv, s) * kvl * (d_qk + d_v) * ACT_BYTES
         ops.append(Op("flash_attention", "attention", flop=exec_fwd, bytes=io, model_flop=full_fwd,
                       saved_bytes=saved, bwd_flop_factor=2.5, bwd_bytes_factor=2.5, kernels=1, bwd_kernels=3,
-                      attn_core=True, causal=causal, heads=hl, head_dim=d_qk, seq_q=sq, seq_kv=skv, precision=precision))
+                      attn_core=True, causal=causal, heads=hl, head_dim=d_qk, seq_q=sq, seq_kv=skv, precision=precision,
+                      split="heads"))
     else:
         # unfused (Megatron before FlashAttention): baddbmm, fused scale-mask-softmax, dropout, bmm
         scores = b * hl * sq * skv
         ops += [
-            _replace(_gemm("attn_scores", sq, skv, d_qk, precision, weight=False, batch=b * hl,
+            _replace(_gemm("attn_scores", sq, skv, d_qk, precision, weight=False, batch=b * hl, split="heads",
                            saved=b * sq * hl * d_qk * ACT_BYTES * 2), attn_core=True, model_flop=2.0 * b * hl * sq * skv * d_qk),
             _elementwise("scale_mask_softmax", scores, 1, 1, 5, saved=scores * ACT_BYTES, attn_core=True),
             _elementwise("attn_dropout", scores, 1, 1.5, 1, saved=scores * (ACT_BYTES + 1), attn_core=True),
-            _replace(_gemm("attn_values", sq, d_v, skv, precision, weight=False, batch=b * hl,
+            _replace(_gemm("attn_values", sq, d_v, skv, precision, weight=False, batch=b * hl, split="heads",
                            saved=b * sq * hl * d_v * ACT_BYTES), attn_core=True, model_flop=2.0 * b * hl * sq * skv * d_v),
         ]
-    ops.append(_gemm("out_proj", T, h, q_out, precision, bias=bias))
+    ops.append(_gemm("out_proj", T, h, q_out, precision, bias=bias, split="row"))
     params += q_out * h + (h if bias else 0) + params_sinks
     return ops, params
 
@@ -335,34 +370,32 @@ def local_attention_pairs(spec: ModelSpec, s: int) -> tuple[float, int]:
     return s * w - w * w / 2.0 + s * k, w + k
 
 
-def _ffn_ops(spec: ModelSpec, T: int, width: int, tp: int, precision: str, name: str, bias: bool,
+def _ffn_ops(spec: ModelSpec, T: int, width: int, ax: Axes, precision: str, name: str, bias: bool,
              saved_in: float | None = None) -> tuple[list[Op], float]:
     """FC1 -> activation -> FC2. Saved: FC1 input, the activation's input (GELU: T·f, gated:
     both halves T·2f), FC2 input (Korthikanti et al. 2022: 2 + 8 + 8 sbh for a 4h GELU MLP)."""
     h = spec.hidden
     gated = spec.activation in ("swiglu", "geglu")
-    if width % tp:
-        raise LayoutError(f"tp {tp} does not divide the FFN width {width} of {spec.id}")
-    f = width // tp
+    f = ax.columns(width, spec.id, "the FFN width")
     up_n = f * (2 if gated else 1)
     act = _elementwise(f"{name}_act", T * f, 2 if gated else 1, 1, 8, saved=T * up_n * ACT_BYTES)
-    ops = [_gemm(f"{name}_fc1", T, up_n, h, precision, bias=bias, saved=saved_in), act,
-           _gemm(f"{name}_fc2", T, h, f, precision, bias=bias)]
+    ops = [_gemm(f"{name}_fc1", T, up_n, h, precision, bias=bias, saved=saved_in, split="column"), act,
+           _gemm(f"{name}_fc2", T, h, f, precision, bias=bias, split="row")]
     params = h * up_n + up_n * (1 if bias else 0) + f * h + (h if bias else 0)
     return ops, params
 
 
-def _block(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, ep: int, sp: bool, precision: str,
-           attn_impl: str, moe: bool, count: int, mixer: str | None = "attention", ffn: str | None = "dense",
-           scope: str = "global", moe_opts: MoEOptions | None = None) -> Layer:
+def _block(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision: str, attn_impl: str, moe: bool, count: int,
+           mixer: str | None = "attention", ffn: str | None = "dense", scope: str = "global") -> Layer:
     """One layer: a mixer (attention or Mamba-2) and / or an FFN (dense or MoE), each pre-norm with
     a residual. A standard transformer layer has both; a hybrid-pattern layer has one of them.
     `moe` and `ffn == "moe"` say the same (callers pass both); an MoE FFN is the block of moe.py,
-    laid out by `moe_opts`."""
+    laid out by `ax.moe`. Its tensor- and context-parallel collectives are shard.py's, from the
+    layout this returns."""
     if moe:
         ffn = "moe"
     h = spec.hidden
-    Tl = T // tp if sp else T  # tokens whose norm / dropout this rank computes
+    Tl = ax.norm_tokens(T)  # tokens whose norm / dropout this rank computes
     ln_params = 2 * h if spec.norm == "layernorm" else h
     # inputs of the column-parallel GEMMs (QKV, FC1) kept for wgrad: the full T·h without sp, the
     # local shard with sp (Megatron-LM re-gathers it in the backward, overlapped with the dgrad GEMM)
@@ -373,62 +406,56 @@ def _block(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, ep: int, s
     attn_params = ffn_params = 0.0
     csa_comms: list[Comm] = []
     if mixer == "attention" and spec.csa is not None:
-        # DeepSeek-V4 window + compressed (sparse) attention, ratio from the scope 'c<r>'
-        attn_ops, attn_params, csa_comms = csa_attention_ops(spec, int(scope[1:]), b, s, T, tp, cp, precision, saved_in)
+        # DeepSeek-V4 window + compressed (sparse) attention, ratio from the scope 'c<r>'; its own
+        # module still lays itself out over tp and builds its collectives (LayerLayout.model_comms)
+        attn_ops, attn_params, csa_comms = csa_attention_ops(spec, int(scope[1:]), b, s, T, ax.tp, ax.cp, precision,
+                                                             saved_in)
         ops += [norm("norm1"), *attn_ops, dropout_add("attn_residual")]
     elif mixer == "attention":
-        attn_ops, attn_params = _attention_ops(spec, b, s, T, tp, cp, precision, attn_impl, saved_in, scope)
+        attn_ops, attn_params = _attention_ops(spec, b, s, T, ax, precision, attn_impl, saved_in, scope)
         ops += [norm("norm1"), *attn_ops, dropout_add("attn_residual")]
     elif mixer == "mamba":
-        mamba_ops, attn_params, mamba_comms = mamba2_ops(spec, b, s, T, tp, precision, saved_in, cp)
+        mamba_ops, attn_params, cp_a2a = mamba2_ops(spec, b, s, T, ax, precision, saved_in)
         ops += [norm("norm1"), *mamba_ops, dropout_add("mamba_residual")]
     if ffn is not None:
         ops.append(norm("norm2"))
-    comms: list[Comm] = list(mamba_comms) if mixer == "mamba" else csa_comms
+    if mixer != "mamba":
+        cp_a2a = ()
     expert_params = 0.0
+    moe_x = None
     moe_tp_region = 0  # the MoE FFN is a tp region only through its shared experts
     if ffn == "dense":
-        ffn_ops, ffn_params = _ffn_ops(spec, T, spec.ffn_hidden or 4 * h, tp, precision, "mlp", spec.bias, saved_in)
+        ffn_ops, ffn_params = _ffn_ops(spec, T, spec.ffn_hidden or 4 * h, ax, precision, "mlp", spec.bias, saved_in)
         ops += ffn_ops
     elif ffn == "moe":
         width = spec.moe_ffn_hidden or h
         shared_ops: list[Op] = []
         shared_params = 0.0
         if spec.num_shared_experts:
-            sh, shared_params = _ffn_ops(spec, T, width * spec.num_shared_experts, tp, precision, "shared", False, 0.0)
+            sh, shared_params = _ffn_ops(spec, T, width * spec.num_shared_experts, ax, precision, "shared", False, 0.0)
             shared_ops = list(sh)
         # the routed experts leave and re-enter the tp group through the all-to-all (and etp
         # collectives), so only the shared experts make the MoE FFN a tp region
         moe_tp_region = 1 if shared_ops else 0
-        blk = moe_block(spec, T, tp, ep, precision, moe_opts or MoEOptions(), shared_ops, shared_params)
+        blk = moe_block(spec, T, ax.tp, ax.ep, precision, ax.moe, shared_ops, shared_params)
         ops += blk.ops
-        comms += blk.comms
+        moe_x = blk.exchange
         ffn_params, expert_params = blk.params, blk.expert_params
     if ffn is not None:
         ops.append(dropout_add("mlp_residual"))
     ops, hc_params = hc.with_hyper_connections(spec, ops, Tl)  # n residual streams (DeepSeek-V4 mHC)
-    if tp > 1:
-        act = T * h * ACT_BYTES
-        # one gather/scatter pair per tp-sharded sub-layer
-        nsub = (mixer is not None) + (ffn == "dense") + (moe_tp_region if ffn == "moe" else 0)
-        if sp:
-            comms += [Comm("tp_allgather", "all_gather", "tp", act, nsub, nsub),
-                      Comm("tp_reducescatter", "reduce_scatter", "tp", act, nsub, nsub)]
-        else:
-            comms += [Comm("tp_allreduce", "all_reduce", "tp", act, nsub, nsub)]
-    if cp > 1 and mixer == "attention":
-        kvl = max(1, spec.kv_heads // tp)
+    # one column -> row pair per tp-sharded sub-layer
+    pairs = (mixer is not None) + (ffn == "dense") + (moe_tp_region if ffn == "moe" else 0)
+    cp_kv = None
+    if mixer == "attention":
+        kvl = (ax.heads(spec.num_heads or 1, spec.kv_heads, spec.id)[1] if spec.csa is None
+               else max(1, spec.kv_heads // ax.tp))
         dq = spec.dhead if spec.attention != "mla" else (spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim if spec.mla else spec.dhead)
-        kv_bytes = 2 * b * s * kvl * dq * ACT_BYTES  # K and V of the whole sequence, gathered in a ring
         keys = local_attention_pairs(spec, s)[1] if scope == "local" else s
-        if scope == "local" and spec.attention_chunk is not None and (s // cp) % keys == 0:
-            pass  # chunks aligned to the cp split: every key a rank needs is its own
-        elif scope == "local" and keys < s // cp:
-            # a window reaches back `keys` tokens: only the previous rank's last `keys` K/V rows
-            halo = 2 * b * keys * kvl * dq * ACT_BYTES
-            comms += [Comm("cp_kv_halo", "send_recv", "cp", halo, 1, 2, overlappable=True)]
-        else:
-            comms += [Comm("cp_kv_ring", "all_gather", "cp", kv_bytes, 1, 2, overlappable=True)]
+        cp_kv = CpExchange(ring_bytes=2 * b * s * kvl * dq * ACT_BYTES, halo_bytes=2 * b * keys * kvl * dq * ACT_BYTES,
+                           seq_len=s, keys=keys, local=scope == "local", chunked=spec.attention_chunk is not None)
+    layout = LayerLayout(tp_region=True, tp_pairs=pairs, tp_bytes=T * h * ACT_BYTES, cp=cp_kv, cp_all_to_all=cp_a2a,
+                         moe=moe_x, model_comms=tuple(csa_comms))
     nsub = (mixer is not None) + (ffn is not None)
     params = nsub * ln_params + attn_params + ffn_params + hc_params
     params_full = _full_params(spec, moe, ln_params, mixer, ffn, scope)
@@ -438,9 +465,9 @@ def _block(spec: ModelSpec, b: int, s: int, T: int, tp: int, cp: int, ep: int, s
         one_expert = (spec.moe_latent_size or h) * width * (3 if spec.activation in ("swiglu", "geglu") else 2)
         active = params_full - (E - k) * one_expert
     name, kind = _layer_name(spec, mixer, ffn, scope)
-    return Layer(name, kind, count, tuple(ops), tuple(comms),
+    return Layer(name, kind, count, tuple(ops),
                  params=params, params_full=params_full, expert_params=expert_params,
-                 input_bytes=Tl * h * hc.streams(spec) * ACT_BYTES, active_params_full=active)
+                 input_bytes=Tl * h * hc.streams(spec) * ACT_BYTES, active_params_full=active, layout=layout)
 
 
 def _layer_name(spec: ModelSpec, mixer: str | None, ffn: str | None, scope: str) -> tuple[str, str]:

@@ -1,8 +1,17 @@
-"""The graph of ops a workload expands into, one micro-batch on one model-parallel shard.
+"""The graph of ops a workload expands into, one micro-batch, whole (as the builder and the torch
+import emit it) or on one model-parallel rank (as `perfmodel.parallel.shard.shard` lays it out).
 
 A `Graph` is a sequence of `Layer`s, each repeated `count` times; a `Layer` holds the forward
 `Op`s of one instance and the collectives they need. The backward pass and the optimizer step
 are implied by each op's fields (weight gradients exist where `weight_params > 0`).
+
+What sharding needs travels with the graph: each op says which of its dimensions tensor
+parallelism splits (`Op.split`: column-parallel GEMMs split N, row-parallel GEMMs split K,
+attention splits heads), and each layer a `LayerLayout`: its shapes on a rank as a function of
+the sizes that rank holds (`Axes`, decided by parallel/shard.py), and the facts the collectives
+of a split follow from (tensor-parallel column->row pairs, vocab-parallel embedding and output
+layer, the keys and values context parallelism exchanges or the all-to-alls it needs, what the MoE
+dispatch moves).
 
 Conventions (per op instance, summed over `batch` and `repeat`):
   flop        floating-point operations the kernels execute in the forward pass
@@ -14,12 +23,19 @@ Conventions (per op instance, summed over `batch` and `repeat`):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from perfmodel.workload.moe import MoEOptions
 
 OpKind = Literal["gemm", "bmm", "attention", "ssd", "recurrence", "elementwise", "norm", "embedding", "loss"]
 CommKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
 CommGroup = Literal["tp", "cp", "ep", "etp", "dp", "pp"]
+# which dimension tensor parallelism splits: a column-parallel GEMM its N (outputs), a row-parallel
+# GEMM its K (inputs, the partial sums then reduced), attention its heads; "" = not split
+TpSplit = Literal["", "column", "row", "heads", "inner"]  # inner: element-wise between a column and its row
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +69,7 @@ class Op:
     # (1 of bwd_flop_factor 2) in one kernel per forward kernel; other ops have no separate phase
     wgrad_flop_factor: float = -1.0
     wgrad_kernels: int = -1
+    split: TpSplit = ""  # what tensor parallelism splits (see TpSplit)
 
     @property
     def wgrad_factor(self) -> float:
@@ -98,6 +115,104 @@ class Comm:
     routing: tuple[int, int, int, int] | None = None
 
 
+class Axes(Protocol):
+    """The sizes of a layer's split dimensions that one rank holds. `UNSHARDED` holds all of them;
+    parallel/shard.py's `RankAxes` decides them for a layout (the divisibility rules and the
+    errors that name them live there). `UNSHARDED` is in builder.py."""
+
+    tp: int
+    cp: int
+    ep: int
+    sp: bool
+    moe: MoEOptions  # the expert layout (etp) and MoE run settings
+
+    def tokens(self, b: int, s: int) -> int:
+        """Tokens of b sequences of length s this rank's attention group holds (b·s/cp)."""
+        ...
+
+    def norm_tokens(self, tokens: int) -> int:
+        """Of those, the ones whose norms and dropout this rank computes (1/tp more under sp)."""
+        ...
+
+    def query_len(self, s: int) -> int:
+        """Queries per sequence on this rank (s/cp)."""
+        ...
+
+    def heads(self, heads: int, kv_heads: int, owner: str) -> tuple[int, int]:
+        """(query heads, key/value heads) on this rank; kv heads replicate when tp exceeds them."""
+        ...
+
+    def columns(self, width: int, owner: str, what: str) -> int:
+        """Columns of a column-parallel weight of `width` outputs on this rank."""
+        ...
+
+    def vocab_columns(self, vocab: int) -> int:
+        """Vocabulary rows of the vocab-parallel output layer on this rank (the last one padded)."""
+        ...
+
+    def hidden_columns(self, hidden: int) -> int:
+        """Outputs of a column-parallel [2h, h] projection (replicated when tp does not divide h)."""
+        ...
+
+    def ssm_heads(self, heads: int, groups: int, owner: str) -> tuple[int, int, int, int]:
+        """Mamba-2 (heads, groups) on this tp rank and (heads, groups) of its scan after the cp all-to-all."""
+        ...
+
+
+
+@dataclass(frozen=True)
+class CpExchange:
+    """The keys and values an attention layer needs from other context-parallel ranks."""
+
+    ring_bytes: float  # K and V of the whole sequence, per rank's kv heads (all-gathered in a ring)
+    halo_bytes: float  # K and V of the `keys` tokens before a rank's chunk (a sliding window's reach)
+    seq_len: int
+    keys: int  # keys one query sees
+    local: bool  # sliding-window / chunked attention
+    chunked: bool  # chunked attention: chunks aligned to the cp split need nothing
+
+
+@dataclass(frozen=True)
+class MoEExchange:
+    """What an MoE block's token dispatch and combine move on one rank (workload/moe.py)."""
+
+    experts: int  # E: the router's per-expert counts and load-balancing statistics
+    sent_elems: float  # elements the busiest expert-parallel rank sends (imbalance x top-k copies x hidden)
+    dispatch_bytes_per_elem: float  # forward dispatch: bf16, or fp8 plus its scales
+    overlap: bool  # dispatch and combine hide behind the shared experts' FC1 / FC2
+    routing: tuple[int, int, int, int] | None = None  # Comm.routing of the dispatch / combine / etp collectives
+
+
+@dataclass(frozen=True)
+class OpShare:
+    """What tensor parallelism leaves whole of one op of an imported layer (the rest is split tp
+    ways): a column-parallel GEMM reads its whole input, a row-parallel GEMM writes its whole
+    output and keeps its bias whole; the op's saved output follows its split."""
+
+    split: TpSplit = ""
+    whole_bytes: float = 0.0
+    whole_params: float = 0.0
+    reduce_bytes: float = 0.0  # a row-parallel GEMM: the output its pair all-reduces
+
+
+@dataclass(frozen=True)
+class LayerLayout:
+    """What `shard` needs to lay a layer out on a rank (see the module docstring)."""
+
+    shape: Callable[[Axes], Layer] | None = None  # the layer on a rank; None: shard the ops by `Op.split`
+    tp_region: bool = False  # a tensor-parallel region: its pairs' collectives exist whenever tp > 1
+    tp_pairs: int = 0  # column-parallel -> row-parallel pairs: each reduces `tp_bytes` (forward and backward)
+    tp_bytes: float = 0.0  # the activation a pair reduces (per rank's shape); embedding and head: their [T, h]
+    vocab: Literal["", "embedding", "head"] = ""  # vocab-parallel embedding / output layer and loss
+    loss_bytes: float = 0.0  # head: the fp32 row max, target logit and sum of exps all-reduced over tp
+    cp: CpExchange | None = None
+    cp_all_to_all: tuple[tuple[str, float], ...] = ()  # (name, bytes) a cp split re-shards by (Mamba-2: sequence <-> heads)
+    model_comms: tuple[Comm, ...] = ()  # collectives a layer's own module still builds (DeepSeek-V4's CSA indexer)
+    moe: MoEExchange | None = None  # an MoE FFN: its dispatch / combine, laid out over ep and etp by shard()
+    parts: tuple[tuple[str, LayerLayout], ...] = ()  # sub-blocks (multi-token prediction), their comms prefixed
+    op_shares: tuple[OpShare, ...] = ()  # imported layers: per op, what tp splits (recognised column -> row pairs)
+
+
 @dataclass(frozen=True)
 class Layer:
     name: str
@@ -111,6 +226,7 @@ class Layer:
     input_bytes: float = 0.0  # the layer input kept under full recompute
     recomputable: bool = True
     active_params_full: float | None = None  # MoE: unsharded parameters one token uses; None = params_full
+    layout: LayerLayout | None = field(default=None, compare=False, repr=False)  # how to shard it (see LayerLayout)
 
     @property
     def fwd_flop(self) -> float:
@@ -131,7 +247,7 @@ class Layer:
 
 @dataclass(frozen=True)
 class Graph:
-    """One micro-batch of `micro_batch` sequences on one shard (tp, cp, ep) of the model."""
+    """One micro-batch of `micro_batch` sequences, whole or on one shard (`degrees`: tp, cp, ep, etp, sp)."""
 
     model_id: str
     layers: tuple[Layer, ...]

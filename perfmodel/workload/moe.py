@@ -33,7 +33,8 @@ Forward, per rank (Megatron-Core `MoEAlltoAllTokenDispatcher`, `moe_utils.permut
 The backward pass mirrors each step (permute <-> unpermute, all-to-all of the gradients).
 Under LatentMoE (spec.moe_latent_size = l, workload/latent_moe.py) the routed tokens are
 projected h -> l before the permutation and l -> h after the un-permutation: every row the
-permutation, the all-to-alls and the expert GEMMs move is l wide instead of h.
+permutation, the all-to-alls and the expert GEMMs move is l wide instead of h. The block says
+what its collectives move (`MoEExchange`); parallel/shard.py emits them for the layout.
 
 Load imbalance γ (ParallelPlan.moe_imbalance, max over mean tokens of the expert-parallel ranks,
 default 1.23 from FEPLB's measured GLM-5 routing, see parallel/plan.py) scales what the busiest
@@ -48,7 +49,7 @@ from dataclasses import dataclass
 
 from perfmodel import precision as registry
 from perfmodel.errors import LayoutError
-from perfmodel.workload.graph import Comm, Op
+from perfmodel.workload.graph import MoEExchange, Op
 from perfmodel.workload.latent_moe import latent_projections
 from perfmodel.workload.spec import ModelSpec
 
@@ -70,7 +71,7 @@ class MoEOptions:
 @dataclass(frozen=True)
 class MoEBlock:
     ops: tuple[Op, ...]
-    comms: tuple[Comm, ...]
+    exchange: MoEExchange
     params: float  # held by this rank: router + local expert shards + shared experts (tp-sharded)
     expert_params: float  # the local expert shards (replicated over edp ranks)
 
@@ -147,24 +148,10 @@ def moe_block(spec: ModelSpec, T: int, tp: int, ep: int, precision: str, opts: M
     ops += latent_up
     ops += shared_ops
 
-    comms: list[Comm] = []
-    if tp > 1:
-        comms.append(Comm("moe_aux_count_allreduce", "all_reduce", "tp", E * 4, 1, 0))
-    if ep > 1 or etp > 1:
-        overlap = opts.shared_expert_overlap and bool(shared_ops)
-        comms.append(Comm("moe_count_allgather", "all_gather", "ep", E * COUNT_BYTES * ep, 1, 0))
-        sent = gamma * C * hx  # elements the busiest rank exchanges (latent width under LatentMoE)
-        if ep > 1:
-            rt = (k, E, spec.moe_router_groups, spec.moe_router_group_topk or spec.moe_router_groups)
-            if d_el < ACT_BYTES:  # fp8 forward dispatch; its backward (the combine's gradient) is bf16
-                comms += [Comm("moe_dispatch", "all_to_all", "ep", sent * d_el, 1, 0, overlap, "shared_fc1", rt),
-                          Comm("moe_dispatch_grad", "all_to_all", "ep", sent * ACT_BYTES, 0, 1, overlap, "shared_fc1", rt)]
-            else:
-                comms.append(Comm("moe_dispatch", "all_to_all", "ep", sent * ACT_BYTES, 1, 1, overlap, "shared_fc1", rt))
-            comms.append(Comm("moe_combine", "all_to_all", "ep", sent * ACT_BYTES, 1, 1, overlap, "shared_fc2", rt))
-        if etp > 1:  # routed: the dispatcher decides (flex sends to the etp ranks in its exchange)
-            rte = (k, E, spec.moe_router_groups, spec.moe_router_group_topk or spec.moe_router_groups)
-            comms += [Comm("moe_etp_allgather", "all_gather", "etp", sent * etp * d_el, 1, 1, routing=rte),
-                      Comm("moe_etp_reducescatter", "reduce_scatter", "etp", sent * etp * ACT_BYTES, 1, 1, routing=rte)]
+    # what the dispatch and combine move (latent width under LatentMoE); the collectives
+    # themselves are parallel/shard.py's
+    exchange = MoEExchange(experts=E, sent_elems=gamma * C * hx, dispatch_bytes_per_elem=d_el,
+                           overlap=opts.shared_expert_overlap and bool(shared_ops),
+                           routing=(k, E, spec.moe_router_groups, spec.moe_router_group_topk or spec.moe_router_groups))
     expert_params = float(el_local * (hx * up_n + f * hx))
-    return MoEBlock(tuple(ops), tuple(comms), expert_params + h * E + latent_params + shared_params, expert_params)
+    return MoEBlock(tuple(ops), exchange, expert_params + h * E + latent_params + shared_params, expert_params)

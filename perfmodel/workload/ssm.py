@@ -20,8 +20,7 @@ cp rank scans the whole sequence for H/(tp·cp) heads), and back before out_proj
 
 from __future__ import annotations
 
-from perfmodel.errors import LayoutError
-from perfmodel.workload.graph import Comm, Op
+from perfmodel.workload.graph import Axes, Op
 from perfmodel.workload.spec import ModelSpec
 
 ACT_BYTES = 2
@@ -47,25 +46,23 @@ def mamba2_params(spec: ModelSpec) -> float:
     return h * in_n + m.conv_dim * m.conv_kernel + m.conv_dim + 3 * m.num_heads + m.d_inner + m.d_inner * h
 
 
-def mamba2_ops(spec: ModelSpec, b: int, s: int, T: int, tp: int, precision: str,
-               saved_in: float | None, cp: int = 1) -> tuple[list[Op], float, list[Comm]]:
-    """Forward ops of one Mamba-2 mixer on this (tp, cp) rank, the parameters this rank holds
-    and the cp all-to-alls (none at cp 1)."""
+def mamba2_ops(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision: str,
+               saved_in: float | None) -> tuple[list[Op], float, tuple[tuple[str, float], ...]]:
+    """Forward ops of one Mamba-2 mixer on a rank holding `ax` (heads and groups per tp rank and
+    per scan after the cp all-to-all: parallel/shard.py), the parameters it holds and the
+    (name, bytes) of the all-to-alls a cp split needs (parallel/shard.py emits them at cp > 1)."""
     from perfmodel.workload.builder import _elementwise, _gemm  # the shared op constructors
 
     m = spec.mamba
     assert m is not None
-    if m.num_heads % (tp * cp):
-        raise LayoutError(f"tp {tp} x cp {cp} does not divide mamba.num_heads {m.num_heads} of {spec.id}")
     h = spec.hidden
-    H = m.num_heads // tp
-    G = m.num_groups // tp if m.num_groups % tp == 0 else m.num_groups  # groups replicate when tp > G
+    # heads H and groups G on this tp rank (groups replicate when tp > G); the conv and scan run after
+    # the cp all-to-all on the whole sequence (b·s tokens) and Hs heads, Gs groups
+    H, G, Hs, Gs = ax.ssm_heads(m.num_heads, m.num_groups, spec.id)
     P, N, K = m.head_dim, m.state_dim, m.conv_kernel
     d_in = H * P
     conv_dim = d_in + 2 * G * N
     in_n = 2 * d_in + 2 * G * N + H
-    # conv and scan after the cp all-to-all: the whole sequence (b·s tokens), H / cp heads
-    Hs, Gs = H // cp, (G // cp if G % cp == 0 else G)
     Ts, d_s = b * s, Hs * P
     conv_s = d_s + 2 * Gs * N
     flop_ssd = ssd_flop(b, s, Hs, P, N, Gs, m.chunk_size)
@@ -73,7 +70,7 @@ def mamba2_ops(spec: ModelSpec, b: int, s: int, T: int, tp: int, precision: str,
     state_bytes = 2.0 * b * chunks * Hs * N * P * 4  # fp32 chunk states written and read back
     ssd_in = Ts * conv_s * ACT_BYTES + Ts * Hs * 4  # x, B, C and fp32 dt
     ops = [
-        _gemm("mamba_in_proj", T, in_n, h, precision, saved=saved_in),
+        _gemm("mamba_in_proj", T, in_n, h, precision, saved=saved_in, split="column"),
         # depthwise causal conv1d: K multiply-adds per output element (FlopCounterMode counts 2·K)
         _elementwise("mamba_conv1d", Ts * conv_s, 1, 1, 2 * K, saved=Ts * conv_s * ACT_BYTES),
         _elementwise("mamba_conv_silu", Ts * conv_s, 1, 1, 4, saved=Ts * conv_s * ACT_BYTES),
@@ -82,11 +79,9 @@ def mamba2_ops(spec: ModelSpec, b: int, s: int, T: int, tp: int, precision: str,
            heads=Hs, head_dim=P, seq_q=s, seq_kv=min(m.chunk_size, s), precision=precision),
         # y·silu(z) then RMSNorm over each group's channels: y and z kept for the backward
         _elementwise("mamba_gated_norm", T * d_in, 2, 1, 8, saved=2 * T * d_in * ACT_BYTES, kind="norm", params=d_in),
-        _gemm("mamba_out_proj", T, h, d_in, precision),
+        _gemm("mamba_out_proj", T, h, d_in, precision, split="row"),
     ]
-    comms: list[Comm] = []
-    if cp > 1:
-        comms = [Comm("mamba_cp_a2a_in", "all_to_all", "cp", T * (conv_dim + H) * ACT_BYTES),
-                 Comm("mamba_cp_a2a_out", "all_to_all", "cp", T * d_in * ACT_BYTES)]
+    # under cp: sequence split -> head split before the conv and scan, and back before out_proj
+    a2a = (("mamba_cp_a2a_in", T * (conv_dim + H) * ACT_BYTES), ("mamba_cp_a2a_out", T * d_in * ACT_BYTES))
     params = h * in_n + conv_dim * K + conv_dim + 3 * H + d_in + d_in * h
-    return ops, float(params), comms
+    return ops, float(params), a2a

@@ -21,6 +21,11 @@ Module hooks give each op its owning module; ops are grouped into `Layer`s by to
 consecutive identical layers collapse into one `Layer` with `count`. Saved activations come from
 `torch.autograd.graph.saved_tensors_hooks` (parameters excluded, shared storage counted once).
 
+Tensor parallelism: the trace follows each activation tensor from the op that made it to the ops
+that read it (views resolved to the tensor they view, in-place results as new tensors), and
+workload/tp_pairs.py marks the column -> row Linear pairs in it (`Op.split`, and per layer what tp
+leaves whole: `LayerLayout.op_shares`); parallel/shard.py splits them.
+
 FLOP convention: `Op.model_flop` of gemm / bmm / attention ops equals what
 `torch.utils.flop_counter.FlopCounterMode` counts on the same module (it counts causal attention in
 full); `Op.flop` of a causal attention op is halved, what a FlashAttention kernel executes.
@@ -44,7 +49,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from perfmodel.errors import PerfmodelError
-from perfmodel.workload.graph import Graph, Layer, Op
+from perfmodel.workload.graph import Graph, Layer, LayerLayout, Op, OpShare
+from perfmodel.workload.tp_pairs import Node, tp_roles
 
 __all__ = ["TorchImportError", "TraceResult", "UnsupportedOpWarning", "estimate_module_cli",
            "flop_counter_flop", "from_torch", "trace_module"]
@@ -136,6 +142,14 @@ class _Rec:
     seq_q: int = 0
     seq_kv: int = 0
     unsupported: bool = False
+    # dataflow for the tensor-parallel pairs (workload/tp_pairs.py): activation tensors in and out
+    ins: tuple[int, ...] = ()
+    outs: tuple[int, ...] = ()
+    act_in_bytes: float = 0.0  # a GEMM: its activation operand
+    out_bytes: float = 0.0
+    bias_bytes: float = 0.0
+    bias_params: float = 0.0
+    role: str = ""  # column / row / inner, set after the trace
 
 
 @dataclass
@@ -151,6 +165,19 @@ class _State:
     suppress: int = 0
     input_bytes: dict[str, float] = field(default_factory=dict)
     last_outs: list[torch.Tensor] = field(default_factory=list)  # keeps the last op's output ids unique
+    alias: dict[int, int] = field(default_factory=dict)  # id of a view -> id of the tensor it views
+    current: dict[int, int] = field(default_factory=dict)  # id of a tensor -> its dataflow node id (in-place ops renew it)
+    next_node: int = -1
+
+    def node_id(self, t: torch.Tensor) -> int:
+        r = self.alias.get(id(t), id(t))
+        return self.current.get(r, r)
+
+    def view_of(self, outs: list[torch.Tensor], src: torch.Tensor) -> None:
+        for o in outs:
+            if o is not src:
+                self.alias[id(o)] = self.alias.get(id(src), id(src))
+                self.keep.append(o)
 
     def param_of(self, t: torch.Tensor) -> tuple[str, int, bool] | None:
         p = self.params.get(id(t))
@@ -174,9 +201,18 @@ class _State:
             self.pending_saved += nb
         return t
 
-    def add(self, rec: _Rec, outs: list[torch.Tensor]) -> None:
+    def add(self, rec: _Rec, outs: list[torch.Tensor], ins: list[torch.Tensor] | None = None) -> None:
         rec.saved_bytes += self.pending_saved
         rec.out_ids = frozenset(id(o) for o in outs)
+        rec.ins = tuple(self.node_id(t) for t in ins or () if self.param_of(t) is None)
+        fresh = []
+        for o in outs:  # every output a new dataflow node, in-place results included
+            r = self.alias.get(id(o), id(o))
+            self.current[r] = self.next_node
+            fresh.append(self.next_node)
+            self.next_node -= 1
+            self.keep.append(o)
+        rec.outs = tuple(fresh)
         self.pending_saved = 0.0
         self.last_outs = outs
         self.records.append(rec)
@@ -201,12 +237,14 @@ class _Dispatch(TorchDispatchMode):
                 for o in outs:
                     st.params[id(o)] = src
                     st.keep.append(o)
+            elif ins and not name.startswith("empty"):
+                st.view_of(outs, ins[0])
             return out
         if st.suppress:
             return out
         rec = _classify(st, func, name, args, kwargs, ins, outs)
         rec.path = st.stack[-1]
-        st.add(rec, outs)
+        st.add(rec, outs, ins)
         return out
 
 
@@ -236,7 +274,7 @@ class _Fused(TorchFunctionMode):
         finally:
             self.st.suppress -= 1
         rec.path = self.st.stack[-1]
-        self.st.add(rec, _tensors(out))
+        self.st.add(rec, _tensors(out), _tensors((args, kwargs)))
         return out
 
 
@@ -331,10 +369,13 @@ def _gemm_rec(st: _State, name: str, args: tuple[Any, ...], ins: list[torch.Tens
     weight_params = 0.0
     if pw and pw[2]:
         weight_params += pw[1]
-    if pb and pb[2]:
-        weight_params += pb[1]
+    bias_params = float(pb[1]) if pb and pb[2] else 0.0
+    weight_params += bias_params
+    act = a if st.param_of(a) is None else b
     return _Rec("", name, "gemm" if pw else "bmm", flop=2.0 * m * n * k * batch, bytes=io, m=m, n=n, k=k,
-                batch=batch, weight=pw[0] if pw else "", weight_params=weight_params, shapes=shapes)
+                batch=batch, weight=pw[0] if pw else "", weight_params=weight_params, shapes=shapes,
+                act_in_bytes=_nbytes(act), out_bytes=sum(_nbytes(o) for o in outs),
+                bias_bytes=_nbytes(bias) if pb and bias is not None else 0.0, bias_params=bias_params)
 
 
 # --------------------------------------------------------------------------------------------
@@ -447,6 +488,7 @@ def trace_module(module_or_factory: nn.Module | Callable[[], nn.Module], example
     if st.pending_saved and st.records:
         st.records[-1].saved_bytes += st.pending_saved
     first = _tensors((args, kwargs))
+    _mark_tp_pairs(st, frozenset(st.node_id(t) for t in first))
     shape = tuple(first[0].shape) if first else ()
     # [b, s] token ids or [b, s, features] series carry a sequence; [b, features] does not
     has_seq = bool(first) and len(shape) >= (3 if first[0].is_floating_point() else 2)
@@ -455,6 +497,32 @@ def trace_module(module_or_factory: nn.Module | Callable[[], nn.Module], example
     graph, notes = _build_graph(module, st, keys, name or type(module).__name__, b, s, precision, collapse_repeats, first_name)
     unsupported = dict(Counter(r.aten for r in st.records if r.unsupported))
     return TraceResult(graph, unsupported, tuple(notes), time.perf_counter() - t0, len(st.records))
+
+
+def _is_linear(r: _Rec) -> bool:
+    """A GEMM on one weight matrix as nn.Linear runs it (not a conv, a bmm or a recurrence's weights)."""
+    last = r.weight.rsplit(".", 1)[-1]
+    return (r.kind == "gemm" and r.aten in ("mm", "addmm") and r.batch == 1
+            and not last.startswith(("weight_hh", "weight_ih")))
+
+
+def _mark_tp_pairs(st: _State, inputs: frozenset[int]) -> None:
+    """Each record's role in a tensor-parallel pair (workload/tp_pairs.py)."""
+    nodes = [Node(r.kind, _is_linear(r), r.ins, r.outs, not r.unsupported) for r in st.records]
+    for r, role in zip(st.records, tp_roles(nodes, inputs), strict=True):
+        r.role = role
+
+
+def _share(r: _Rec, n: int) -> OpShare:
+    """What tp leaves whole of the merged op of `n` records like `r` (graph.OpShare)."""
+    if r.role == "column":
+        return OpShare("column", whole_bytes=n * r.act_in_bytes)
+    if r.role == "row":
+        return OpShare("row", whole_bytes=n * (r.out_bytes + r.bias_bytes), whole_params=r.bias_params,
+                       reduce_bytes=r.out_bytes)
+    if r.role == "inner":
+        return OpShare("heads" if r.kind == "attention" else "inner")
+    return OpShare()
 
 
 def _install_hooks(module: nn.Module, st: _State, keys: dict[str, tuple[str, bool]]) -> list[Any]:
@@ -473,7 +541,8 @@ def _install_hooks(module: nn.Module, st: _State, keys: dict[str, tuple[str, boo
 
 
 # --------------------------------------------------------------------------------------------
-def _merge(recs: list[_Rec], key: str, precision: str, rnn_paths: frozenset[str] = frozenset()) -> tuple[Op, ...]:
+def _merge(recs: list[_Rec], key: str, precision: str,
+           rnn_paths: frozenset[str] = frozenset()) -> tuple[tuple[Op, ...], tuple[OpShare, ...]]:
     """Identical ops of one layer (same module, op, shapes, weight) become one Op with `repeat`.
 
     Recurrences become what cuDNN and ATen run (one fused call per layer, see builder._rnn): the
@@ -483,8 +552,9 @@ def _merge(recs: list[_Rec], key: str, precision: str, rnn_paths: frozenset[str]
     own (fused into the recurrence kernels, its bytes kept)."""
     groups: dict[tuple[Any, ...], list[_Rec]] = {}
     for r in recs:
-        groups.setdefault((r.path, r.aten, r.shapes, r.weight, r.causal), []).append(r)
+        groups.setdefault((r.path, r.aten, r.shapes, r.weight, r.causal, r.role), []).append(r)
     ops = []
+    shares = []
     for rs in groups.values():
         r, n = rs[0], len(rs)
         rel = r.path[len(key) + 1:] if key and r.path.startswith(key + ".") else ("" if r.path == key else r.path)
@@ -502,8 +572,10 @@ def _merge(recs: list[_Rec], key: str, precision: str, rnn_paths: frozenset[str]
             bwd_bytes_factor=2.5 if r.kind == "attention" else 2.0, attn_core=r.kind == "attention", causal=r.causal,
             heads=r.heads, head_dim=r.head_dim, seq_q=r.seq_q, seq_kv=r.seq_kv,
         )
-        ops.append(_fuse_recurrent(op, r, n, rnn_paths))
-    return tuple(ops)
+        share = _share(r, n)
+        ops.append(replace(_fuse_recurrent(op, r, n, rnn_paths), split=share.split))
+        shares.append(share)
+    return tuple(ops), tuple(shares)
 
 
 def _fuse_recurrent(op: Op, r: _Rec, steps: int, rnn_paths: frozenset[str]) -> Op:
@@ -552,7 +624,7 @@ def _build_graph(module: nn.Module, st: _State, keys: dict[str, tuple[str, bool]
     layers: list[Layer] = []
     seen_names: Counter[str] = Counter()
     for i, (key, _item, recs) in enumerate(segs):
-        ops = _merge(recs, key, precision, rnn_paths)
+        ops, shares = _merge(recs, key, precision, rnn_paths)
         if i < lo or (not items and all(o.kind == "embedding" for o in ops) and i == 0):
             kind = "embedding"
         elif i > hi:
@@ -566,8 +638,10 @@ def _build_graph(module: nn.Module, st: _State, keys: dict[str, tuple[str, bool]
         if seen_names[label] > 1:
             label = f"{label}#{seen_names[label]}"
         body = kind not in ("embedding", "head")
+        split = any(sh.split for sh in shares)
         layers.append(Layer(label, kind, 1, ops, params=seg_params[i], params_full=seg_params[i],
-                            input_bytes=st.input_bytes.get(key, 0.0), recomputable=body))
+                            input_bytes=st.input_bytes.get(key, 0.0), recomputable=body,
+                            layout=LayerLayout(op_shares=shares) if split else None))
     if collapse:
         layers = _collapse(layers)
     unsup = Counter(r.aten for r in st.records if r.unsupported)
