@@ -39,10 +39,12 @@ def step_from_inputs(inp: StepInputs) -> Estimate:
     worst = inp.ranks[i_max]
     avg_w = sum(r.wgrad_s for r in inp.ranks) / p
     pipe, bubble = pipeline_time_s(list(t), m, plan.vp, plan.schedule_name, avg_w)
-    dp = dp_collectives(system, plan, worst.dense_params, worst.expert_params)
+    dp = dp_collectives(system, plan, worst.dense_params, worst.expert_params, worst.layers)
     dp_exposed = float(cf.dp_exposed_s(plan.zero_stage, m, worst.fwd_s, worst.bwd_s, worst.layers, dp.all_reduce_s,
                                        dp.reduce_scatter_s, dp.all_gather_s, plan.overlap_dp_comm,
-                                       plan.overlap_fsdp_prefetch, can_overlap(system), comm_contention_fraction(system)))
+                                       plan.overlap_fsdp_prefetch, can_overlap(system), comm_contention_fraction(system),
+                                       dp.unit_all_gather_s, dp.unit_reduce_scatter_s, dp.unit_copy_fwd_s,
+                                       dp.unit_copy_bwd_s))
     optimizer = inp.optimizer_s(i_max)
     breakdown = {
         "compute_fwd_s": m * worst.fwd_gpu_s,

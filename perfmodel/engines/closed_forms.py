@@ -8,8 +8,25 @@ Data-parallel exposure, per step, on the slowest stage with f, b its forward / b
 per micro-batch and L its layer instances (one bucket = one layer's share):
     ZeRO 0-2, overlap    max(G − b, G/L) + max(P − f, P/L)   (G grad reduction, P param gather)
     ZeRO 0-2, no overlap G + P
-    ZeRO 3, prefetch     m · (max(0, A − f) + A/L + max(0, A + R − b) + R/L)
-    ZeRO 3, no prefetch  m · (2A + R)                          (A all-gather, R reduce-scatter)
+    ZeRO 3 (FSDP): one unit per layer instance, each its own collectives (per-unit latency and
+    the busbw of a unit-sized message): a all-gather, r reduce-scatter per unit; per unit on the
+    compute stream f = f_stage/L, b = b_stage/L and the copy kernels k_f, k_b (FSDP2's
+    copy-out after each gather, chunk_cat before each reduce-scatter; 0 for a flat buffer):
+      prefetch: unit i+1's gather is issued when unit i starts, unit i's reduce-scatter when its
+      backward ends; gathers and reduce-scatters queue on one NCCL stream in issue order. Every
+      unit is re-gathered for its backward (reshard after forward) except the one whose backward
+      comes first: the root unit (FSDP1's root FlatParameter, FSDP2's root state) is not
+      resharded after forward, nor is torchtitan's last block. Per micro-batch, with
+      f' = f + k_f and b' = b + k_b,
+        forward   a + (L−1)·max(0, a − f')                    the first gather, then the excess
+        backward  max(0, a − b') + (L−2)·max(0, a + r − b') + max(0, r − b') + r   (L >= 2; r for
+                  one unit): the second unit's gather (issued before any reduce-scatter), the
+                  steady state (a gather and a reduce-scatter per unit), the last two
+                  reduce-scatters
+        plus L·(k_f + k_b) of copy kernels
+      no prefetch          m · (L·(2a + r) − a + L·(k_f + k_b))
+    Both are exact for L equal units: the makespan of the two-stream schedule minus its compute;
+    des.fsdp_unit_schedule plays the same schedule out over the unequal units of a real stage.
 On a CPU nothing overlaps (the collective runs on the cores that compute). The part that hides
 slows the compute beside it by the NCCL contention fraction c:
     T_dp = exposed + (total − exposed) · c
@@ -56,8 +73,10 @@ def pipeline_s(t_max_s: Num, m: Num, bubble_s: Num) -> Num:
 
 def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_reduce_s: Num, reduce_scatter_s: Num,
                  all_gather_s: Num, overlap_dp_comm: Num, overlap_fsdp_prefetch: Num, can_overlap: Num,
-                 contention: Num) -> Num:
-    """Exposed data-parallel seconds of one step plus the compute slowed by the hidden part."""
+                 contention: Num, unit_all_gather_s: Num = 0.0, unit_reduce_scatter_s: Num = 0.0,
+                 unit_copy_fwd_s: Num = 0.0, unit_copy_bwd_s: Num = 0.0) -> Num:
+    """Exposed data-parallel seconds of one step plus the compute slowed by the hidden part.
+    The unit_* arguments are one FSDP unit's collectives and copy kernels (ZeRO 3 only)."""
     L = _maximum(1.0, layers)
     ag, rs = all_gather_s, reduce_scatter_s
     grad = _where(zero == 0, all_reduce_s, _where(zero < 3, rs, 0.0))
@@ -65,12 +84,26 @@ def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_red
     over = _and(overlap_dp_comm, can_overlap)
     z012 = _where(over, _maximum(grad - bwd_s, grad / L), grad) + param_gather_exposed_s(param, fwd_s, L, over)
     pre = _and(overlap_fsdp_prefetch, can_overlap)
-    z3_pre = m * (_maximum(0.0, ag - fwd_s) + ag / L + _maximum(0.0, ag + rs - bwd_s) + rs / L)
-    z3_total = m * (2 * ag + rs)
-    z3 = _where(pre, z3_pre, z3_total)
-    exposed = _where(zero == 3, z3, z012)
-    total = _where(zero == 3, z3_total, grad + param)
-    return exposed + _maximum(0.0, total - exposed) * contention
+    z3_wait, z3_comm, z3_copies = fsdp_exposed_s(m, fwd_s, bwd_s, L, unit_all_gather_s, unit_reduce_scatter_s,
+                                                 unit_copy_fwd_s, unit_copy_bwd_s, pre)
+    exposed = _where(zero == 3, z3_wait, z012)
+    total = _where(zero == 3, z3_comm, grad + param)
+    return exposed + _maximum(0.0, total - exposed) * contention + _where(zero == 3, z3_copies, 0.0)
+
+
+def fsdp_exposed_s(m: Num, fwd_s: Num, bwd_s: Num, units: Num, unit_all_gather_s: Num, unit_reduce_scatter_s: Num,
+                   unit_copy_fwd_s: Num, unit_copy_bwd_s: Num, prefetch: Num) -> tuple[Num, Num, Num]:
+    """(seconds the compute stream waits for the per-unit collectives, seconds of those
+    collectives in all, seconds of the copy kernels) over m micro-batches of `units` equal units
+    (module docstring). Gradient accumulation re-gathers and reduce-scatters every micro-batch."""
+    L = _maximum(1.0, units)
+    a, r, kf, kb = unit_all_gather_s, unit_reduce_scatter_s, unit_copy_fwd_s, unit_copy_bwd_s
+    f, b = fwd_s / L + kf, bwd_s / L + kb
+    fwd = a + (L - 1) * _maximum(0.0, a - f)
+    many = _maximum(0.0, a - b) + (L - 2) * _maximum(0.0, a + r - b) + _maximum(0.0, r - b) + r
+    bwd = _where(L >= 2, many, r)
+    comm = m * (L * (2 * a + r) - a)
+    return _where(prefetch, m * (fwd + bwd), comm), comm, m * L * (kf + kb)
 
 
 def param_gather_exposed_s(param_s: Num, fwd_s: Num, layers: Num, overlap: Num) -> Num:
@@ -101,4 +134,5 @@ def rank_memory_bytes(static_bytes: Num, act_per_mb_bytes: Num, flight: Num, wor
     return static_bytes + act_per_mb_bytes * flight + working_bytes + runtime_bytes
 
 
-__all__ = ["dp_exposed_s", "in_flight", "local_params", "optimizer_step_s", "param_gather_exposed_s", "pipeline_s", "rank_memory_bytes"]
+__all__ = ["dp_exposed_s", "fsdp_exposed_s", "in_flight", "local_params", "optimizer_step_s", "param_gather_exposed_s",
+           "pipeline_s", "rank_memory_bytes"]

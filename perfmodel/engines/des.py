@@ -13,10 +13,14 @@ pipeline when variability asks for them):
                      share of the stage's collective by parameters) of the grad-final op (the
                      last micro-batch's B, or W under ZB-H1) reduced as backward produces them;
                      a bucket starts when every replica has produced it
+    FSDP units       ZeRO-3: every layer instance a unit with its own gather / reduce-scatter
+                     (`fsdp_unit_schedule`: a compute and a communication stream, one-unit-ahead
+                     prefetch, re-gather in backward), played out once per chunk; the forward
+                     waits before each F, the backward's before each B
     optimizer        after the stage's DP sync, the same optimizer seconds as the analytic engine
 All durations come from the shared stage costs (`engines/stages.py`: per virtual stage, the p2p
 send, the DP collectives, the contention fraction); the closed forms give only what is not
-simulated (ZeRO-3 gathers per micro-batch, the ZeRO-1/2 parameter gather, the optimizer step).
+simulated (the ZeRO-1/2 parameter gather, the optimizer step).
 The DES never runs or imports the analytic engine: it is the independent check.
 
 Schedules (perfmodel/parallel/schedules/) emit each stage's order of F, B and W; the engine
@@ -76,9 +80,60 @@ class ChunkCost:
     fwd_s: float
     bwd_s: float  # backward incl. recompute; without the weight-gradient part under ZB-H1
     wgrad_s: float  # deferred weight-gradient part (ZB-H1), else 0
-    fsdp_s: float  # ZeRO-3 all-gather / reduce-scatter exposed per micro-batch
+    fsdp_fwd_s: float  # ZeRO-3: per micro-batch, the forward's wait for its unit gathers + copy kernels
+    fsdp_bwd_s: float  # the same for the backward's re-gathers and reduce-scatters, plus contention
     buckets: tuple[tuple[float, float], ...]  # (fraction of the grad-final op done when ready, DP seconds)
     stage: StageCost
+
+
+@dataclass(frozen=True, slots=True)
+class FsdpUnit:
+    """One FSDP unit (a layer instance) of a chunk: its compute seconds per micro-batch, its own
+    collectives and copy kernels (stages.DpCollectives with units = 1)."""
+
+    fwd_s: float
+    bwd_s: float
+    all_gather_s: float
+    reduce_scatter_s: float
+    copy_fwd_s: float = 0.0
+    copy_bwd_s: float = 0.0
+
+
+def fsdp_unit_schedule(units: list[FsdpUnit], prefetch: bool) -> tuple[float, float, float, float]:
+    """One micro-batch of ZeRO-3 over `units` (forward order), played out on two streams:
+    (forward wait, backward wait, collective seconds, copy-kernel seconds); a wait is the
+    phase's makespan minus its unit compute, so it holds the copy kernels.
+
+    Compute stream: unit k starts when unit k-1 is done and its gather has arrived, then runs its
+    copy kernels and compute. Communication stream: one NCCL queue in issue order. The gather of
+    the next unit is issued when unit k starts (prefetch; FSDP2's one-unit-ahead prefetch and
+    FSDP1's BACKWARD_PRE / rate-limited forward) or when it ends (no prefetch); a unit's
+    reduce-scatter when its backward ends, before the next unit's backward starts. The backward
+    runs the units in reverse and re-gathers each one (reshard after forward) but the first,
+    which stays gathered from the forward (the root unit; closed_forms' docstring)."""
+    def phase(order: list[FsdpUnit], backward: bool) -> tuple[float, float]:
+        if not order:
+            return 0.0, 0.0
+        comm = ready = 0.0 if backward else order[0].all_gather_s
+        t = 0.0
+        for k, u in enumerate(order):
+            start = max(t, ready)
+            nxt = order[k + 1].all_gather_s if k + 1 < len(order) else None
+            if prefetch and nxt is not None:
+                comm = ready = max(comm, start) + nxt
+            t = start + (u.copy_bwd_s + u.bwd_s if backward else u.copy_fwd_s + u.fwd_s)
+            if backward:
+                comm = max(comm, t) + u.reduce_scatter_s
+            if not prefetch and nxt is not None:
+                comm = ready = max(comm, t) + nxt
+        return t, comm
+
+    t_f, _ = phase(units, False)
+    t_b, comm_b = phase(units[::-1], True)
+    fwd_wait = max(0.0, t_f - sum(u.fwd_s for u in units))  # clamped: summation order leaves ~1e-18
+    bwd_wait = max(0.0, max(t_b, comm_b) - sum(u.bwd_s for u in units))
+    comm = sum(2 * u.all_gather_s + u.reduce_scatter_s for u in units) - (units[-1].all_gather_s if units else 0.0)
+    return fwd_wait, bwd_wait, comm, sum(u.copy_fwd_s + u.copy_bwd_s for u in units)
 
 
 def chunk_costs(inp: StepInputs) -> list[list[ChunkCost]]:
@@ -94,19 +149,33 @@ def chunk_costs(inp: StepInputs) -> list[list[ChunkCost]]:
         for c in range(v):
             st = inp.chunks[c * p + s]
             dp = dp_collectives(system, plan, st.dense_params, st.expert_params)
-            fsdp = 0.0
+            fsdp_f = fsdp_b = 0.0
             if plan.zero_stage == 3:
-                fsdp = float(cf.dp_exposed_s(3, 1, st.fwd_s, st.bwd_s, st.layers, dp.all_reduce_s, dp.reduce_scatter_s,
-                                             dp.all_gather_s, plan.overlap_dp_comm, plan.overlap_fsdp_prefetch,
-                                             can_overlap(system), contention))
+                fsdp_f, fsdp_b = _fsdp_waits(system, plan, graph, c * p + s, contention)
             grad_s = dp.all_reduce_s if plan.zero_stage == 0 else dp.reduce_scatter_s if plan.zero_stage < 3 else 0.0
             buckets = _buckets(system, plan, graph, c * p + s, grad_s, zb, overlap)
             if zb:  # input- and weight-gradient phases run apart (LayerTime.bwd_input_s, wgrad_s)
-                row.append(ChunkCost(st.fwd_s, st.bwd_input_s, st.wgrad_s, fsdp, buckets, st))
+                row.append(ChunkCost(st.fwd_s, st.bwd_input_s, st.wgrad_s, fsdp_f, fsdp_b, buckets, st))
             else:
-                row.append(ChunkCost(st.fwd_s, st.bwd_s, 0.0, fsdp, buckets, st))
+                row.append(ChunkCost(st.fwd_s, st.bwd_s, 0.0, fsdp_f, fsdp_b, buckets, st))
         out.append(row)
     return out
+
+
+def _fsdp_waits(system: System, plan: ParallelPlan, graph: Graph, vstage: int, contention: float) -> tuple[float, float]:
+    """ZeRO-3 per micro-batch on virtual stage `vstage`: (wait before the forward, wait before
+    the backward), each layer instance an FSDP unit with its own collectives (fsdp_unit_schedule);
+    the collectives' hidden part slows the compute beside it by the contention fraction."""
+    units: list[FsdpUnit] = []
+    for layer, n in chunk_layers(graph, plan.pp, plan.vp, vstage):
+        lt = cached_layer_time(system, plan, layer)
+        dp = dp_collectives(system, plan, layer.params - layer.expert_params, layer.expert_params)
+        units += [FsdpUnit(lt.fwd_s, lt.bwd_s, dp.unit_all_gather_s, dp.unit_reduce_scatter_s, dp.unit_copy_fwd_s,
+                           dp.unit_copy_bwd_s)] * int(n)
+    prefetch = bool(plan.overlap_fsdp_prefetch and can_overlap(system))
+    fwd_wait, bwd_wait, comm, copies = fsdp_unit_schedule(units, prefetch)
+    hidden = max(0.0, comm - (fwd_wait + bwd_wait - copies))
+    return fwd_wait, bwd_wait + hidden * contention
 
 
 def _buckets(system: System, plan: ParallelPlan, graph: Graph, vstage: int, grad_s: float, zb: bool,
@@ -220,10 +289,11 @@ class PipelineSim:
         kind, mb, ch = work
         env, c, pid = self.env, self.costs[s][ch], r * self.p + s
         res = self.result[r][s]
-        if kind == "F" and c.fsdp_s:
-            self._record("fsdp wait", env.now, c.fsdp_s, pid, "compute")
-            res.fsdp_s += c.fsdp_s
-            yield env.timeout(c.fsdp_s)
+        wait = c.fsdp_fwd_s if kind == "F" else c.fsdp_bwd_s if kind == "B" else 0.0
+        if wait:
+            self._record("fsdp wait", env.now, wait, pid, "compute")
+            res.fsdp_s += wait
+            yield env.timeout(wait)
         nominal = c.fwd_s if kind == "F" else c.bwd_s if kind == "B" else c.wgrad_s
         d = nominal * next(self._noise[r][s])
         if self.straggler and r == 0 and s == self.straggler[0]:
@@ -389,4 +459,4 @@ def stream_utilisation(timeline: list[dict[str, Any]]) -> dict[tuple[int, int], 
     return {k: b / end for k, b in busy.items()}
 
 
-__all__ = ["PipelineSim", "chunk_costs", "des_estimate", "stream_utilisation"]
+__all__ = ["FsdpUnit", "PipelineSim", "chunk_costs", "des_estimate", "fsdp_unit_schedule", "stream_utilisation"]

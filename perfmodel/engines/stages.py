@@ -14,6 +14,7 @@ from functools import lru_cache
 from perfmodel.comm.collectives import collective_time_s
 from perfmodel.compute import optimizers
 from perfmodel.compute.fp8_recipes import amax_allreduce_s, delayed_amax_bytes, recipe_for
+from perfmodel.compute.ops import memory_bound_cost
 from perfmodel.engines.costs import LayerTime, layer_time
 from perfmodel.errors import LayoutError
 from perfmodel.hardware.catalog import System
@@ -208,27 +209,53 @@ class DpCollectives:
     """Seconds of a stage's data-parallel collectives, unoverlapped, by ZeRO stage:
         ZeRO 0       grad: all-reduce of the gradients after the last micro-batch's backward
         ZeRO 1, 2    grad: reduce-scatter of the gradients; param: all-gather of the bf16 weights
-        ZeRO 3       per micro-batch: all-gather of the weights (forward, again in backward) and
-                     reduce-scatter of the gradients
+        ZeRO 3       per micro-batch and FSDP unit (one per layer instance): all-gather of the
+                     unit's weights (forward, again in backward) and reduce-scatter of its
+                     gradients, each a collective of its own (its own latency, the busbw of a
+                     unit-sized message), and the copy kernels a per-parameter layout runs on the
+                     compute stream (plan.fsdp_impl "per-param", FSDP2's fully_shard):
+                       copy-out   split_with_sizes_copy of the gathered bf16 weights into the
+                                  parameters after every all-gather: read + write 2 x 2 B/param
+                       chunk_cat  the unsharded bf16 gradients copied into the reduce-scatter
+                                  input at the reduce dtype: 2 + grad bytes per parameter
+                     (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py @ 010ae4a:
+                     foreach_all_gather_copy_out and foreach_reduce run them on the current
+                     stream). A flat layout (FSDP1's FlatParameter, DeepSpeed ZeRO-3) gathers
+                     straight into the buffer the parameters view: no copy kernels.
     Gradients reduce at `plan.grad_bytes` per element (grad_reduce_bytes when set)."""
 
     all_reduce_s: float
     reduce_scatter_s: float
     all_gather_s: float
+    unit_all_gather_s: float = 0.0
+    unit_reduce_scatter_s: float = 0.0
+    unit_copy_fwd_s: float = 0.0  # copy-out after the forward gather
+    unit_copy_bwd_s: float = 0.0  # copy-out after the backward re-gather + chunk_cat
 
 
-def dp_collectives(system: System, plan: ParallelPlan, dense_params: float, expert_params: float) -> DpCollectives:
+def dp_collectives(system: System, plan: ParallelPlan, dense_params: float, expert_params: float,
+                   units: float = 1.0) -> DpCollectives:
+    """The stage's DP collectives; `units` is its FSDP unit count (layer instances) for ZeRO 3."""
     n_dense, dense_stride = group_stride(plan, "dp")
     n_exp, exp_stride = expert_dp_stride(plan)
     g = plan.grad_bytes
+    u = max(1.0, units)
 
-    def coll(kind: str, bytes_per: float) -> float:
-        t = collective_time_s(system, kind, dense_params * bytes_per, n_dense, dense_stride)
+    def coll(kind: str, bytes_per: float, share: float = 1.0) -> float:
+        t = collective_time_s(system, kind, dense_params * share * bytes_per, n_dense, dense_stride)
         if expert_params:
-            t += collective_time_s(system, kind, expert_params * bytes_per, n_exp, exp_stride)
+            t += collective_time_s(system, kind, expert_params * share * bytes_per, n_exp, exp_stride)
         return t
 
-    return DpCollectives(coll("all_reduce", g), coll("reduce_scatter", g), coll("all_gather", ACT_BYTES))
+    copy_out = copy_in = 0.0
+    if plan.fsdp_impl == "per-param" and dense_params + expert_params > 0:
+        unit_params = (dense_params + expert_params) / u
+        acc = system.accelerator
+        copy_out = memory_bound_cost(acc, 0.0, 2 * ACT_BYTES * unit_params, 1).time_s
+        copy_in = memory_bound_cost(acc, 0.0, (ACT_BYTES + g) * unit_params, 1).time_s
+    return DpCollectives(coll("all_reduce", g), coll("reduce_scatter", g), coll("all_gather", ACT_BYTES),
+                         coll("all_gather", ACT_BYTES, 1.0 / u), coll("reduce_scatter", g, 1.0 / u),
+                         copy_out, copy_out + copy_in)
 
 
 def comm_contention_fraction(system: System) -> float:

@@ -56,6 +56,10 @@ class ParallelPlan(BaseModel):
     attention_impl: Literal["flash", "unfused"] = "flash"
     overlap_dp_comm: bool = Field(True, description="DP gradient reduction overlaps backward")
     overlap_fsdp_prefetch: bool = Field(True, description="FSDP all-gathers prefetched")
+    fsdp_impl: Literal["flat", "per-param"] = Field("flat", description=(
+        "ZeRO-3 parameter layout: flat (FSDP1 FlatParameter, DeepSpeed ZeRO-3: gathered into the buffer the "
+        "weights view) or per-param (FSDP2 fully_shard: a copy-out kernel after every all-gather and chunk_cat "
+        "before every reduce-scatter, engines/stages.DpCollectives)"))
     overlap_tp_comm: bool = Field(False, description="TP collectives overlapped with GEMMs")
     moe_imbalance: float = Field(MOE_IMBALANCE_DEFAULT, ge=1.0, description=(
         "MoE: tokens on the busiest expert-parallel rank over the mean (1 = balanced routing; default 1.23, "

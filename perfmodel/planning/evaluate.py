@@ -84,6 +84,10 @@ class LayoutCosts(NamedTuple):
     all_reduce_s: float
     reduce_scatter_s: float
     all_gather_s: float
+    unit_all_gather_s: float  # one FSDP unit's collectives and copy kernels (stages.DpCollectives)
+    unit_reduce_scatter_s: float
+    unit_copy_fwd_s: float
+    unit_copy_bwd_s: float
     p2p_s: float
     optimizer_extra_s: float  # tied-embedding sync, sp replicated-gradient all-reduce, non-element-wise optimizer work
     amax_per_mb_s: float  # delayed scaling's amax all-reduces per micro-batch (stages.delayed_amax_s_per_micro_batch)
@@ -244,15 +248,17 @@ class Evaluator:
         if key in self._costs:
             return self._costs[key]
         st = self.stages(tp, cp, ep, sp, mb, rec, pp, vp, split_wgrad)
-        coll_key = ("dp", tp, cp, ep, pp, dp, st.worst_dense_params, st.worst_expert_params)
+        coll_key = ("dp", tp, cp, ep, pp, dp, st.worst_dense_params, st.worst_expert_params, st.worst_layers)
         if coll_key not in self._coll:
             plan = self.plan(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp)
-            self._coll[coll_key] = dp_collectives(self.system, plan, st.worst_dense_params, st.worst_expert_params)  # type: ignore[assignment]
+            self._coll[coll_key] = dp_collectives(self.system, plan, st.worst_dense_params, st.worst_expert_params,  # type: ignore[assignment]
+                                                  st.worst_layers)
         dpc: Any = self._coll[coll_key]
         out = LayoutCosts(
             st.t_max_s, st.t_sum_s, st.avg_wgrad_s, st.worst_fwd_s, st.worst_bwd_s,
             st.worst_dense_params, st.worst_expert_params, st.worst_layers, dpc.all_reduce_s, dpc.reduce_scatter_s,
-            dpc.all_gather_s, self.p2p(tp, cp, pp, dp, mb),
+            dpc.all_gather_s, dpc.unit_all_gather_s, dpc.unit_reduce_scatter_s, dpc.unit_copy_fwd_s,
+            dpc.unit_copy_bwd_s, self.p2p(tp, cp, pp, dp, mb),
             self.tied_embedding(tp, cp, pp, dp) + self.optimizer_matrix(tp, cp, pp, vp, dp, st.worst_rank)
             + self.sp_grad_sync(tp, cp, ep, sp, pp, vp, dp, st.worst_rank),
             self.fp8_amax(tp, cp, ep, pp, vp, dp))
@@ -325,7 +331,9 @@ class Evaluator:
         pipe = cf.pipeline_s(t_max, m, bubble)
         dp_exp = cf.dp_exposed_s(zero, m, c["worst_fwd_s"], c["worst_bwd_s"], c["worst_layers"], c["all_reduce_s"],
                                  c["reduce_scatter_s"], c["all_gather_s"], overlap_dp_comm, overlap_fsdp_prefetch,
-                                 can_overlap(self.system), comm_contention_fraction(self.system))
+                                 can_overlap(self.system), comm_contention_fraction(self.system),
+                                 c["unit_all_gather_s"], c["unit_reduce_scatter_s"], c["unit_copy_fwd_s"],
+                                 c["unit_copy_bwd_s"])
         folded = g["tp"] * g["dp"] * g["cp"]  # MoE parallel folding: edp = tp·cp·dp/(ep·etp), etp 1 in the grid
         local = cf.local_params(zero, c["worst_dense_params"], c["worst_expert_params"], (g["dp"] * g["cp"]).astype(float),
                                 (folded // g["ep"]).astype(float))
