@@ -142,3 +142,13 @@ def test_per_param_layout_costs_its_copies_in_both_engines() -> None:
     a_flat, d_flat = _both("gpt3-1.3b", "a100-sxm4-80gb", ParallelPlan(**kw))
     a_per, d_per = _both("gpt3-1.3b", "a100-sxm4-80gb", ParallelPlan(fsdp_impl="per-param", **kw))
     assert a_per > a_flat and d_per > d_flat
+
+
+def test_frameworks_select_the_fsdp_layout() -> None:
+    """torchtitan runs FSDP2 (per-param); llm-foundry / Composer FSDP1 (flat); no fitted factor."""
+    from perfmodel.calibration.frameworks import apply_framework, framework
+
+    plan = ParallelPlan(dp=8, zero_stage=3, global_batch=8)
+    assert apply_framework(plan, framework("torchtitan")).fsdp_impl == "per-param"
+    assert apply_framework(plan, framework("composer")).fsdp_impl == "flat"
+    assert apply_framework(plan.model_copy(update={"fsdp_impl": "per-param"}), framework("composer")).fsdp_impl == "flat"

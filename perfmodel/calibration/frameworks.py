@@ -13,6 +13,10 @@ mechanisms the cost models distinguish, each with the evidence from that stack's
     moe_dispatcher the MoE token dispatcher when the plan names none (ParallelPlan.moe_dispatcher):
                    `alltoall` (NCCL all-to-all, a row per routed copy) or `flex` (DeepEP / HybridEP,
                    a row once per destination node over the network)
+    fsdp           ZeRO-3 parameter layout (ParallelPlan.fsdp_impl): `flat` (FSDP1's
+                   FlatParameter, DeepSpeed ZeRO-3: gathered into the buffer the weights view)
+                   or `per-param` (FSDP2 fully_shard: copy-out after every all-gather, chunk_cat
+                   before every reduce-scatter; engines/stages.DpCollectives)
 
 An empty framework means `pytorch` (the documented default stack, today's behaviour).
 """
@@ -40,6 +44,7 @@ class Framework:
     moe_dispatcher: Literal["alltoall", "flex"] = "alltoall"
     moe_evidence: str = ("the stack's MoE layers exchange tokens with one all-to-all per dispatch and combine "
                          "(torch all_to_all_single / Megatron-Core's alltoall dispatcher)")
+    fsdp: Literal["flat", "per-param"] = "flat"
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
@@ -60,9 +65,14 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("deepspeed", "flash", "eager", False,
               "DeepSpeed with Hugging Face models: attention through torch SDPA (flash backend), eager."),
     Framework("torchtitan", "flash", "eager", False,
-              "torchtitan: SDPA flash attention, FSDP2 with prefetch, eager unless --compile."),
+              "torchtitan: SDPA flash attention, eager unless --compile; FSDP2: fully_shard per transformer "
+              "block and on the root (torchtitan/distributed/fsdp.py, parallelize.apply_fsdp), whose all-gather "
+              "copy-out and reduce-scatter chunk_cat run on the compute stream (torch/distributed/fsdp/"
+              "_fully_shard/_fsdp_collectives.py).", fsdp="per-param"),
     Framework("composer", "flash", "eager", False,
-              "llm-foundry (Composer): MPT attn_config attn_impl flash in its training yamls, FSDP, eager."),
+              "llm-foundry (Composer): MPT attn_config attn_impl flash in its training yamls, eager; FSDP1 "
+              "(FullyShardedDataParallel, FlatParameter) with limit_all_gathers and BACKWARD_POST prefetch "
+              "(composer FSDPConfig defaults)."),
     Framework("pytorch", "flash", "eager", False,
               "plain PyTorch DDP / FSDP: F.scaled_dot_product_attention (flash backend), eager dispatch."),
     Framework("llm.c", "flash", "native", False,
@@ -84,11 +94,13 @@ def framework(name: str | None) -> Framework:
 
 
 def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
-    """The plan with the stack's attention kernel, tp overlap and (where the plan names none) MoE
-    dispatcher (other plan fields untouched)."""
+    """The plan with the stack's attention kernel, tp overlap, FSDP layout and (where the plan
+    names none) MoE dispatcher (other plan fields untouched)."""
     update: dict[str, object] = {}
     if plan.moe_dispatcher is None:
         update["moe_dispatcher"] = fw.moe_dispatcher
+    if plan.fsdp_impl != fw.fsdp:
+        update["fsdp_impl"] = fw.fsdp
     if plan.attention_impl != fw.attention:
         update["attention_impl"] = fw.attention
     if fw.tp_overlap and not plan.overlap_tp_comm:
