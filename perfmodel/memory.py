@@ -104,7 +104,14 @@ def memory_per_rank(graph: Graph, plan: ParallelPlan, stage: int = 0) -> MemoryB
     weights = shard(copy_bytes, 3)
     grads = shard(float(plan.grad_bytes), 2)
     optimizer = shard(opt_bytes, 1)
-    if z == 3:
+    if z == 3 and plan.pp > 1:
+        # FSDP2 under torch.distributed.pipelining keeps the stage gathered from the first
+        # forward to the last backward and accumulates unsharded gradients (at the reduce dtype,
+        # FSDPParam.to_accumulated_grad_if_needed) until one reduce-scatter after the last
+        # micro-batch (engines/closed_forms.py)
+        weights += WEIGHT_BYTES * (dense + expert)
+        grads += plan.grad_bytes * (dense + expert)
+    elif z == 3:
         # FSDP materialises one layer's full weights (and its prefetched neighbour)
         biggest = max((layer.params for layer, _ in layers), default=0.0)
         weights += 2 * copy_bytes * biggest

@@ -25,6 +25,12 @@ per micro-batch and L its layer instances (one bucket = one layer's share):
                   reduce-scatters
         plus L·(k_f + k_b) of copy kernels
       no prefetch          m · (L·(2a + r) − a + L·(k_f + k_b))
+    With a pipeline (pp > 1; torch.distributed.pipelining with FSDP2, as torchtitan runs it:
+    reshard_after_forward off when pp is on, and stage.backward_maybe_with_nosync keeps every
+    micro-batch's backward unsharded and unsynced, then runs each unit's post-backward after the
+    last one) each unit is gathered once per step and reduce-scattered once, after the stage's
+    last backward:
+      a + (L−1)·max(0, a − f') + L·r       (no prefetch: L·(a + r)), plus L·k_b of copies
     Both are exact for L equal units: the makespan of the two-stream schedule minus its compute;
     des.fsdp_unit_schedule plays the same schedule out over the unequal units of a real stage.
 On a CPU nothing overlaps (the collective runs on the cores that compute). The part that hides
@@ -74,9 +80,10 @@ def pipeline_s(t_max_s: Num, m: Num, bubble_s: Num) -> Num:
 def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_reduce_s: Num, reduce_scatter_s: Num,
                  all_gather_s: Num, overlap_dp_comm: Num, overlap_fsdp_prefetch: Num, can_overlap: Num,
                  contention: Num, unit_all_gather_s: Num = 0.0, unit_reduce_scatter_s: Num = 0.0,
-                 unit_copy_fwd_s: Num = 0.0, unit_copy_bwd_s: Num = 0.0) -> Num:
+                 unit_copy_fwd_s: Num = 0.0, unit_copy_bwd_s: Num = 0.0, pipelined: Num = False) -> Num:
     """Exposed data-parallel seconds of one step plus the compute slowed by the hidden part.
-    The unit_* arguments are one FSDP unit's collectives and copy kernels (ZeRO 3 only)."""
+    The unit_* arguments are one FSDP unit's collectives and copy kernels, `pipelined` pp > 1
+    (ZeRO 3 only)."""
     L = _maximum(1.0, layers)
     ag, rs = all_gather_s, reduce_scatter_s
     grad = _where(zero == 0, all_reduce_s, _where(zero < 3, rs, 0.0))
@@ -85,17 +92,19 @@ def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_red
     z012 = _where(over, _maximum(grad - bwd_s, grad / L), grad) + param_gather_exposed_s(param, fwd_s, L, over)
     pre = _and(overlap_fsdp_prefetch, can_overlap)
     z3_wait, z3_comm, z3_copies = fsdp_exposed_s(m, fwd_s, bwd_s, L, unit_all_gather_s, unit_reduce_scatter_s,
-                                                 unit_copy_fwd_s, unit_copy_bwd_s, pre)
+                                                 unit_copy_fwd_s, unit_copy_bwd_s, pre, pipelined)
     exposed = _where(zero == 3, z3_wait, z012)
     total = _where(zero == 3, z3_comm, grad + param)
     return exposed + _maximum(0.0, total - exposed) * contention + _where(zero == 3, z3_copies, 0.0)
 
 
 def fsdp_exposed_s(m: Num, fwd_s: Num, bwd_s: Num, units: Num, unit_all_gather_s: Num, unit_reduce_scatter_s: Num,
-                   unit_copy_fwd_s: Num, unit_copy_bwd_s: Num, prefetch: Num) -> tuple[Num, Num, Num]:
+                   unit_copy_fwd_s: Num, unit_copy_bwd_s: Num, prefetch: Num,
+                   pipelined: Num = False) -> tuple[Num, Num, Num]:
     """(seconds the compute stream waits for the per-unit collectives, seconds of those
     collectives in all, seconds of the copy kernels) over m micro-batches of `units` equal units
-    (module docstring). Gradient accumulation re-gathers and reduce-scatters every micro-batch."""
+    (module docstring). Gradient accumulation re-gathers and reduce-scatters every micro-batch;
+    a pipelined stage (pp > 1) gathers and reduce-scatters each unit once per step."""
     L = _maximum(1.0, units)
     a, r, kf, kb = unit_all_gather_s, unit_reduce_scatter_s, unit_copy_fwd_s, unit_copy_bwd_s
     f, b = fwd_s / L + kf, bwd_s / L + kb
@@ -103,7 +112,10 @@ def fsdp_exposed_s(m: Num, fwd_s: Num, bwd_s: Num, units: Num, unit_all_gather_s
     many = _maximum(0.0, a - b) + (L - 2) * _maximum(0.0, a + r - b) + _maximum(0.0, r - b) + r
     bwd = _where(L >= 2, many, r)
     comm = m * (L * (2 * a + r) - a)
-    return _where(prefetch, m * (fwd + bwd), comm), comm, m * L * (kf + kb)
+    once_comm = L * (a + r)
+    once = _where(prefetch, fwd + L * r, once_comm), once_comm, L * kb
+    every = _where(prefetch, m * (fwd + bwd), comm), comm, m * L * (kf + kb)
+    return _where(pipelined, once[0], every[0]), _where(pipelined, once[1], every[1]), _where(pipelined, once[2], every[2])
 
 
 def param_gather_exposed_s(param_s: Num, fwd_s: Num, layers: Num, overlap: Num) -> Num:

@@ -16,7 +16,9 @@ pipeline when variability asks for them):
     FSDP units       ZeRO-3: every layer instance a unit with its own gather / reduce-scatter
                      (`fsdp_unit_schedule`: a compute and a communication stream, one-unit-ahead
                      prefetch, re-gather in backward), played out once per chunk; the forward
-                     waits before each F, the backward's before each B
+                     waits before each F, the backward's before each B. With a pipeline the
+                     units are gathered before the first micro-batch's F only and their
+                     reduce-scatters are DP-stream buckets after the grad-final op
     optimizer        after the stage's DP sync, the same optimizer seconds as the analytic engine
 All durations come from the shared stage costs (`engines/stages.py`: per virtual stage, the p2p
 send, the DP collectives, the contention fraction); the closed forms give only what is not
@@ -150,10 +152,11 @@ def chunk_costs(inp: StepInputs) -> list[list[ChunkCost]]:
             st = inp.chunks[c * p + s]
             dp = dp_collectives(system, plan, st.dense_params, st.expert_params)
             fsdp_f = fsdp_b = 0.0
-            if plan.zero_stage == 3:
-                fsdp_f, fsdp_b = _fsdp_waits(system, plan, graph, c * p + s, contention)
             grad_s = dp.all_reduce_s if plan.zero_stage == 0 else dp.reduce_scatter_s if plan.zero_stage < 3 else 0.0
             buckets = _buckets(system, plan, graph, c * p + s, grad_s, zb, overlap)
+            if plan.zero_stage == 3:
+                fsdp_f, fsdp_b, once = _fsdp_waits(system, plan, graph, c * p + s, contention)
+                buckets = once if p > 1 else buckets
             if zb:  # input- and weight-gradient phases run apart (LayerTime.bwd_input_s, wgrad_s)
                 row.append(ChunkCost(st.fwd_s, st.bwd_input_s, st.wgrad_s, fsdp_f, fsdp_b, buckets, st))
             else:
@@ -162,10 +165,14 @@ def chunk_costs(inp: StepInputs) -> list[list[ChunkCost]]:
     return out
 
 
-def _fsdp_waits(system: System, plan: ParallelPlan, graph: Graph, vstage: int, contention: float) -> tuple[float, float]:
-    """ZeRO-3 per micro-batch on virtual stage `vstage`: (wait before the forward, wait before
-    the backward), each layer instance an FSDP unit with its own collectives (fsdp_unit_schedule);
-    the collectives' hidden part slows the compute beside it by the contention fraction."""
+def _fsdp_waits(system: System, plan: ParallelPlan, graph: Graph, vstage: int,
+                contention: float) -> tuple[float, float, tuple[tuple[float, float], ...]]:
+    """ZeRO-3 on virtual stage `vstage`, each layer instance an FSDP unit with its own
+    collectives (fsdp_unit_schedule); the collectives' hidden part slows the compute beside it by
+    the contention fraction. Without a pipeline, per micro-batch: (wait before each F, wait
+    before each B, ()). With one (pp > 1; closed_forms' docstring): (wait before the first
+    micro-batch's F, the chunk_cat copies before the grad-final op, one reduce-scatter bucket per
+    unit for the DP stream, ready when that op ends)."""
     units: list[FsdpUnit] = []
     for layer, n in chunk_layers(graph, plan.pp, plan.vp, vstage):
         lt = cached_layer_time(system, plan, layer)
@@ -174,8 +181,13 @@ def _fsdp_waits(system: System, plan: ParallelPlan, graph: Graph, vstage: int, c
                            dp.unit_copy_bwd_s)] * int(n)
     prefetch = bool(plan.overlap_fsdp_prefetch and can_overlap(system))
     fwd_wait, bwd_wait, comm, copies = fsdp_unit_schedule(units, prefetch)
+    if plan.pp > 1:
+        gathers = sum(u.all_gather_s for u in units)
+        hidden = max(0.0, gathers - (fwd_wait - sum(u.copy_fwd_s for u in units)))
+        buckets = tuple((1.0, u.reduce_scatter_s) for u in reversed(units) if u.reduce_scatter_s > 0)
+        return fwd_wait + hidden * contention, sum(u.copy_bwd_s - u.copy_fwd_s for u in units), buckets
     hidden = max(0.0, comm - (fwd_wait + bwd_wait - copies))
-    return fwd_wait, bwd_wait + hidden * contention
+    return fwd_wait, bwd_wait + hidden * contention, ()
 
 
 def _buckets(system: System, plan: ParallelPlan, graph: Graph, vstage: int, grad_s: float, zb: bool,
@@ -220,6 +232,7 @@ class PipelineSim:
         self.p, self.m, self.v = plan.pp, plan.num_micro_batches, plan.vp
         self.zb = get_schedule(plan.schedule_name).defers_wgrad
         self.grad_kind = "W" if self.zb else "B"  # the op after which a chunk's gradients are final
+        self.fsdp_once = plan.zero_stage == 3 and plan.pp > 1  # gathered once, reduce-scattered once
         self.costs, self.p2p_s, self.optimizer_s = costs, p2p_s, optimizer_s
         self.param_exposed_s, self.param_hidden_s = param_s
         self.contention = contention
@@ -289,7 +302,11 @@ class PipelineSim:
         kind, mb, ch = work
         env, c, pid = self.env, self.costs[s][ch], r * self.p + s
         res = self.result[r][s]
-        wait = c.fsdp_fwd_s if kind == "F" else c.fsdp_bwd_s if kind == "B" else 0.0
+        if self.fsdp_once:  # first micro-batch's gathers; chunk_cat before the grad-final op
+            last = kind == self.grad_kind and done[ch] == self.m - 1
+            wait = c.fsdp_fwd_s if kind == "F" and mb == 0 else c.fsdp_bwd_s if last else 0.0
+        else:
+            wait = c.fsdp_fwd_s if kind == "F" else c.fsdp_bwd_s if kind == "B" else 0.0
         if wait:
             self._record("fsdp wait", env.now, wait, pid, "compute")
             res.fsdp_s += wait
