@@ -90,15 +90,16 @@ def estimate(workload: Any, acc: str, system: str | None, plan: Any, engine: str
 
 
 @st.cache_data(show_spinner=False)
-def validation_frames(runs_path: str, mtime: float, engine: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(joined runs + predictions, metrics per source) for a runs file; cached on its mtime."""
+def validation_frames(runs_path: str, mtime: float, engine: str, calibration: str = "default") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(joined runs + predictions, metrics per source) for a runs file under a calibration
+    profile; cached on the file's mtime."""
     from perfmodel.validation.predict import validate_file
     from perfmodel.validation.report import joined, metrics
 
     del mtime  # part of the cache key only
     with tempfile.TemporaryDirectory() as tmp:
         pred = Path(tmp) / "pred.csv"
-        validate_file(runs_path, pred, engine=engine)
+        validate_file(runs_path, pred, engine=engine, calibration=calibration)
         m = joined([Path(runs_path)], [pred])
     return m, metrics(m)
 
@@ -121,20 +122,6 @@ def run_search(workload: Any, cluster: str, n_gpus: int, global_batch: int, seq_
     """A SearchResult; cached on ids, numbers and the frozen SearchSpace."""
     return planning().search(workload, cluster, n_gpus, global_batch, seq_len=seq_len, precision=precision,
                              space=space, objective=objective, calibration=calibration)
-
-
-@st.cache_data(show_spinner=False, max_entries=64)
-def run_compare(workload: Any, cands: tuple[str, ...], n_gpus: int, global_batch: int, tokens: float,
-                seq_len: int | None, precision: str, calibration: str = "default") -> pd.DataFrame:
-    return planning().compare(workload, list(cands), n_gpus, global_batch, tokens, seq_len=seq_len, precision=precision,
-                              calibration=calibration)
-
-
-@st.cache_data(show_spinner=False, max_entries=32)
-def run_sensitivity(workload: Any, cands: tuple[str, ...], n_gpus: int, global_batch: int, tokens: float,
-                    pct: float, seq_len: int | None, precision: str) -> pd.DataFrame:
-    return planning().sensitivity(workload, list(cands), n_gpus, global_batch, tokens, pct, seq_len=seq_len,
-                                  precision=precision)
 
 
 # ---- sidebar: the configuration -------------------------------------------------------------------
@@ -173,9 +160,7 @@ def sidebar() -> dict[str, Any] | None:
     slots = {"gpus": sb.container()}
     engine = _bound(sb.radio, "Engine", "engine", options=list(ENGINE_NAMES), horizontal=True,
                     help="analytic: closed form, instant; des: discrete-event simulation with a timeline")
-    calibration = _bound(sb.radio, "Calibration", "calibration", options=["default", "none"], horizontal=True,
-                         help="default: the shipped profile fitted on the public runs (docs/CALIBRATION.md), with an 80 % "
-                         "interval; none: physics only (microbenchmark rates as measured)")
+    cal_label, calibration = calibration_selector(sb, cat.accelerators[acc].generation)
     sb.subheader("Layout")
     slots["top"] = sb.container()
     c1, c2, c3 = sb.columns(3)
@@ -204,9 +189,80 @@ def sidebar() -> dict[str, Any] | None:
     sp = _bound(c2.checkbox, "seq. parallel", "sp", value=True, help="sequence parallelism (needs tp > 1)")
     return dict(page=page, workload=workload, acc=acc, system=None if system == REFERENCE else system, gpus=int(gpus),
                 engine=engine, calibration=calibration, tp=int(tp), pp=int(pp), cp=int(cp), ep=int(ep), vp=int(vp),
+                calibration_label=cal_label,
                 zero=int(zero), mb=int(mb),
                 gb=int(gb), seq=int(seq), recompute=recompute, precision=precision, schedule=schedule, sp=bool(sp),
                 slots=slots)
+
+
+CALIBRATIONS = ["default", "none"]
+
+
+def calibration_selector(sb: Any, generation: str | None = None) -> tuple[str, str]:
+    """The calibration radio (default / none / each uploaded profile) with the upload above it and
+    the chosen profile's provenance below; returns (its label, what every page passes as
+    `calibration=`: 'default', 'none' or the path of the uploaded YAML)."""
+    uploaded: dict[str, str] = st.session_state.setdefault("custom_profiles", {})  # label -> stored path
+    with sb.expander("Your calibration profile (perfmodel fit --out PROFILE.yaml)"):
+        up = st.file_uploader("calibration profile", type=["yaml", "yml"], key="upload_profile", label_visibility="collapsed",
+                              help="a profile fitted on your own cluster's runs: `perfmodel fit --runs RUNS.csv --out "
+                              "PROFILE.yaml`; every page then uses it")
+        if up is not None:
+            from perfmodel.app_fixes import add_uploaded_profile
+
+            root = st.session_state.setdefault("user_profiles_dir", tempfile.mkdtemp(prefix="perfmodel-profiles-"))
+            try:
+                path = add_uploaded_profile(up.name, up.getvalue(), root)
+            except USER_ERRORS as e:
+                st.error(str(e))
+            else:
+                label = up.name if uploaded.get(up.name, path) == path else f"{up.name} ({Path(path).parent.name[:6]})"
+                if st.session_state.get("uploaded_profile") != path:  # a new upload: select it once
+                    st.session_state["uploaded_profile"] = path
+                    st.session_state["calibration"] = label
+                uploaded[label] = path
+                st.success(f"added profile {label}; selected below")
+    options = [*CALIBRATIONS, *uploaded]
+    if st.session_state.get("calibration") not in options:
+        st.session_state["calibration"] = "default"
+    choice = _bound(sb.radio, "Calibration", "calibration", options=options, horizontal=True,
+                    help="default: the shipped profile fitted on the public runs (docs/CALIBRATION.md), with an 80 % "
+                    "interval; none: physics only (microbenchmark rates as measured); an uploaded profile: your fit")
+    value = uploaded.get(choice, choice)
+    profile_details(sb, choice, value, generation)
+    return choice, value
+
+
+def profile_details(sb: Any, label: str, calibration: str, generation: str | None = None) -> None:
+    """The chosen profile's provenance (fitted on which rows, when, its cross-validated error) and
+    what its 80 % interval means, in a sidebar expander; a note under the radio when the fit saw no
+    run of the chosen accelerator's `generation`."""
+    from perfmodel.app_fixes import profile_summary
+    from perfmodel.calibration.profile import load_profile
+
+    prof = load_profile(calibration)
+    if generation and not prof.physics_only and prof.generations_seen and generation not in prof.generations_seen:
+        sb.caption(f":orange[The fit saw no {generation} run]: its generation factor stays at the prior and the interval "
+                   "is widened by the prior's spread.")
+    with sb.expander(f"About the profile: {label}"):
+        if prof.physics_only:
+            st.markdown("**Physics only**: every efficiency factor 1, the hardware specs' microbenchmark rates as "
+                        "measured. No prediction interval: nothing was fitted, so nothing says how far to trust it.")
+            return
+        st.markdown(f"Profile **{prof.name}**" + (" (shipped with perfmodel)" if calibration == "default" else " (uploaded)"))
+        st.markdown("\n".join(f"- {k}: **{v}**" for k, v in profile_summary(prof).items()))
+        if prof.values:
+            from perfmodel.calibration.parameters import split_key
+
+            st.caption("Fitted factors (prior → fitted): " + " · ".join(
+                f"{k} {split_key(k)[0].prior:g} → {v:.3g}" for k, v in prof.values.items()))
+        unit = "run" if str(prof.provenance.get("held_out_by", "source")).startswith("run") else "source"
+        held = (prof.provenance.get("leave_one_source_out_error") or {}).get("interval_coverage")
+        st.caption(f"The 80 % interval of a step time: the 10th to 90th percentile of log(measured / predicted) over "
+                   f"the runs the fit predicted with each {unit} left out (a fit that never saw that {unit}), at the "
+                   "run's scale; widened where the fit saw no run of the accelerator generation, the model family or the "
+                   "training stack. About 8 in 10 runs like the fitted ones should land inside it"
+                   + (f"; on the held-out runs it held {held:.0%}." if isinstance(held, (int, float)) else "."))
 
 
 def spec_of(workload: str) -> Any:
@@ -307,7 +363,8 @@ def page_estimate(cfg: dict[str, Any], plan: Any) -> None:
     show_metrics(est)
     if est.step_time_lo_s is not None:
         st.caption(f"80 % prediction interval of the step time: {est.step_time_lo_s:.4g} - {est.step_time_hi_s:.4g} s "
-                   f"(calibration profile {est.calibration!r}, from leave-one-source-out residuals; docs/CALIBRATION.md)")
+                   f"(calibration {calibration_text(cfg, est)}, from leave-one-source-out residuals; what it means: "
+                   "'About the profile' in the sidebar, docs/CALIBRATION.md)")
     else:
         st.caption(f"Calibration {est.calibration!r}: physics only, no prediction interval.")
     trust(cfg, plan, est)
@@ -332,9 +389,18 @@ def assumptions(cfg: dict[str, Any], plan: Any, est: Any) -> dict[str, Any]:
             "sequence length from": "the sidebar" if plan.seq_len else f"the workload's default ({cfg['workload']})",
             "precision": plan.precision, "framework": getattr(est, "framework", None) or getattr(plan, "framework", None)
             or "none chosen (no per-framework terms: Megatron-LM-style layouts)",
-            "calibration profile": getattr(est, "calibration_profile", None)
-            or "the hardware specs' own calibration blocks (no profile chosen)",
+            "calibration profile": calibration_text(cfg, est),
             "engine": est.engine}
+
+
+def calibration_text(cfg: dict[str, Any], est: Any) -> str:
+    """The calibration the estimate was computed with, as the sidebar names it."""
+    label = cfg.get("calibration_label", cfg.get("calibration", "default"))
+    if est.calibration == "none":
+        return "none (physics only: microbenchmark rates as measured)"
+    if label == "default":
+        return "default (shipped, fitted on the public runs)"
+    return f"{label} (uploaded; profile {est.calibration!r})"
 
 
 def trust(cfg: dict[str, Any], plan: Any, est: Any) -> None:
@@ -407,7 +473,8 @@ def sensitivity(cfg: dict[str, Any], plan: Any, base: Any) -> pd.DataFrame:
     for i, (label, _) in enumerate(WHATIF.values()):
         for f in (0.5, 2.0):
             scales = tuple(f if j == i else 1.0 for j in range(len(WHATIF)))
-            est = estimate(spec_of(cfg["workload"]), cfg["acc"], cfg["system"], plan, "analytic", scales)
+            est = estimate(spec_of(cfg["workload"]), cfg["acc"], cfg["system"], plan, "analytic", scales,
+                           cfg.get("calibration", "default"))
             rows.append({"factor": label, "change": f"×{f:g}", "step_time_s": est.step_time_s,
                          "delta_s": est.step_time_s - base.step_time_s, "delta": est.step_time_s / base.step_time_s - 1})
     return pd.DataFrame(rows)
@@ -462,7 +529,7 @@ DEFAULT_CANDIDATES = ("h100-sxm5-80gb", "h200-sxm-141gb", "b200", "mi300x", "nvl
 
 @st.cache_data(show_spinner=False, max_entries=256)
 def run_candidate(workload: Any, cand: str, n_gpus: int, global_batch: int, tokens: float, seq_len: int | None,
-                  precision: str) -> tuple[pd.DataFrame, Any]:
+                  precision: str, calibration: str = "default") -> tuple[pd.DataFrame, Any]:
     """(one compare row at PUE 1, the best plan or None) for one candidate; cached per candidate, so
     changing one candidate's precision re-searches that one only."""
     from perfmodel.planning.purchase import resolve_candidate
@@ -471,7 +538,8 @@ def run_candidate(workload: Any, cand: str, n_gpus: int, global_batch: int, toke
         system, msgs = resolve_candidate(cand, n_gpus)
     except USER_ERRORS as e:
         return pd.DataFrame([{"candidate": cand, "n_gpus": n_gpus, "message": str(e)}]), None
-    row = planning().compare(workload, [system], n_gpus, global_batch, tokens, seq_len=seq_len, precision=precision)
+    row = planning().compare(workload, [system], n_gpus, global_batch, tokens, seq_len=seq_len, precision=precision,
+                             calibration=calibration)
     row["candidate"] = cand
     if msgs:
         row["message"] = ["; ".join([*msgs, str(m)] if isinstance(m, str) and m else msgs) for m in row.get("message", [""])]
@@ -480,19 +548,20 @@ def run_candidate(workload: Any, cand: str, n_gpus: int, global_batch: int, toke
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def run_layout_sensitivity(workload: Any, cand: str, n_gpus: int, plan: Any, pct: float) -> pd.DataFrame:
+def run_layout_sensitivity(workload: Any, cand: str, n_gpus: int, plan: Any, pct: float,
+                           calibration: str = "default") -> pd.DataFrame:
     """Step time of the candidate's chosen layout with each bandwidth moved by ±pct (no re-search)."""
     from perfmodel.planning.purchase import layout_sensitivity, resolve_candidate
 
     system, _ = resolve_candidate(cand, n_gpus)
-    return layout_sensitivity(workload, system, plan, pct).assign(candidate=cand)
+    return layout_sensitivity(workload, system, plan, pct, calibration=calibration).assign(candidate=cand)
 
 
 @st.cache_data(show_spinner=False)
-def validation_error_by_accelerator(engine: str) -> dict[str, tuple[float, int]]:
+def validation_error_by_accelerator(engine: str, calibration: str = "default") -> dict[str, tuple[float, int]]:
     from perfmodel.planning.purchase import validation_error
 
-    m, _ = validation_frames(str(RUNS_PUBLIC), RUNS_PUBLIC.stat().st_mtime, engine)
+    m, _ = validation_frames(str(RUNS_PUBLIC), RUNS_PUBLIC.stat().st_mtime, engine, calibration)
     return validation_error(m)
 
 
@@ -626,7 +695,7 @@ def page_compare(cfg: dict[str, Any]) -> None:
         with st.spinner("Searching the best layout on each candidate…"):
             for cand in precisions:
                 row, plan = run_candidate(spec_of(cfg["workload"]), cand, cfg["gpus"], cfg["gb"], tokens, cfg["seq"] or None,
-                                          precisions[cand])
+                                          precisions[cand], cfg.get("calibration", "default"))
                 rows.append(row.assign(precision=precisions[cand]))
                 plans[cand] = plan
     except USER_ERRORS as e:
@@ -639,7 +708,7 @@ def page_compare(cfg: dict[str, Any]) -> None:
                                 if c in plans else "" for c in frame["candidate"]]
     frame["calibration"] = [calibration_status(r) for _, r in frame.iterrows()]
     if st.session_state.get("with_validation"):
-        errs = validation_error_by_accelerator("analytic")
+        errs = validation_error_by_accelerator("analytic", cfg.get("calibration", "default"))
         frame["validation_mape"] = [errs.get(str(a), (None, 0))[0] for a in frame.get("accelerator", [])]
     frame["step_interval"] = [interval_text(r, "step_time_s", "step_time_lo_s", "step_time_hi_s", ".3g") for _, r in frame.iterrows()]
     frame["days_interval"] = [interval_text(r, "days", "days_lo", "days_hi", ".1f") for _, r in frame.iterrows()]
@@ -664,7 +733,8 @@ def page_compare(cfg: dict[str, Any]) -> None:
     st.checkbox("Add each accelerator's validation error (predicts the public runs once, ~10 s)", key="with_validation")
     sens = None
     if pct:
-        sens = pd.concat([run_layout_sensitivity(spec_of(cfg["workload"]), c, cfg["gpus"], plans[c], float(pct))
+        sens = pd.concat([run_layout_sensitivity(spec_of(cfg["workload"]), c, cfg["gpus"], plans[c], float(pct),
+                                                 cfg.get("calibration", "default"))
                           for c in plans if plans[c] is not None] or [pd.DataFrame()], ignore_index=True)
         if not sens.empty:
             st.altair_chart(charts.sensitivity_chart(sens), width="stretch")
@@ -820,11 +890,15 @@ def open_layout(plan: Any) -> None:
 # ---- page: Validation -----------------------------------------------------------------------------
 def page_validation(cfg: dict[str, Any]) -> None:
     st.header("Validation: how far to trust the numbers")
-    st.caption(f"Every run in {RUNS_PUBLIC.relative_to(ROOT)} predicted with the {cfg['engine']} engine; nothing measured "
-               "is an input. APE = |predicted − measured| / measured step time.")
+    fitted_here = {"default": " The default profile was fitted on these runs, so this is its in-sample error; its "
+                   "leave-one-source-out error is under 'About the profile' in the sidebar.",
+                   "none": " Physics only: nothing measured is an input."}
+    st.caption(f"Every run in {RUNS_PUBLIC.relative_to(ROOT)} predicted with the {cfg['engine']} engine and calibration "
+               f"**{cfg['calibration_label']}**." + fitted_here.get(cfg["calibration"], "")
+               + " APE = |predicted − measured| / measured step time.")
     try:
         with st.spinner("Predicting the public runs…"):
-            m, met = validation_frames(str(RUNS_PUBLIC), RUNS_PUBLIC.stat().st_mtime, cfg["engine"])
+            m, met = validation_frames(str(RUNS_PUBLIC), RUNS_PUBLIC.stat().st_mtime, cfg["engine"], cfg["calibration"])
     except ModuleNotFoundError as e:
         st.error(f"The {cfg['engine']!r} engine is not available in this build ({e.name} missing); choose 'analytic'.")
         return

@@ -109,6 +109,65 @@ def parse_uploaded_workload(name: str, data: bytes) -> Any:
                             name) from None
 
 
+def add_uploaded_profile(name: str, data: bytes, root: Any) -> str:
+    """An uploaded calibration profile (a YAML written by `perfmodel fit --out PROFILE.yaml`),
+    validated by the library's own reader; returns the path to pass as `calibration=` everywhere.
+    The file is stored under `root` by its content hash, so a changed upload is a new path (and a
+    new cache key of every cached estimate) while the same upload twice is one. A file the reader
+    rejects raises a ProfileError naming the upload and the field (e.g. `parameters.memory_bound.fitted`)."""
+    import hashlib
+    from pathlib import Path
+
+    from perfmodel.calibration.profile import ProfileError, load_profile
+
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise ProfileError(f"{name}: {len(data):,} bytes; expected a profile under {MAX_UPLOAD_BYTES:,} bytes")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProfileError(f"{name}: not UTF-8 text; expected a YAML written by `perfmodel fit --out PROFILE.yaml`") from None
+    path = Path(root) / hashlib.sha256(data).hexdigest()[:16] / (Path(name).stem + ".yaml")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    try:
+        load_profile(str(path))
+    except ProfileError as e:
+        path.unlink()
+        raise ProfileError(str(e).replace(str(path), name)) from None
+    return str(path)
+
+
+def profile_summary(prof: Any) -> dict[str, Any]:
+    """What a user needs to judge a calibration profile: what it was fitted on, when, and its
+    cross-validated error (from the provenance `perfmodel fit` records); empty fields are left out,
+    an absolute runs path is shortened to its file name."""
+    from pathlib import Path
+
+    pv = prof.provenance
+    loso = pv.get("leave_one_source_out_error") or {}
+    phys = pv.get("physics_only_error") or {}
+
+    def pct(x: Any) -> str | None:
+        return f"{float(x):+.1%}" if isinstance(x, (int, float)) else None
+
+    out = {
+        "fitted on": ", ".join(Path(str(f)).name if Path(str(f)).is_absolute() else str(f)
+                               for f in pv.get("fitted_on") or []) or None,
+        "rows": pv.get("rows"),
+        "sources": len(pv.get("sources") or []) or None,
+        "fitted": pv.get("date"),
+        "held out by": pv.get("held_out_by"),
+        "accelerator generations seen": ", ".join(pv.get("generations") or []) or None,
+        "model families seen": ", ".join(pv.get("families") or []) or None,
+        "cross-validated MAPE": f"{float(loso['mape']):.1%}" if isinstance(loso.get("mape"), (int, float)) else None,
+        "cross-validated median error": pct(loso.get("median")),
+        "80 % interval held": (f"{float(loso['interval_coverage']):.0%} of held-out runs"
+                               if isinstance(loso.get("interval_coverage"), (int, float)) else None),
+        "physics-only MAPE on the same rows": f"{float(phys['mape']):.1%}" if isinstance(phys.get("mape"), (int, float)) else None,
+    }
+    return {k: v for k, v in out.items() if v not in (None, "")}
+
+
 HARDWARE_KINDS = {"matrix_peak": "accelerators", "intra_node": "nodes", "num_nodes": "clusters", "per_hop_latency": "fabrics"}
 
 
@@ -150,4 +209,5 @@ def add_uploaded_hardware(name: str, data: bytes, root: Any) -> tuple[str, str]:
     return kind, ident
 
 
-__all__ = ["LayoutProblem", "add_uploaded_hardware", "diagnose", "field_of", "parse_uploaded_workload"]
+__all__ = ["LayoutProblem", "add_uploaded_hardware", "add_uploaded_profile", "diagnose", "field_of", "parse_uploaded_workload",
+           "profile_summary"]

@@ -80,10 +80,10 @@ def _goodput(workload: Any, hardware: str, plan: Any, storage: str, asynchronous
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def _rl(workload: str, hardware: str, spec: Any) -> Any:
+def _rl(workload: str, hardware: str, spec: Any, calibration: str) -> Any:
     from perfmodel.planning.rl import policy_timings, simulate_rl
 
-    inference_s, learn_s = policy_timings(workload, hardware, spec)
+    inference_s, learn_s = policy_timings(workload, hardware, spec, calibration=calibration)
     return simulate_rl(spec, inference_s, learn_s)
 
 
@@ -144,7 +144,7 @@ def rl_section(cfg: dict[str, Any]) -> None:
                           inference_servers=int(servers), inference_max_batch=int(maxb), unroll_length=int(unroll),
                           learner_batch=int(batch))
     try:
-        r = _rl(cfg["workload"], cfg["acc"], spec)
+        r = _rl(cfg["workload"], cfg["acc"], spec, cfg.get("calibration", "default"))
     except USER_ERRORS as e:
         st.error(str(e))
         return

@@ -160,3 +160,79 @@ def test_search_row_opens_on_the_estimate_page(server: str, browser: object, tmp
     assert "Traceback" not in page.inner_text("body")
     assert "page=" not in page.url  # back on the default page, with the layout's degrees in the link
     page.close()
+
+
+def sidebar_expander(page: object, title: str) -> object:
+    """The sidebar expander whose summary starts with `title`, opened."""
+    exp = page.locator("[data-testid='stSidebar'] [data-testid='stExpander']", has_text=title).first  # type: ignore[attr-defined]
+    if not exp.locator("details").first.get_attribute("open") is not None:
+        exp.locator("summary").first.click()
+    return exp
+
+
+def headline(page: object) -> str:
+    return str(page.locator("[data-testid='stMetricValue']").first.inner_text())  # type: ignore[attr-defined]
+
+
+def test_uploaded_profile_drives_the_estimate(server: str, browser: object, tmp_path: Path) -> None:
+    """Upload a profile fitted on a few CPU runs: the headline step time moves off the default
+    profile's and equals perfmodel.estimate(..., calibration=that file); the profile's provenance
+    shows in the sidebar; the Training run page runs under it."""
+    from test_app_profiles import small_profile  # pytest puts tests/ on sys.path
+
+    import perfmodel
+    from perfmodel.parallel.plan import ParallelPlan
+
+    profile = small_profile(tmp_path)
+    plan = ParallelPlan(dp=16, tp=8, pp=8, sequence_parallel=True, zero_stage=1, micro_batch=1, global_batch=1536,
+                        recompute="selective", precision="bf16")  # the sidebar's defaults
+    want = perfmodel.estimate("gpt3-175b", "a100-sxm4-80gb", plan, calibration=str(profile))
+    default = perfmodel.estimate("gpt3-175b", "a100-sxm4-80gb", plan, calibration="default")
+    assert f"{want.step_time_s:.4g}" != f"{default.step_time_s:.4g}"
+    page = open_page(browser, server)
+    page.locator(CHART).first.wait_for()
+    settle(page)
+    assert headline(page) == f"{default.step_time_s:.4g}"
+    exp = sidebar_expander(page, "Your calibration profile")
+    exp.locator("input[type='file']").set_input_files(str(profile))
+    page.wait_for_function("(old) => { const m = document.querySelector('[data-testid=\"stMetricValue\"]');"
+                           " return m && m.innerText !== old; }", arg=headline(page))
+    settle(page)
+    assert headline(page) == f"{want.step_time_s:.4g}"
+    sidebar = page.locator("[data-testid='stSidebar']")
+    assert sidebar.get_by_role("radio", name="my-cluster.yaml").is_checked()
+    about = sidebar_expander(page, "About the profile: my-cluster.yaml")
+    about.get_by_text("cross-validated MAPE").wait_for()
+    text = about.inner_text()
+    assert "fitted on" in text and "cpu-runs.csv" in text and "80 % interval" in text
+    body = page.inner_text("body")
+    assert "my-cluster.yaml (uploaded; profile 'my-cluster')" in body and "Traceback" not in body
+    page.wait_for_timeout(500)
+    sidebar.screenshot(path=str(shots_dir(tmp_path) / "sidebar-uploaded-profile.png"))
+    # another page of the same session keeps the profile (the URL would start a new session)
+    sidebar.get_by_text("Training run", exact=True).click()
+    page.get_by_role("heading", name="The whole training run").wait_for()
+    page.locator(CHART).first.wait_for()
+    settle(page)
+    assert sidebar.get_by_role("radio", name="my-cluster.yaml").is_checked()
+    assert "Traceback" not in page.inner_text("body")
+    page.close()
+
+
+def test_bad_profile_upload_names_the_field(server: str, browser: object, tmp_path: Path) -> None:
+    bad = tmp_path / "cluster-b.yaml"
+    bad.write_text("name: cluster-b\nparameters:\n  memory_bound: {fitted: 7.0}\n")
+    page = open_page(browser, server)
+    page.locator(CHART).first.wait_for()
+    settle(page)
+    before = headline(page)
+    exp = sidebar_expander(page, "Your calibration profile")
+    exp.locator("input[type='file']").set_input_files(str(bad))
+    err = exp.locator("[data-testid='stAlertContentError']")
+    err.wait_for()
+    settle(page)
+    msg = err.inner_text()
+    assert "cluster-b.yaml" in msg and "parameters.memory_bound.fitted" in msg and "Traceback" not in page.inner_text("body")
+    assert page.locator("[data-testid='stSidebar']").get_by_role("radio", name="default").is_checked()
+    assert headline(page) == before
+    page.close()

@@ -130,6 +130,11 @@ def _load(path: str) -> Profile:
         raise ProfileError(f"{path}: not valid YAML: {str(e)[:200]}") from None
     if not isinstance(data, dict) or not isinstance(data.get("parameters"), dict):
         raise ProfileError(f"{path}: expected a mapping with a `parameters:` mapping (written by `perfmodel fit`)")
+    for fld in ("provenance", "intervals"):
+        if data.get(fld) is not None and not isinstance(data[fld], dict):
+            raise ProfileError(f"{path}: {fld} = {type(data[fld]).__name__}; expected a mapping (written by `perfmodel fit`)")
+    if data.get("name") is not None and not isinstance(data["name"], str):
+        raise ProfileError(f"{path}: name = {data['name']!r}; expected a string")
     values, sigmas = {}, {}
     for k, entry in data["parameters"].items():
         try:
@@ -137,7 +142,7 @@ def _load(path: str) -> Profile:
         except KeyError as e:
             raise ProfileError(f"{path}: parameters.{k}: {e.args[0]}") from None
         v = entry.get("fitted") if isinstance(entry, dict) else entry
-        if not isinstance(v, (int, float)) or not param.lower <= v <= param.upper:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not param.lower <= v <= param.upper:
             raise ProfileError(f"{path}: parameters.{k}.fitted = {v!r}; allowed: a number in [{param.lower}, {param.upper}]")
         values[str(k)] = float(v)
         if isinstance(entry, dict) and isinstance(entry.get("sigma_log"), (int, float)):
@@ -147,7 +152,7 @@ def _load(path: str) -> Profile:
         if not (isinstance(q, list) and len(q) == 2 and all(isinstance(x, (int, float)) for x in q) and q[0] <= q[1]):
             raise ProfileError(f"{path}: intervals.{regime} = {q!r}; expected [q10, q90] of log(measured/predicted)")
         intervals[str(regime)] = (float(q[0]), float(q[1]))
-    prof = Profile(str(data.get("name", p.stem)), values, sigmas, intervals, dict(data.get("provenance") or {}))
+    prof = Profile(str(data.get("name") or p.stem), values, sigmas, intervals, dict(data.get("provenance") or {}))
     _CACHE[path] = prof
     return prof
 

@@ -110,7 +110,7 @@ def cmd_rl(a: argparse.Namespace) -> int:
     spec = RLPipelineSpec(actor_workers=a.actor_workers, envs_per_worker=a.envs_per_worker, env_step_s=a.env_step_ms / 1e3,
                           inference_servers=a.inference_servers, inference_max_batch=a.inference_max_batch,
                           unroll_length=a.unroll_length, learner_batch=a.learner_batch, learner_gpus=a.learner_gpus)
-    inference_s, learn_s = policy_timings(a.workload, a.hardware, spec)
+    inference_s, learn_s = policy_timings(a.workload, a.hardware, spec, calibration=a.calibration)
     r = simulate_rl(spec, inference_s, learn_s)
     if a.json:
         print(json.dumps({"spec": spec.model_dump(), **r.to_dict()}, indent=2))
@@ -168,6 +168,9 @@ def add_parsers(sub: Any, plan_args: Callable[[argparse.ArgumentParser], None],
     r.add_argument("--unroll-length", type=_positive(int), default=128)
     r.add_argument("--learner-batch", type=_positive(int), default=32, help="trajectories per learner step")
     r.add_argument("--learner-gpus", type=_positive(int), default=1)
+    r.add_argument("--calibration", default="default", metavar="PROFILE|none",
+                   help="calibration profile of the policy timings: 'default' (shipped), 'none' (physics only) or a YAML "
+                   "written by `perfmodel fit`")
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=cmd_rl)
 

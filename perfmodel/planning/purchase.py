@@ -23,7 +23,7 @@ from __future__ import annotations
 import html
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
@@ -34,6 +34,9 @@ from perfmodel.hardware.network import network_levels
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.planning.train import HOURS_PER_YEAR, power_basis_w
 from perfmodel.workload.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from perfmodel.calibration.profile import Profile
 
 FABRIC_SEP = "@"  # "dgx-h100@roce": a node or cluster id on another fabric of the catalogue
 PriceBasis = Literal["hourly", "purchase"]
@@ -186,19 +189,24 @@ def power_basis_text(system: System) -> str:
 SENSITIVITY_KNOBS = {"scale-out bandwidth": "inter_bw", "scale-up bandwidth": "intra_bw", "HBM bandwidth": "hbm_bw"}
 
 
-def layout_sensitivity(spec: ModelSpec, system: System, plan: ParallelPlan, pct: float) -> pd.DataFrame:
+def layout_sensitivity(spec: ModelSpec, system: System, plan: ParallelPlan, pct: float,
+                       calibration: str | Profile | None = "default") -> pd.DataFrame:
     """Time to train of one chosen layout with each bandwidth moved by ±pct, as a ratio to the
     baseline, and the price moved by ±pct (long form: knob, change_pct, days_ratio, cost_ratio).
     The layout is held (one analytic estimate per point, no re-search): what the bought system
     does when a bandwidth turns out lower or higher than its spec. Time and cost scale with the
-    step time (the token count is fixed); energy is not moved here."""
+    step time (the token count is fixed); energy is not moved here. `calibration` as in
+    `perfmodel.estimate`: the profile is applied to every moved system, as the compare did."""
+    from perfmodel.calibration.profile import calibrated_system, load_profile
     from perfmodel.engines.registry import run_engine
 
-    base = run_engine("analytic", spec, system, plan).step_time_s
+    prof = load_profile(calibration)
+    base = run_engine("analytic", spec, calibrated_system(system, prof), plan).step_time_s
     rows = []
     for knob, arg in SENSITIVITY_KNOBS.items():
         for sign in (-1, 1):
-            step = run_engine("analytic", spec, system.scaled(**{arg: 1 + sign * pct / 100}), plan).step_time_s
+            moved = calibrated_system(system.scaled(**{arg: 1 + sign * pct / 100}), prof)
+            step = run_engine("analytic", spec, moved, plan).step_time_s
             rows.append({"knob": knob, "change_pct": sign * pct, "step_time_s": step, "days_ratio": step / base,
                          "cost_ratio": step / base})
     rows += [{"knob": "price", "change_pct": sign * pct, "step_time_s": base, "days_ratio": 1.0,

@@ -29,12 +29,15 @@ IMPALA's queue is bounded the same way).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
 from pydantic import BaseModel, ConfigDict, Field
 
 from perfmodel.errors import PerfmodelError
+
+if TYPE_CHECKING:
+    from perfmodel.calibration.profile import Profile
 
 
 class RLPipelineSpec(BaseModel):
@@ -152,12 +155,16 @@ def simulate_rl(spec: RLPipelineSpec, inference_s: Any, learner_step_s: float, d
                     learner_step_s, duration_s)
 
 
-def policy_timings(workload: str, hardware: str, spec: RLPipelineSpec) -> tuple[Any, float]:
+def policy_timings(workload: str, hardware: str, spec: RLPipelineSpec,
+                   calibration: str | Profile | None = "default") -> tuple[Any, float]:
     """(t_inf(b), learner step seconds) of a policy workload on an accelerator, from perfmodel's
     cost models: the forward of one micro-batch of b observations, and a training step of
-    learner_batch x unroll_length samples over learner_gpus."""
+    learner_batch x unroll_length samples over learner_gpus. `calibration` as in
+    `perfmodel.estimate` ('default', 'none', a profile path or a Profile): both timings read the
+    calibrated accelerator."""
     from functools import lru_cache
 
+    from perfmodel.calibration.profile import calibrated_system, load_profile
     from perfmodel.compute.ops import op_cost
     from perfmodel.engines.costs import host_op_s
     from perfmodel.engines.registry import DEFAULT_ENGINE, run_engine
@@ -167,7 +174,8 @@ def policy_timings(workload: str, hardware: str, spec: RLPipelineSpec) -> tuple[
     from perfmodel.workload.catalog import get_workload
 
     model = get_workload(workload)
-    system, _ = resolve_hardware(hardware, spec.learner_gpus)
+    raw, _ = resolve_hardware(hardware, spec.learner_gpus)
+    system = calibrated_system(raw, load_profile(calibration))
     acc = system.accelerator
     host_fwd, _ = host_op_s(acc)
 
