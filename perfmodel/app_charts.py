@@ -7,7 +7,7 @@ how it looks. Units are converted for display here and named on every axis.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import altair as alt
 import pandas as pd
@@ -180,8 +180,10 @@ def compare_chart(frame: pd.DataFrame, column: str, title: str, higher_is_better
     interval, drawn as a black whisker where a row has one.
     """
     f = frame.dropna(subset=[column])
-    order: Literal["ascending", "descending"] = "descending" if higher_is_better else "ascending"
-    y = alt.Y("candidate:N", title=None, sort=alt.EncodingSortField(column, order=order), axis=alt.Axis(labelLimit=200))
+    # the order as an explicit list: a sort by field (op sum) cannot be unioned with the whisker
+    # layer's domain, and Vega-Lite drops it with two console warnings per chart
+    ranked = f.sort_values(column, ascending=not higher_is_better, kind="stable")["candidate"].drop_duplicates().tolist()
+    y = alt.Y("candidate:N", title=None, sort=ranked, axis=alt.Axis(labelLimit=200))
     tips = ["candidate:N", alt.Tooltip(f"{column}:Q", title=title, format=",.4g")]
     has_iv = interval is not None and all(c in f for c in interval) and f[list(interval)].notna().all(axis=1).any()
     if has_iv:

@@ -109,7 +109,11 @@ def settle(page: object) -> None:
 
 
 def test_estimate_page_in_chromium(server: str, browser: object, tmp_path: Path) -> None:
-    page = open_page(browser, server)
+    page = browser.new_page(viewport={"width": 1500, "height": 3000})  # type: ignore[attr-defined]
+    page.set_default_timeout(90_000)
+    warnings: list[str] = []
+    page.on("console", lambda m: warnings.append(m.text) if m.type == "warning" else None)
+    page.goto(server)
     page.get_by_text("Step time (s)").first.wait_for()
     page.locator(CHART).first.wait_for()
     settle(page)
@@ -129,17 +133,26 @@ def test_estimate_page_in_chromium(server: str, browser: object, tmp_path: Path)
     assert "Traceback" not in text
     assert "tp=4" in page.url or "tp=4&" in page.url  # the what-if is in the link
     assert shot.stat().st_size > 10_000
+    assert not [w for w in warnings if any(k in w for k in VEGA_WARNINGS)], warnings
     page.close()
+
+
+VEGA_WARNINGS = ("WARN", "Dropping", "Infinite extent")  # what Vega / Vega-Lite print about a spec they had to mend
 
 
 @pytest.mark.parametrize("name", ["Compare hardware", "Validation", "Layout search", "Training run"])
 def test_other_pages_in_chromium(server: str, browser: object, tmp_path: Path, name: str) -> None:
-    page = open_page(browser, f"{server}/?page={name.replace(' ', '+')}")
+    page = browser.new_page(viewport={"width": 1500, "height": 3000})  # type: ignore[attr-defined]
+    page.set_default_timeout(90_000)
+    warnings: list[str] = []
+    page.on("console", lambda m: warnings.append(m.text) if m.type == "warning" else None)
+    page.goto(f"{server}/?page={name.replace(' ', '+')}")
     page.get_by_role("heading", name=name.split()[0], exact=False).first.wait_for()
     page.locator(CHART).first.wait_for()
     settle(page)
     full_shot(page, shots_dir(tmp_path) / f"{name.split()[0].lower()}.png")
     assert "Traceback" not in page.inner_text("body")
+    assert not [w for w in warnings if any(k in w for k in VEGA_WARNINGS)], warnings  # our chart specs need no mending
     page.close()
 
 

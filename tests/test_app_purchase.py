@@ -164,3 +164,14 @@ def test_tornado_draws_nothing_for_no_change_and_colours_by_direction() -> None:
     still = [r for v in data.values() for r in v if r.get("label") == "no change"]
     assert [r["factor"] for r in still] == ["link latency"]
     assert spec["layer"][0]["encoding"]["color"]["scale"]["range"][0] == "#d62728"  # slower is red
+
+
+def test_compare_chart_orders_candidates_by_an_explicit_list() -> None:
+    """Best first, as a list: a sort by field with an aggregate cannot be unioned with the
+    whisker layer's domain (Vega-Lite drops it with console warnings)."""
+    f = pd.DataFrame({"candidate": ["a", "b", "c"], "days": [3.0, 1.0, 2.0], "days_lo": [2.5, 0.9, 1.5],
+                      "days_hi": [4.0, 1.2, 2.6], "mfu": [0.5, 0.3, 0.4]})
+    spec = compare_chart(f, "days", "time to train (days)", interval=("days_lo", "days_hi")).to_dict()
+    sorts = [layer["encoding"]["y"]["sort"] for layer in spec["layer"]]
+    assert sorts == [["b", "c", "a"], ["b", "c", "a"]]
+    assert compare_chart(f, "mfu", "MFU", higher_is_better=True).to_dict()["encoding"]["y"]["sort"] == ["a", "c", "b"]
