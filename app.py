@@ -1,8 +1,9 @@
 """perfmodel what-if explorer: `streamlit run app.py`.
 
 Thin by design: the sidebar widgets build one validated `ParallelPlan` plus the ids of a workload
-and a system, the library computes, and `perfmodel.app_charts` turns its long-form frames into
-Altair charts. Every widget is bound to the URL's query parameters (where Streamlit supports it),
+and a system, the library computes, and `perfmodel.app_specs` (the Estimate page, plain Vega-Lite)
+and `perfmodel.app_charts` (the other pages, Altair, imported by the pages that draw them) turn its
+long-form frames into charts. Every widget is bound to the URL's query parameters (where Streamlit supports it),
 so a what-if can be shared as a link. Bad input never shows a traceback: a `PerfmodelError` or
 `ValueError` becomes an `st.error` with the library's message.
 """
@@ -19,7 +20,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from perfmodel import app_charts as charts
+from perfmodel import app_specs as specs
 from perfmodel.app_fixes import LayoutProblem, diagnose, field_of
 from perfmodel.engines.registry import ENGINE_NAMES
 from perfmodel.errors import PerfmodelError
@@ -356,8 +357,8 @@ def page_estimate(cfg: dict[str, Any], plan: Any) -> None:
         st.info(m)
     frame = est.to_frame()
     if not est.fits:
-        st.warning(f"Does not fit: {est.memory_per_gpu_bytes / charts.GB:.1f} GB per GPU needed, "
-                   f"{est.hbm_bytes / charts.GB:.1f} GB of HBM. The numbers below are greyed: this layout would not run. "
+        st.warning(f"Does not fit: {est.memory_per_gpu_bytes / specs.GB:.1f} GB per GPU needed, "
+                   f"{est.hbm_bytes / specs.GB:.1f} GB of HBM. The numbers below are greyed: this layout would not run. "
                    "Try more recompute, a higher ZeRO stage, or more tp / pp.")
         st.markdown("<style>[data-testid='stMetricValue'] {color: #9a9a9a;}</style>", unsafe_allow_html=True)
     show_metrics(est)
@@ -369,8 +370,8 @@ def page_estimate(cfg: dict[str, Any], plan: Any) -> None:
         st.caption(f"Calibration {est.calibration!r}: physics only, no prediction interval.")
     trust(cfg, plan, est)
     left, right = st.columns([3, 2])
-    left.altair_chart(charts.breakdown_chart(frame), width="stretch")
-    right.altair_chart(charts.memory_chart(frame, est.hbm_bytes), width="stretch")
+    left.vega_lite_chart(specs.breakdown_chart(frame), width="stretch")
+    right.vega_lite_chart(specs.memory_chart(frame, est.hbm_bytes), width="stretch")
     whatif(cfg, plan, est)
     timeline(est)
     st.download_button("Download estimate (JSON)", json.dumps(estimate_json(cfg, plan, est), indent=2, default=str),
@@ -446,7 +447,7 @@ def show_metrics(est: Any, base: Any | None = None) -> None:
     c[1].metric("Throughput (tokens/s)", f"{est.tokens_per_s:,.0f}", delta(est.tokens_per_s, base and base.tokens_per_s))
     c[2].metric("MFU (%)", f"{est.mfu * 100:.1f}", delta(est.mfu, base and base.mfu))
     c[3].metric("Model TFLOP/s per GPU", f"{est.tflops_per_gpu:.1f}", delta(est.tflops_per_gpu, base and base.tflops_per_gpu))
-    c[4].metric("Memory per GPU (GB)", f"{est.memory_per_gpu_bytes / charts.GB:.1f} / {est.hbm_bytes / charts.GB:.0f}",
+    c[4].metric("Memory per GPU (GB)", f"{est.memory_per_gpu_bytes / specs.GB:.1f} / {est.hbm_bytes / specs.GB:.0f}",
                 "fits" if est.fits else "does not fit", delta_color="normal" if est.fits else "inverse")
 
 
@@ -461,10 +462,10 @@ def whatif(cfg: dict[str, Any], plan: Any, base: Any) -> None:
             return
         show_metrics(est, base)
         both = pd.concat([base.to_frame().assign(scenario="baseline"), est.to_frame().assign(scenario="what-if")])
-        st.altair_chart(charts.breakdown_chart(both), width="stretch")
+        st.vega_lite_chart(specs.breakdown_chart(both), width="stretch")
     else:
         st.caption("Move a slider to scale that part of the chosen hardware; the step time and breakdown follow.")
-    st.altair_chart(charts.tornado_chart(sensitivity(cfg, plan, base)), width="stretch")
+    st.vega_lite_chart(specs.tornado_chart(sensitivity(cfg, plan, base)), width="stretch")
 
 
 def sensitivity(cfg: dict[str, Any], plan: Any, base: Any) -> pd.DataFrame:
@@ -485,6 +486,8 @@ def timeline(est: Any) -> None:
     tl = est.timeline
     if not tl:
         return
+    from perfmodel import app_charts as charts  # Altair: only the pages that draw with it import it
+
     st.altair_chart(charts.gantt_chart(tl), width="stretch")
     st.download_button("Download timeline (Chrome trace JSON, opens in Perfetto)", json.dumps(tl), file_name="trace.json")
 
@@ -657,6 +660,8 @@ def sweep_results_view() -> None:
 
 
 def page_compare(cfg: dict[str, Any]) -> None:
+    from perfmodel import app_charts as charts  # Altair: only the pages that draw with it import it
+
     st.header("Compare hardware: the purchase view")
     if planning() is None:
         st.info(NO_PLANNER)
@@ -771,6 +776,7 @@ def trust_badges(frame: pd.DataFrame) -> None:
 def report_downloads(cfg: dict[str, Any], frame: pd.DataFrame, sens: pd.DataFrame | None, site: Any, per: str,
                      tokens_b: float, seq: int, sources: dict[str, dict[str, str]], shown: list[tuple[str, str]]) -> None:
     """The one-page HTML report, the Markdown and the CSV, to download and forward."""
+    from perfmodel import app_charts as charts  # Altair: only the pages that draw with it import it
     from perfmodel.planning.compare import markdown
     from perfmodel.planning.purchase import headline_markdown, html_report
 
@@ -822,12 +828,14 @@ def search_space() -> Any:
     c1, c2 = st.columns(2)
     within = _bound(c1.checkbox, "tp within one NVLink domain", "tp_node", value=True)
     fix_tp = _bound(c2.checkbox, "keep the sidebar's tp", "fix_tp", value=False)
-    space = planning().SearchSpace(min_headroom_bytes=headroom * charts.GB, tp_within_node=within,
+    space = planning().SearchSpace(min_headroom_bytes=headroom * specs.GB, tp_within_node=within,
                                    tp=(st.session_state.get("tp", 1),) if fix_tp else None)
     return objective, int(top), space
 
 
 def page_search(cfg: dict[str, Any]) -> None:
+    from perfmodel import app_charts as charts  # Altair: only the pages that draw with it import it
+
     st.header("Layout search")
     if planning() is None:
         st.info(NO_PLANNER)
@@ -851,7 +859,7 @@ def page_search(cfg: dict[str, Any]) -> None:
         return
     view = res.table.head(top).copy()
     view.insert(0, "layout", charts.layout_labels(view))
-    view["memory_gb"], view["headroom_gb"] = view["memory_bytes"] / charts.GB, view["headroom_bytes"] / charts.GB
+    view["memory_gb"], view["headroom_gb"] = view["memory_bytes"] / specs.GB, view["headroom_bytes"] / specs.GB
     cols = [c for c in ("layout", "step_time_s", "tokens_per_s", "mfu", "memory_gb", "headroom_gb", "cost_per_step_usd",
                         "tokens_per_joule") if c in view]
     st.caption("Select a row to open it on the Estimate page.")
@@ -868,6 +876,8 @@ def page_search(cfg: dict[str, Any]) -> None:
 def pareto_frame(res: Any, limit: int = 600) -> pd.DataFrame:
     """Fitting layouts for the Pareto chart with labels: the front, plus up to `limit` others
     sampled evenly over the ranking (the cloud's shape, not thousands of overlapping points)."""
+    from perfmodel import app_charts as charts  # Altair: only the pages that draw with it import it
+
     t = res.table
     front = res.pareto_memory()
     keys = ["dp", "tp", "pp", "cp", "ep", "vp", "sequence_parallel", "zero_stage", "micro_batch", "recompute", "schedule"]
@@ -876,7 +886,7 @@ def pareto_frame(res: Any, limit: int = 600) -> pd.DataFrame:
     f = f.merge(front[keys].assign(front=True), on=keys, how="left")
     f["front"] = f["front"].fillna(False).astype(bool)
     f["layout"] = charts.layout_labels(f)
-    f["headroom_gb"] = f["headroom_bytes"] / charts.GB
+    f["headroom_gb"] = f["headroom_bytes"] / specs.GB
     return f[["layout", "step_time_s", "headroom_gb", "front"]]
 
 
@@ -889,6 +899,8 @@ def open_layout(plan: Any) -> None:
 
 # ---- page: Validation -----------------------------------------------------------------------------
 def page_validation(cfg: dict[str, Any]) -> None:
+    from perfmodel import app_charts as charts  # Altair: only the pages that draw with it import it
+
     st.header("Validation: how far to trust the numbers")
     fitted_here = {"default": " The default profile was fitted on these runs, so this is its in-sample error; its "
                    "leave-one-source-out error is under 'About the profile' in the sidebar.",

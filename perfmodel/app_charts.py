@@ -12,33 +12,9 @@ from typing import Any, TypeVar
 import altair as alt
 import pandas as pd
 
-GB = 1e9  # decimal gigabyte: memory axes are in GB (10^9 B), as datasheets quote HBM
-
-TIME_LABELS = {
-    "compute_fwd_s": "forward compute",
-    "compute_bwd_s": "backward compute",
-    "recompute_s": "recompute",
-    "tp_ep_cp_comm_s": "TP/EP/CP comm (exposed)",
-    "host_overhead_s": "host overhead",
-    "pp_bubble_s": "pipeline bubble",
-    "pp_p2p_s": "pipeline send/recv",
-    "dp_comm_exposed_s": "DP comm (exposed)",
-    "optimizer_s": "optimizer step",
-}
-TIME_ORDER = list(TIME_LABELS.values())
-MEMORY_ORDER = ["weights", "grads", "optimizer", "activations", "runtime"]
-
+from perfmodel.app_specs import band_height, breakdown_chart, memory_chart, tornado_chart  # the Estimate page's, as plain Vega-Lite
 
 FIT_X = alt.AutoSizeParams(type="fit-x", contains="padding")
-
-
-def band_height(n_rows: int, step: int) -> int:
-    """The plot height of a chart with `n_rows` bands `step` px apart, as a number of pixels.
-    Streamlit asks Vega to "fit" every chart; a band-step height (alt.Step) cannot fit, and Vega
-    drops half of it with a console warning per chart and redraw ("Dropping fit-y because spec
-    has discrete height"). A number with autosize "fit-x" (`fixed_height`) keeps the height and
-    fits the width, without a warning."""
-    return max(1, n_rows) * step
 
 
 C = TypeVar("C", alt.Chart, alt.LayerChart)
@@ -62,112 +38,6 @@ def layout_labels(t: pd.DataFrame) -> pd.Series:
     out = out + " zero " + s("zero_stage") + " mb " + s("micro_batch")
     out = out.where(t["recompute"] == "none", out + " recompute " + t["recompute"].astype(str))
     return out.where(t["pp"].astype(int) <= 1, out + " " + t["schedule"].astype(str))
-
-
-def _time_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    t = frame[frame["kind"] == "time"].copy()
-    t["component"] = t["component"].map(lambda c: TIME_LABELS.get(c, c))
-    t["order"] = t["component"].map(lambda c: TIME_ORDER.index(c) if c in TIME_ORDER else len(TIME_ORDER))
-    # drop components that are zero or round-off (< 1 ppm of the step) so the legend stays readable
-    return t[t["value"] > 1e-6 * t.groupby("scenario" if "scenario" in t else "kind")["value"].transform("sum")]
-
-
-def breakdown_chart(frame: pd.DataFrame) -> alt.Chart:
-    """Stacked horizontal bar of where one step's time goes, one bar per `scenario`.
-
-    `frame`: long form with columns kind, component, value (seconds for kind 'time') and optionally
-    scenario (e.g. 'baseline' / 'what-if'); rows of other kinds are ignored.
-    """
-    t = _time_frame(frame)
-    if "scenario" not in t:
-        t["scenario"] = "this layout"
-    total = t.groupby("scenario")["value"].transform("sum")
-    t["share"] = t["value"] / total
-    return fixed_height(
-        alt.Chart(t)
-        .mark_bar()
-        .encode(
-            x=alt.X("sum(value):Q", title="time per optimizer step (s)", stack="zero"),
-            y=alt.Y("scenario:N", title=None, sort=None),
-            color=alt.Color("component:N", title="component", sort=TIME_ORDER,
-                            scale=alt.Scale(domain=TIME_ORDER, scheme="tableau10"),  # fixed domain: stable colours
-                            legend=alt.Legend(orient="bottom", columns=3,
-                                              values=[c for c in TIME_ORDER if c in set(t["component"])])),
-            order=alt.Order("order:Q"),
-            tooltip=[alt.Tooltip("scenario:N"), alt.Tooltip("component:N"),
-                     alt.Tooltip("value:Q", title="seconds", format=".4g"),
-                     alt.Tooltip("share:Q", title="share of step", format=".1%")],
-        ), t["scenario"].nunique(), 40, title="step-time breakdown (s)")
-
-
-def memory_chart(frame: pd.DataFrame, capacity_bytes: float) -> alt.LayerChart | alt.FacetChart:
-    """Stacked bar of bytes per GPU by kind, with the HBM capacity as a red rule.
-
-    `frame`: long form with kind, component, value (bytes for kind 'memory').
-    """
-    m = frame[frame["kind"] == "memory"].copy()
-    m["GB"] = m["value"] / GB
-    m["order"] = m["component"].map(lambda c: MEMORY_ORDER.index(c) if c in MEMORY_ORDER else len(MEMORY_ORDER))
-    m["gpu"] = "per GPU"
-    total = float(m["GB"].sum())
-    cap = capacity_bytes / GB
-    bars = (
-        alt.Chart(m)
-        .mark_bar()
-        .encode(
-            x=alt.X("sum(GB):Q", title="memory per GPU (GB = 10⁹ B)", scale=alt.Scale(domain=[0, max(total, cap) * 1.05])),
-            y=alt.Y("gpu:N", title=None),
-            color=alt.Color("component:N", title="memory", sort=MEMORY_ORDER, scale=alt.Scale(domain=MEMORY_ORDER, scheme="set2"),
-                            legend=alt.Legend(orient="bottom", columns=3)),
-            order=alt.Order("order:Q"),
-            tooltip=[alt.Tooltip("component:N"), alt.Tooltip("GB:Q", title="GB", format=".2f")],
-        )
-    )
-    rule_df = pd.DataFrame({"GB": [cap], "label": [f"HBM capacity {cap:.0f} GB"]})
-    rule = alt.Chart(rule_df).mark_rule(color="#d62728", strokeWidth=3).encode(x="GB:Q", tooltip=["label:N"])
-    text = alt.Chart(rule_df).mark_text(align="right", dx=-4, dy=-26, color="#d62728").encode(x="GB:Q", text="label:N")
-    title = "memory per GPU vs capacity"
-    return fixed_height(alt.LayerChart(layer=[bars, rule, text]), 1, 48, title=title)
-
-
-def tornado_chart(frame: pd.DataFrame, zero_tol: float = 5e-4) -> alt.LayerChart | alt.FacetChart:
-    """Sensitivity of step time to each hardware factor: one bar per (factor, change), labelled
-    with the change in seconds and percent, red where the step gets slower and blue where it gets
-    faster; a change below `zero_tol` (relative; 5e-4 would print as 0.0 %) draws nothing, so a factor that does not matter
-    shows as an empty row with a "no change" label.
-
-    `frame`: columns factor (e.g. 'peak FLOP/s'), change (e.g. '×0.5', '×2'), delta (relative change
-    of step time, -0.2 = 20 % faster), step_time_s (the scaled step) and delta_s (seconds).
-    """
-    f = frame.copy()
-    if "delta_s" not in f:
-        f["delta_s"] = f["delta"] * f["step_time_s"] / (1 + f["delta"])
-    f["span"] = f.groupby("factor")["delta"].transform(lambda d: d.abs().max())
-    order = f.sort_values("span", ascending=False)["factor"].drop_duplicates().tolist()
-    moved = f["delta"].abs() > zero_tol
-    f["direction"] = (f["delta"] > 0).map({True: "slower", False: "faster"})
-    f["label"] = [f"{c}: {s:+.3g} s ({d:+.1%})" for c, s, d in zip(f["change"], f["delta_s"], f["delta"], strict=True)]
-    bars_df, still = f[moved], f[~moved].drop_duplicates("factor")
-    still = still[~still["factor"].isin(bars_df["factor"])].assign(label="no change", delta=0.0)
-    y = alt.Y("factor:N", sort=order, title=None, axis=alt.Axis(labelLimit=260))
-    x = alt.X("delta:Q", title="change in step time", axis=alt.Axis(format="+%"))
-    bars = alt.Chart(bars_df).mark_bar(height=18).encode(
-        x=x, y=y,
-        color=alt.Color("direction:N", title=None, scale=alt.Scale(domain=["slower", "faster"], range=["#d62728", "#1f77b4"])),
-        tooltip=["factor:N", "change:N", alt.Tooltip("delta_s:Q", title="change (s)", format="+.4g"),
-                 alt.Tooltip("delta:Q", title="change", format="+.1%"),
-                 alt.Tooltip("step_time_s:Q", title="step time (s)", format=".4g")],
-    )
-    pos, neg = bars_df[bars_df["delta"] > 0], bars_df[bars_df["delta"] <= 0]
-    text = [alt.Chart(pos).mark_text(align="left", dx=4, fontSize=11).encode(x=x, y=y, text="label:N"),
-            alt.Chart(neg).mark_text(align="right", dx=-4, fontSize=11).encode(x=x, y=y, text="label:N")]
-    none = alt.Chart(still).mark_text(align="left", dx=4, color="#6b7280", fontSize=11).encode(x=x, y=y, text="label:N")
-    span = float(f["delta"].abs().max()) if len(f) else 0.0
-    span = max(span, 0.01) * 1.9  # room for the labels beside the bars
-    layered = alt.layer(bars, *text, none).encode(
-        x=alt.X("delta:Q", title="change in step time", axis=alt.Axis(format="+%"), scale=alt.Scale(domain=[-span, span])))
-    return fixed_height(layered, len(order), 32,
-                        title="sensitivity of step time: each factor halved (×0.5) and doubled (×2); red: slower")
 
 
 def compare_chart(frame: pd.DataFrame, column: str, title: str, higher_is_better: bool = False,
