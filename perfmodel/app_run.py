@@ -39,6 +39,18 @@ def converge_frame(res: Any) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _num(fmt: str) -> Any:
+    return st.column_config.NumberColumn(format=fmt)
+
+
+# shown to the precision the model has, not the float's 16 digits
+CONVERGE_COLUMNS = {"tokens (B)": _num("%.1f"), "steps": _num("%.0f"), "step time (s)": _num("%.4g"),
+                    "days": _num("%.2f"), "GPU-hours": _num("%.0f")}
+GOODPUT_COLUMNS = {"checkpoint every (min)": _num("%.1f"), "goodput": _num("percent"), "stall per checkpoint (s)": _num("%.3g"),
+                   "write (s)": _num("%.3g"), "restart (s)": _num("%.3g"), "job MTBF (h)": _num("%.3g"),
+                   "checkpoint (TB)": _num("%.3g")}
+
+
 def converge_chart(frame: pd.DataFrame) -> alt.LayerChart | alt.FacetChart:
     base = alt.Chart(frame).encode(x=alt.X("global batch (sequences):Q", scale=alt.Scale(type="log", base=2),
                                            title="global batch (sequences, log scale)"))
@@ -188,7 +200,7 @@ def page_run(cfg: dict[str, Any], spec_of: Callable[[str], Any], plan: Any | Non
                    f"{res.params / 1e9:.3g} B parameters, sequence length {cfg['seq'] or spec.seq_len}.")
         frame = converge_frame(res)
         st.altair_chart(converge_chart(frame), width="stretch")
-        st.dataframe(frame, hide_index=True)
+        st.dataframe(frame, hide_index=True, column_config=CONVERGE_COLUMNS)
         for n in res.notes:
             st.caption(n)
     st.subheader("Checkpoints and goodput")
@@ -208,7 +220,7 @@ def page_run(cfg: dict[str, Any], spec_of: Callable[[str], Any], plan: Any | Non
     st.caption(f"Checkpoint of {g['checkpoint (TB)'].iloc[0]:.3g} TB (weights, master weights and optimizer states, "
                f"written once per unique shard); failures at the Llama 3 report's rate: a job on {plan.world:,} GPUs fails "
                f"every {g['job MTBF (h)'].iloc[0]:.2f} h. First row: the Young/Daly interval.")
-    st.dataframe(g, hide_index=True, column_config={"goodput": st.column_config.NumberColumn("goodput", format="percent")})
+    st.dataframe(g, hide_index=True, column_config=GOODPUT_COLUMNS)
     input_pipeline_section(cfg, spec, plan, hardware)
     if spec.family == "mlp":
         rl_section(cfg)
