@@ -224,7 +224,11 @@ def calibration_selector(sb: Any, generation: str | None = None) -> tuple[str, s
                 uploaded[label] = path
                 st.success(f"added profile {label}; selected below")
     options = [*CALIBRATIONS, *uploaded]
-    if st.session_state.get("calibration") not in options:
+    asked = st.session_state.get("calibration") or st.query_params.get("calibration")
+    if asked not in options:
+        if asked:  # a shared link names a profile uploaded in another session
+            sb.warning(f"The link asks for calibration profile {asked!r}, which is not uploaded in this session: showing "
+                       "the default profile. Upload the file under 'Your calibration profile' to use it.")
         st.session_state["calibration"] = "default"
     choice = _bound(sb.radio, "Calibration", "calibration", options=options, horizontal=True,
                     help="default: the shipped profile fitted on the public runs (docs/CALIBRATION.md), with an 80 % "

@@ -430,3 +430,14 @@ def test_training_run_page_input_pipeline_and_rl() -> None:
     no_exception(rl)
     assert float(metric(rl, "Environment steps/s").replace(",", "")) > 0
     assert metric(rl, "Bottleneck") in ("actors", "inference", "learner")
+
+
+def test_a_link_naming_an_uploaded_profile_falls_back_to_default_and_says_so() -> None:
+    at = app(calibration="their-cluster.yaml")
+    no_exception(at)
+    assert at.sidebar.radio(key="calibration").value == "default"
+    assert any("their-cluster.yaml" in w.value and "not uploaded in this session" in w.value for w in at.sidebar.warning)
+    plan = perfmodel.ParallelPlan(dp=16, tp=8, pp=8, zero_stage=1, global_batch=1536, recompute="selective",
+                                  sequence_parallel=True)
+    assert float(metric(at, "Step time (s)")) == pytest.approx(perfmodel.estimate("gpt3-175b", "a100-sxm4-80gb", plan).step_time_s,
+                                                               rel=1e-3)
