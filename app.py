@@ -371,7 +371,8 @@ def page_estimate(cfg: dict[str, Any], plan: Any) -> None:
                    f"(calibration {calibration_text(cfg, est)}, from leave-one-source-out residuals; what it means: "
                    "'About the profile' in the sidebar, docs/CALIBRATION.md)")
     else:
-        st.caption(f"Calibration {est.calibration!r}: physics only, no prediction interval.")
+        st.caption(f"Calibration {calibration_text(cfg, est)}: no prediction interval"
+                   + (" (nothing fitted)." if est.calibration == "none" else " (the profile has no held-out residuals)."))
     trust(cfg, plan, est)
     left, right = st.columns([3, 2])
     left.vega_lite_chart(specs.breakdown_chart(frame), width="stretch")
