@@ -13,7 +13,9 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -991,6 +993,21 @@ def main() -> None:
         page_run(cfg, spec_of, plan)
     elif page == "Validation":
         page_validation(cfg)
+    preload_other_pages()
+
+
+def preload_other_pages() -> None:
+    """Once the first page is drawn, import what the other pages draw with (Altair, the planner) in
+    a background thread, while the user reads: the first visit to another page then does not pay
+    for the imports. Python's import lock makes a page that needs them meanwhile wait, not fail."""
+    if "perfmodel.app_charts" in sys.modules and "perfmodel.planning" in sys.modules:
+        return
+
+    def imports() -> None:
+        import perfmodel.app_charts
+        import perfmodel.planning  # noqa: F401
+
+    threading.Thread(target=imports, name="perfmodel-preload", daemon=True).start()
 
 
 main()
