@@ -118,3 +118,31 @@ def test_planner_equals_estimate_with_the_stacks_moe_dispatcher() -> None:
         if checked == 5:
             break
     assert checked == 5
+
+
+@pytest.mark.parametrize("fw_name", ["megatron-core", "torchtitan", "llm.c"])
+@pytest.mark.parametrize(("acc", "workload", "n_gpus", "gb", "precision"), [
+    ("h100-sxm5-80gb", "llama3-8b", 64, 256, "fp8"), ("a100-sxm4-80gb", "gpt3-1.3b", 32, 128, "bf16")])
+def test_planner_equals_estimate_under_a_framework(fw_name: str, acc: str, workload: str, n_gpus: int, gb: int,
+                                                   precision: str) -> None:
+    """A stack's layer mechanisms (TP overlap where tp > 1 with sp, p2p overlap where vp > 1, fused
+    fp8 casts and loss, an fp8 recipe, host dispatch) reach the planner's scores as they reach the engine."""
+    from perfmodel.calibration.frameworks import framework
+    from perfmodel.calibration.profile import NONE, calibrated_system
+
+    fw = framework(fw_name)
+    spec = perfmodel.get_workload(workload)
+    system = resolve_system(acc, None, n_gpus)[0]
+    seq = spec.seq_len
+    g = layout_grid(spec, system, [n_gpus], gb, seq, SearchSpace())
+    out = Evaluator(spec, calibrated_system(system, NONE, fw), seq, precision, framework=fw).evaluate(g)
+    rng = np.random.default_rng(7)
+    rows = _sample(g, rng, 10)
+    rows += [int(rng.choice(np.flatnonzero((g["vp"] > 1) & (g["tp"] > 1) & (g["sp"] > 0))))]
+    for i in rows:
+        plan = _plan(g, i, gb, seq, precision)
+        est = perfmodel.estimate(spec, system, plan, calibration="none", framework=fw_name)
+        assert out["step_time_s"][i] == pytest.approx(est.step_time_s, rel=REL), plan
+    if fw_name == "megatron-core":  # the mechanisms change the interleaved, tp + sp row
+        plain = perfmodel.estimate(spec, system, _plan(g, rows[-1], gb, seq, precision), calibration="none")
+        assert out["step_time_s"][rows[-1]] < plain.step_time_s

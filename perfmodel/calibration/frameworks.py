@@ -1,7 +1,8 @@
 """Training stacks select mechanisms; they never carry a fitted factor.
 
 A runs file's `framework` column (or `--framework`) names the stack. Each stack sets the
-mechanisms the cost models distinguish, each with the evidence from that stack's code:
+mechanisms the cost models distinguish, each with the evidence from that stack's code (repos at
+the commits in EVIDENCE_COMMITS):
 
     attention      `flash` (fused FlashAttention-style kernel) or `unfused` (baddbmm + fused
                    scale-mask-softmax + bmm, with the s x s score matrix through HBM)
@@ -9,7 +10,8 @@ mechanisms the cost models distinguish, each with the evidence from that stack's
                    applies), `native` (C/CUDA program, no framework dispatch: host cost 0 beyond
                    the kernel launch the GPU side already pays) or `compiled` (XLA / CUDA graphs:
                    one launch for the step)
-    tp_overlap     tensor-parallel collectives hidden behind GEMMs (ParallelPlan.overlap_tp_comm)
+    tp_overlap     tensor-parallel collectives hidden behind GEMMs (ParallelPlan.overlap_tp_comm),
+                   where the stack can: tp > 1 with sequence parallelism (userbuffers needs it)
     moe_dispatcher the MoE token dispatcher when the plan names none (ParallelPlan.moe_dispatcher):
                    `alltoall` (NCCL all-to-all, a row per routed copy) or `flex` (DeepEP / HybridEP,
                    a row once per destination node over the network)
@@ -17,6 +19,21 @@ mechanisms the cost models distinguish, each with the evidence from that stack's
                    FlatParameter, DeepSpeed ZeRO-3: gathered into the buffer the weights view)
                    or `per-param` (FSDP2 fully_shard: copy-out after every all-gather, chunk_cat
                    before every reduce-scatter; engines/stages.DpCollectives)
+    p2p_overlap    pipeline sends / receives beside the next chunk's compute under the
+                   interleaved schedule (ParallelPlan.overlap_p2p_comm; vp > 1)
+    fused_casts    fp8 / fp4 quantize casts fused as Transformer Engine does: into the norm before
+                   QKV / FC1, weights once per step, one cast-transpose per output gradient
+                   (ParallelPlan.fp8_fused_casts; compute/fp8_recipes.py)
+    fused_cross_entropy  the vocab-parallel loss as fused kernels (ParallelPlan.fused_cross_entropy;
+                   engines/costs.fused_cross_entropy)
+    fp8_recipe     the scaling recipe of plain fp8 GEMMs when the plan names none (None: the
+                   plan's default, delayed, Transformer Engine's and Megatron-Core's default)
+
+A mechanism a plan already sets stays set: the framework only turns on what the stack does by
+default. Named, not a mechanism: CUDA graphs (Megatron-Bridge's recipes set
+cuda_graph_impl "none", src/megatron/bridge/recipes/llama/h100/llama3.py; a stack that captures
+its step is `host_dispatch` compiled) and FSDP prefetch (ParallelPlan.overlap_fsdp_prefetch, on by
+default for every stack).
 
 An empty framework means `pytorch` (the documented default stack, today's behaviour).
 """
@@ -28,6 +45,15 @@ from typing import Literal
 
 from perfmodel.errors import PerfmodelError
 from perfmodel.parallel.plan import ParallelPlan
+from perfmodel.precision import recipe_precision
+
+# the commits the evidence strings cite (fetched from GitHub)
+EVIDENCE_COMMITS = {
+    "NVIDIA-NeMo/Megatron-Bridge": "067f987df03b",
+    "NVIDIA/Megatron-LM": "d98e8a64ddf3",
+    "NVIDIA/TransformerEngine": "d0067d0da6cb",
+    "pytorch/torchtitan": "b5bcd76c66d0",
+}
 
 
 class FrameworkError(PerfmodelError):
@@ -45,30 +71,54 @@ class Framework:
     moe_evidence: str = ("the stack's MoE layers exchange tokens with one all-to-all per dispatch and combine "
                          "(torch all_to_all_single / Megatron-Core's alltoall dispatcher)")
     fsdp: Literal["flat", "per-param"] = "flat"
+    p2p_overlap: bool = False
+    fused_casts: bool = False
+    fused_cross_entropy: bool = False
+    fp8_recipe: str | None = None
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("megatron-lm", "unfused", "eager", False,
               "Megatron-LM / Megatron-DeepSpeed before Megatron-Core: attention is baddbmm + "
               "FusedScaleMaskSoftmax + bmm (megatron/model/transformer.py CoreAttention; vTrain @ f8dda84 "
-              "src/model/fused_softmax.py); FlashAttention only behind the later opt-in --use-flash-attn."),
-    Framework("megatron-core", "flash", "eager", False,
-              "Megatron-Core / NeMo with Transformer Engine: DotProductAttention picks the fused flash "
-              "backend; tp-comm-overlap (userbuffers) is opt-in (--tp-comm-overlap), so off by default.",
+              "src/model/fused_softmax.py); FlashAttention only behind the later opt-in --use-flash-attn. "
+              "No userbuffers TP overlap, blocking p2p, the vocab-parallel cross-entropy in PyTorch ops "
+              "(megatron/core/tensor_parallel/cross_entropy.py), bf16 / fp16 only."),
+    Framework("megatron-core", "flash", "eager", True,
+              "Megatron-Core with Transformer Engine as NeMo / Megatron-Bridge's performance recipes run it: "
+              "TE DotProductAttention (fused flash backend); tp_comm_overlap=True (userbuffers) in the recipes "
+              "that run TP > 1 (Megatron-Bridge src/megatron/bridge/recipes/llama/h100/llama3.py 70B / 405B, "
+              "gpt/h100/gpt3_175b.py, qwen/h100/qwen3_moe.py), disabled without sequence parallelism "
+              "(training/comm_overlap.py); overlap_p2p_comm=True whenever pp > 1 and vp > 1 "
+              "(training/comm_overlap.py, 'PP overlap'); cross_entropy_loss_fusion=True with "
+              "cross_entropy_fusion_impl 'te' (llama3.py; scripts/performance/utils/overrides.py sets it for every "
+              "performance run); TE Linear / LayerNormLinear fp8 casts: norm-fused input "
+              "(TransformerEngine module/layernorm_linear.py with_quantized_norm), the fp8 weight reused after the "
+              "first micro-batch (module/linear.py update_ws = is_first_microbatch ...), Megatron-Bridge fp8 "
+              "recipes keep parameters in fp8 (training/mixed_precision.py fp8_param_gather=True). Megatron-Core's "
+              "own defaults are off (megatron/core/model_parallel_config.py overlap_p2p_comm=False, "
+              "cross_entropy_loss_fusion=False); CUDA graphs stay off in the recipes (cuda_graph_impl 'none'). "
+              "fp8 recipe: Megatron-Core's default (delayed); the Megatron-Bridge fp8 rows use current scaling "
+              "(scripts/performance/utils/precision.py fp8_cs), which a plan states with fp8_recipe.",
               "flex",
               "Megatron-Bridge perf recipes (NVIDIA-NeMo/Megatron-Bridge @ 067f987, src/megatron/bridge/perf_recipes/) "
               "set moe_token_dispatcher_type flex for the MoE benchmarks: HybridEP on GB200 / GB300 / B300 (qwen/*/"
               "qwen3_moe.py, gpt_oss/common.py, deepseek/common.py _enable_deepseek_full_iteration_mxfp8), DeepEP for "
               "DeepSeek-V3 MXFP8 on B200 (deepseek/b200/deepseek_v3.py); alltoall is the model bridges' default "
               "(models/*/..._bridge.py) and stays in the H100 and B200 64-GPU Qwen3-235B recipes: --moe-dispatcher "
-              "alltoall for those"),
+              "alltoall for those",
+              p2p_overlap=True, fused_casts=True, fused_cross_entropy=True),
     Framework("deepspeed", "flash", "eager", False,
               "DeepSpeed with Hugging Face models: attention through torch SDPA (flash backend), eager."),
     Framework("torchtitan", "flash", "eager", False,
-              "torchtitan: SDPA flash attention, eager unless --compile; FSDP2: fully_shard per transformer "
-              "block and on the root (torchtitan/distributed/fsdp.py, parallelize.apply_fsdp), whose all-gather "
-              "copy-out and reduce-scatter chunk_cat run on the compute stream (torch/distributed/fsdp/"
-              "_fully_shard/_fsdp_collectives.py).", fsdp="per-param"),
+              "torchtitan: SDPA flash attention, eager unless --compile (the default); FSDP2: fully_shard per "
+              "transformer block and on the root (torchtitan/distributed/fsdp.py, parallelize.apply_fsdp), whose "
+              "all-gather copy-out and reduce-scatter chunk_cat run on the compute stream (torch/distributed/fsdp/"
+              "_fully_shard/_fsdp_collectives.py); async TP is opt-in; the loss upcasts the logits and runs "
+              "F.cross_entropy (torchtitan/components/loss.py pred.float()); float8 through torchao Float8Linear "
+              "with dynamic scaling from the current tensor's amax (components/quantization/float8.py; tensorwise "
+              "in the Dec-2024 benchmarks, rowwise now), casts as separate kernels in eager mode.",
+              fsdp="per-param", fp8_recipe="current"),
     Framework("composer", "flash", "eager", False,
               "llm-foundry (Composer): MPT attn_config attn_impl flash in its training yamls, eager; FSDP1 "
               "(FullyShardedDataParallel, FlatParameter) with limit_all_gathers and BACKWARD_POST prefetch "
@@ -94,8 +144,9 @@ def framework(name: str | None) -> Framework:
 
 
 def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
-    """The plan with the stack's attention kernel, tp overlap, FSDP layout and (where the plan
-    names none) MoE dispatcher (other plan fields untouched)."""
+    """The plan with the stack's mechanisms (see the module docstring), its FSDP layout and, where
+    the plan names none, its MoE dispatcher; a mechanism the plan already turned on stays on, and a
+    recipe the plan names stays."""
     update: dict[str, object] = {}
     if plan.moe_dispatcher is None:
         update["moe_dispatcher"] = fw.moe_dispatcher
@@ -103,8 +154,16 @@ def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
         update["fsdp_impl"] = fw.fsdp
     if plan.attention_impl != fw.attention:
         update["attention_impl"] = fw.attention
-    if fw.tp_overlap and not plan.overlap_tp_comm:
+    if fw.tp_overlap and plan.tp > 1 and plan.sequence_parallel and not plan.overlap_tp_comm:
         update["overlap_tp_comm"] = True
+    if fw.p2p_overlap and plan.pp > 1 and plan.vp > 1 and not plan.overlap_p2p_comm:
+        update["overlap_p2p_comm"] = True
+    if fw.fused_casts and not plan.fp8_fused_casts:
+        update["fp8_fused_casts"] = True
+    if fw.fused_cross_entropy and not plan.fused_cross_entropy:
+        update["fused_cross_entropy"] = True
+    if fw.fp8_recipe and plan.fp8_recipe is None and recipe_precision(fw.fp8_recipe) == plan.precision:
+        update["fp8_recipe"] = fw.fp8_recipe
     return plan.model_copy(update=update) if update else plan
 
 

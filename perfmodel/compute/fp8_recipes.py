@@ -11,6 +11,20 @@ and a column-wise copy for dgrad and wgrad) and the input again, column-wise, fo
 The recipes themselves (element and scale bytes, amax pass, Hadamard transform, with their
 Transformer Engine sources) and which precision each runs are in perfmodel/precision.py.
 
+Fused casts (Transformer Engine's Linear / LayerNormLinear, what Megatron-Core and NeMo /
+Megatron-Bridge run; `fused=True`), per GEMM and micro-batch:
+  input   after a norm (QKV, FC1: LayerNormLinear) the norm kernel writes the quantized output
+          itself (layernorm_linear.py `with_quantized_norm`): no cast kernel, only the second
+          (column-wise, for wgrad) 1 B copy; any other input one cast reading 2 B and writing the
+          row- and column-wise copies (linear.py `input_quantizer.set_usage(rowwise=True,
+          columnwise=backward_needs_input)`), so the backward does not cast the input again
+  weight  cast on the first micro-batch only and reused (linear.py `update_ws =
+          is_first_microbatch is None or is_first_microbatch`); Megatron-Bridge's fp8 recipes keep
+          the parameters in fp8 (mixed_precision.py `fp8_param_gather = True`): none per micro-batch
+  dgrad   the output gradient cast once into both copies: read 2 B, write 2 x 1 B (cast-transpose)
+  amax    a recipe with an amax pass still reads each cast tensor once more (not the norm-fused one)
+(TransformerEngine @ d0067d0, transformer_engine/pytorch/module/{linear,layernorm_linear}.py.)
+
 Amax all-reduces across ranks (Transformer Engine, transformer_engine/pytorch/quantization.py and
 module/linear.py; Megatron-Core fp8_utils.get_fp8_context), charged as latency-bound all-reduces
 through comm/collectives.py (`amax_allreduce_s`):
@@ -35,7 +49,7 @@ from dataclasses import dataclass
 from perfmodel import precision as registry
 from perfmodel.comm.collectives import collective_time_s
 from perfmodel.hardware.catalog import System
-from perfmodel.precision import RECIPES, Fp8Recipe
+from perfmodel.precision import BF16_BYTES, RECIPES, Fp8Recipe
 
 AMAX_BYTES = 4.0  # one fp32 amax per tensor
 DELAYED_AMAX_PER_GEMM = {"fwd": 3, "bwd": 2}  # TE fp8_meta: input, weight, output / grad output, grad input
@@ -59,19 +73,30 @@ class CastWork:
     flop: float
 
 
-def gemm_cast_work(recipe: Fp8Recipe, m: int, n: int, k: int, batch: int, bwd: bool) -> CastWork:
+def gemm_cast_work(recipe: Fp8Recipe, m: int, n: int, k: int, batch: int, bwd: bool, fused: bool = False,
+                   norm_input: bool = False) -> CastWork:
     """Bytes, kernels and FLOPs of the quantize casts one GEMM [m,k]x[k,n] (x batch) needs in
-    the forward (input and weight) or backward (output gradient twice, input again)."""
+    the forward (input and weight) or backward (output gradient twice, input again). `fused`:
+    Transformer Engine's fused casts (module docstring); `norm_input`: the GEMM's input comes
+    straight from a norm (LayerNormLinear), which writes it quantized."""
+    # a 16-point Hadamard transform: a 16 x 16 matrix times each 16-element vector = 2 x 16 FLOP per element
+    wgrad_operands = (m * n + m * k) * batch if bwd else 0
+    flop = 2.0 * HADAMARD_BLOCK * wgrad_operands if recipe.hadamard_on_wgrad else 0.0
+    if fused:
+        two_copies = BF16_BYTES + 2 * (recipe.element_bytes + recipe.scale_bytes_per_element)
+        amax = BF16_BYTES if recipe.amax_pass else 0.0
+        extra_kernel = 1 if recipe.amax_pass else 0
+        if bwd:  # output gradient, cast-transpose; the input's column-wise copy came from the forward
+            return CastWork((two_copies + amax) * m * n * batch, 1 + extra_kernel, flop)
+        if norm_input:  # the norm writes the row-wise copy; only the column-wise copy is extra
+            return CastWork((recipe.element_bytes + recipe.scale_bytes_per_element) * m * k * batch, 0, flop)
+        return CastWork((two_copies + amax) * m * k * batch, 1 + extra_kernel, flop)
     if bwd:
         elems = (2 * m * n + m * k) * batch
-        wgrad_operands = (m * n + m * k) * batch
         casts = 3
     else:
         elems = m * k * batch + k * n
-        wgrad_operands = 0
         casts = 2
-    # a 16-point Hadamard transform: a 16 x 16 matrix times each 16-element vector = 2 x 16 FLOP per element
-    flop = 2.0 * HADAMARD_BLOCK * wgrad_operands if recipe.hadamard_on_wgrad else 0.0
     return CastWork(recipe.cast_bytes_per_element * elems, casts * recipe.kernels_per_cast, flop)
 
 

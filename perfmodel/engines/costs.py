@@ -22,7 +22,7 @@ calibration does not give `host_op_overhead`; compiled stacks (XLA on TPU) issue
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from perfmodel.comm.collectives import collective_time_s, ep_exchange_time_s
@@ -33,7 +33,7 @@ from perfmodel.hardware.specs import Accelerator
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.ranks import group_stride
 from perfmodel.parallel.split import EDGE_KINDS
-from perfmodel.workload.graph import Comm, Layer
+from perfmodel.workload.graph import Comm, Layer, Op
 
 HOST_FWD_S_PER_KERNEL = 8.1e-3 / 182  # see module docstring: B200 Llama-3.2-1B eager forward
 HOST_BWD_S_PER_KERNEL = (48.8e-3 - 2 * 8.1e-3) / 278  # eager fwd+bwd with checkpointing
@@ -106,6 +106,20 @@ class LayerTime:
         return max(0.0, f) + max(0.0, b)
 
 
+def fused_cross_entropy(op: Op) -> Op:
+    """The vocab-parallel cross-entropy as Transformer Engine's fused kernels
+    (transformer_engine/pytorch/triton/cross_entropy.py @ d0067d0; Megatron-Core
+    cross_entropy_loss_fusion with cross_entropy_fusion_impl "te"): the forward is an online-softmax
+    pass reading the bf16 logits and a second pass reading them again and writing the fp32
+    gradient of the logits, 2 + 2 + 4 = 8 B per logit in 2 kernels; the backward one element-wise
+    multiply of that gradient by the incoming loss gradient, 4 + 4 = 8 B in 1 kernel. The unfused
+    loss (builder `cross_entropy`: fp32 softmax, loss and gradient kernels) moves 10 B per logit
+    each way in 3 + 2 kernels. The fp32 gradient kept for the backward is the same 4 B per logit
+    the unfused loss saves, so memory does not change."""
+    logits = op.bytes / (2 + 4 + 4)  # builder: T·V/tp·(ACT_BYTES + 4 + 4)
+    return replace(op, bytes=8.0 * logits, bwd_bytes_factor=1.0, kernels=2, bwd_kernels=1)
+
+
 def comm_s(system: System, plan: ParallelPlan, c: Comm) -> float:
     degree, stride = group_stride(plan, c.group)
     if c.routing is not None:  # MoE dispatch / combine: what travels depends on the dispatcher
@@ -148,9 +162,12 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
     attn_compute = 0.0
     prefixes = {c.hide_behind for c in layer.comms if c.overlappable and c.hide_behind}
     behind = {p: [0.0, 0.0] for p in prefixes}  # fwd / bwd seconds of the ops a collective hides behind
-    for op in layer.ops:
-        f = op_cost(acc, op, "fwd", plan.fp8_recipe_name).time_s
-        b = op_cost(acc, op, "bwd", plan.fp8_recipe_name).time_s
+    fused = plan.fp8_fused_casts
+    for graph_op in layer.ops:
+        fuse_loss = plan.fused_cross_entropy and graph_op.kind == "loss" and graph_op.name.endswith("cross_entropy")
+        op = fused_cross_entropy(graph_op) if fuse_loss else graph_op
+        f = op_cost(acc, op, "fwd", plan.fp8_recipe_name, fused).time_s
+        b = op_cost(acc, op, "bwd", plan.fp8_recipe_name, fused).time_s
         for p in prefixes:
             if op.name.startswith(p):
                 behind[p][0] += f

@@ -421,7 +421,7 @@ def des_estimate(spec: ModelSpec | None, system: System, plan: ParallelPlan, mes
     optimizer_s = max(inp.optimizer_s(r) for r in range(plan.pp))
     sim = PipelineSim(plan, costs, inp.p2p_s, optimizer_s, param_s, comm_contention_fraction(system),
                       jitter_sigma=jitter_sigma, seed=seed, straggler=straggler, replicas=replicas, trace=trace,
-                      overlap_p2p=overlap_p2p)
+                      overlap_p2p=overlap_p2p or plan.overlap_p2p_comm)
     sim.run()
     r, s = max(((r, s) for r in range(replicas) for s in range(plan.pp)), key=lambda rs: sim.result[rs[0]][rs[1]].finish_s)
     res = sim.result[r][s]

@@ -61,6 +61,15 @@ class ParallelPlan(BaseModel):
         "weights view) or per-param (FSDP2 fully_shard: a copy-out kernel after every all-gather and chunk_cat "
         "before every reduce-scatter, engines/stages.DpCollectives)"))
     overlap_tp_comm: bool = Field(False, description="TP collectives overlapped with GEMMs")
+    overlap_p2p_comm: bool = Field(False, description=(
+        "pipeline sends / receives run asynchronously beside the next chunk's compute (Megatron-Core "
+        "overlap_p2p_comm, interleaved schedule) instead of blocking the compute stream"))
+    fp8_fused_casts: bool = Field(False, description=(
+        "fp8 / fp4 quantize casts fused as Transformer Engine does: into the norm before QKV / FC1, weights "
+        "cast once per step, one cast-transpose per output gradient (perfmodel/compute/fp8_recipes.py)"))
+    fused_cross_entropy: bool = Field(False, description=(
+        "the vocab-parallel cross-entropy as one fused kernel that writes the logits' gradient in its forward "
+        "(Megatron-Core cross_entropy_loss_fusion) instead of fp32 softmax, loss and gradient kernels"))
     moe_imbalance: float = Field(MOE_IMBALANCE_DEFAULT, ge=1.0, description=(
         "MoE: tokens on the busiest expert-parallel rank over the mean (1 = balanced routing; default 1.23, "
         "see MOE_IMBALANCE_DEFAULT)"))

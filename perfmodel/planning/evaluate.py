@@ -20,11 +20,12 @@ every accelerator kind, schedule, ZeRO stage, overlap flag, recompute and precis
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from perfmodel.calibration.frameworks import Framework, apply_framework
 from perfmodel.engines import closed_forms as cf
 from perfmodel.engines.stages import (
     cached_graph,
@@ -134,6 +135,7 @@ class Evaluator:
     optimizer: str = "adam"
     grad_reduce_bytes: int | None = None
     moe_dispatcher: str | None = None  # the stack's MoE dispatcher (None: alltoall), as estimate applies it
+    framework: Framework | None = None  # the stack's layer mechanisms (its attention stays attention_impl)
     _base: ParallelPlan | None = field(default=None, repr=False)
     _layers: dict[tuple[Any, ...], dict[str, np.ndarray]] = field(default_factory=dict, repr=False)
     _counts: dict[tuple[Any, ...], np.ndarray] = field(default_factory=dict, repr=False)
@@ -154,7 +156,10 @@ class Evaluator:
                                       optimizer=self.optimizer, grad_reduce_bytes=self.grad_reduce_bytes,
                                       moe_dispatcher=self.moe_dispatcher)
         kw.setdefault("global_batch", kw.get("micro_batch", 1) * kw.get("dp", 1))
-        return self._base.model_copy(update=kw)
+        plan = self._base.model_copy(update=kw)
+        if self.framework is None:
+            return plan
+        return apply_framework(plan, replace(self.framework, attention=plan.attention_impl))
 
     def graph(self, tp: int, cp: int, ep: int, sp: int, mb: int) -> Graph:
         return cached_graph(self.spec, mb, self.seq_len, tp, cp, ep, bool(sp), self.precision, self.attention_impl,
@@ -319,6 +324,11 @@ class Evaluator:
         m, pp, vp = (g[k].astype(float) for k in ("m", "pp", "vp"))
         sched, zero = g["sched"], g["zero"]
         hops = 2 * vp * c["p2p_s"]
+        if self.framework is not None and self.framework.p2p_overlap:
+            # overlap_p2p_comm where vp > 1 (engines/step.StepInputs.hops_s): each send exposed only
+            # by what one chunk's forward on the slowest rank does not cover
+            over = (vp > 1) & (pp > 1)
+            hops = np.where(over, 2 * vp * np.maximum(0.0, c["p2p_s"] - c["worst_fwd_s"] / vp), hops)
         t_max = c["t_max_s"] + hops
         idle = (c["t_sum_s"] + pp * hops) - t_max
         bubble = np.zeros(n)

@@ -16,13 +16,14 @@ re-scores the top layouts on request (`SearchResult.estimates(k, engine="des")`)
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 
+from perfmodel.calibration.frameworks import Framework, apply_framework
 from perfmodel.calibration.frameworks import framework as get_framework
 from perfmodel.calibration.profile import NONE, Profile, calibrated_system, load_profile, with_interval
 from perfmodel.compute.ops import gemm_precision
@@ -55,10 +56,11 @@ def resolve_hardware(cluster: str | System, n_gpus: int) -> System:
 
 
 @lru_cache(maxsize=32)
-def evaluator(spec: ModelSpec, system: System, seq_len: int, precision: str, moe_dispatcher: str | None = None) -> Evaluator:
-    """One Evaluator (and its caches of shared costs) per model, system, sequence, precision and
-    MoE dispatcher (the framework's, as `perfmodel.estimate` applies it)."""
-    return Evaluator(spec, system, seq_len, precision, moe_dispatcher=moe_dispatcher)
+def evaluator(spec: ModelSpec, system: System, seq_len: int, precision: str, moe_dispatcher: str | None = None,
+              framework: Framework | None = None) -> Evaluator:
+    """One Evaluator (and its caches of shared costs) per model, system, sequence, precision, MoE
+    dispatcher and training stack (the framework's, as `perfmodel.estimate` applies them)."""
+    return Evaluator(spec, system, seq_len, precision, moe_dispatcher=moe_dispatcher, framework=framework)
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,10 @@ class SearchResult:
     def _estimate(self, rank: int, engine: str) -> Estimate:
         """The full estimate of layout `rank` on the calibrated System the table was scored on."""
         fw = get_framework(self.framework) if self.framework else None
-        est = run_engine(engine, self.spec, calibrated_system(self.system, self.profile, fw), self.plan(rank))
+        plan = self.plan(rank)
+        if fw is not None:
+            plan = apply_framework(plan, replace(fw, attention=plan.attention_impl))
+        est = run_engine(engine, self.spec, calibrated_system(self.system, self.profile, fw), plan)
         return with_interval(est, self.profile, self.system, self.spec)
 
     def estimates(self, k: int = 5, engine: str = DEFAULT_ENGINE) -> list[Estimate]:
@@ -140,8 +145,9 @@ def search(workload: str | ModelSpec, cluster: str | System, n_gpus: int, global
            calibration: str | Profile | None = "default", framework: str | None = None) -> SearchResult:
     """Every valid layout of `workload` for `global_batch` sequences on `n_gpus` GPUs (or on each
     of `gpu_counts`), scored, filtered by memory and ranked by `objective`. `calibration` and
-    `framework` as in `perfmodel.estimate` (the planner applies the framework's host dispatch;
-    its attention kernel is the planner's flash)."""
+    `framework` as in `perfmodel.estimate` (the planner applies the framework's host dispatch
+    and layer mechanisms: TP / p2p overlap, fused fp8 casts and loss; its attention kernel is the
+    planner's flash)."""
     t0 = time.perf_counter()
     spec = get_workload(workload) if isinstance(workload, str) else workload
     counts = sorted(set(gpu_counts or [n_gpus]))
@@ -151,7 +157,7 @@ def search(workload: str | ModelSpec, cluster: str | System, n_gpus: int, global
     grid = layout_grid(spec, system, counts, global_batch, seq, space)
     prof = load_profile(calibration)
     fw = get_framework(framework) if framework else None
-    ev = evaluator(spec, calibrated_system(system, prof, fw), seq, precision, fw.moe_dispatcher if fw else None)
+    ev = evaluator(spec, calibrated_system(system, prof, fw), seq, precision, fw.moe_dispatcher if fw else None, fw)
     out = ev.evaluate(grid, space.overlap_dp_comm, space.overlap_fsdp_prefetch) if len(grid["tp"]) else {
         "step_time_s": np.empty(0), "memory_bytes": np.empty(0)}
     table = _table(spec, system, grid, out, global_batch, seq, precision, space, objective)

@@ -310,7 +310,8 @@ def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision:
     else:
         d = spec.dhead
         qkv_n = (hl + 2 * kvl) * d
-        ops.append(_gemm("qkv_proj", T, qkv_n, h, precision, bias=bias, saved=saved_in, split="column"))
+        ops.append(_replace(_gemm("qkv_proj", T, qkv_n, h, precision, bias=bias, saved=saved_in, split="column"),
+                            norm_input=True))
         params = h * qkv_n + (qkv_n if bias else 0)
         d_qk, d_v, q_out = d, d, hl * d
         rope_el = T * (hl + kvl) * d
@@ -379,7 +380,10 @@ def _ffn_ops(spec: ModelSpec, T: int, width: int, ax: Axes, precision: str, name
     f = ax.columns(width, spec.id, "the FFN width")
     up_n = f * (2 if gated else 1)
     act = _elementwise(f"{name}_act", T * f, 2 if gated else 1, 1, 8, saved=T * up_n * ACT_BYTES)
-    ops = [_gemm(f"{name}_fc1", T, up_n, h, precision, bias=bias, saved=saved_in, split="column"), act,
+    # a dense FC1 reads the pre-MLP norm's output directly (an MoE layer's norm also feeds the router)
+    fc1 = _replace(_gemm(f"{name}_fc1", T, up_n, h, precision, bias=bias, saved=saved_in, split="column"),
+                   norm_input=name == "mlp")
+    ops = [fc1, act,
            _gemm(f"{name}_fc2", T, h, f, precision, bias=bias, split="row")]
     params = h * up_n + up_n * (1 if bias else 0) + f * h + (h if bias else 0)
     return ops, params

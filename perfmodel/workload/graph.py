@@ -70,6 +70,9 @@ class Op:
     wgrad_flop_factor: float = -1.0
     wgrad_kernels: int = -1
     split: TpSplit = ""  # what tensor parallelism splits (see TpSplit)
+    # the GEMM's input is a norm's output (Megatron-Core's TELayerNormColumnParallelLinear: QKV and
+    # the dense FC1), so a stack that fuses the norm into the linear quantizes it in the norm kernel
+    norm_input: bool = False
 
     @property
     def wgrad_factor(self) -> float:

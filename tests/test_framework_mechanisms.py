@@ -1,0 +1,118 @@
+"""Issue 15.5: a framework selects structural mechanisms (fused fp8 casts, fused cross-entropy,
+TP and p2p overlap), each changing kernels, bytes or exposed communication, never a factor; and an
+fp8 / fp4 GEMM's in-model efficiency does not charge the power limit its MAMF already paid."""
+
+from __future__ import annotations
+
+import pytest
+
+import perfmodel
+from perfmodel.calibration.frameworks import FRAMEWORKS, apply_framework, framework
+from perfmodel.calibration.parameters import KNOBS
+from perfmodel.calibration.profile import system_with_knobs
+from perfmodel.compute.fp8_recipes import RECIPES, gemm_cast_work
+from perfmodel.compute.ops import gemm_rate_flop_per_s, low_precision_in_model_efficiency
+from perfmodel.engines.costs import fused_cross_entropy, layer_time
+from perfmodel.hardware.catalog import load_catalog, resolve_system
+from perfmodel.hardware.derating import mamf_ratio
+from perfmodel.parallel.shard import shard
+from perfmodel.workload.builder import build_graph
+from perfmodel.workload.catalog import get_workload as load_workload
+
+N = 1024
+
+
+@pytest.mark.parametrize("name", ["delayed", "current", "mxfp8", "nvfp4"])
+def test_fused_cast_bytes_by_hand(name):
+    """Transformer Engine's casts, per element (compute/fp8_recipes.py docstring): a cast writes the
+    row- and column-wise copies in one pass, the weight is not cast per micro-batch, the norm writes
+    a LayerNormLinear's input quantized, the backward casts only the output gradient."""
+    r = RECIPES[name]
+    el = r.element_bytes + r.scale_bytes_per_element
+    amax = 2.0 if r.amax_pass else 0.0
+    other_input = gemm_cast_work(r, N, N, N, 1, bwd=False, fused=True)
+    assert other_input.bytes == pytest.approx((2 + 2 * el + amax) * N * N)  # input only, no weight
+    assert other_input.kernels == (2 if r.amax_pass else 1)
+    after_norm = gemm_cast_work(r, N, N, N, 1, bwd=False, fused=True, norm_input=True)
+    assert after_norm.bytes == pytest.approx(el * N * N) and after_norm.kernels == 0
+    bwd = gemm_cast_work(r, N, N, N, 1, bwd=True, fused=True)
+    assert bwd.bytes == pytest.approx((2 + 2 * el + amax) * N * N)  # the output gradient once
+    unfused = gemm_cast_work(r, N, N, N, 1, bwd=True)
+    assert bwd.bytes < unfused.bytes
+    assert bwd.flop == unfused.flop  # NVFP4's Hadamard transform is math, not a cast
+
+
+def test_te_fusions_change_an_fp8_layer_but_not_a_bf16_one():
+    spec = load_workload("llama3-8b")
+    sys_ = resolve_system("h100-sxm5-80gb", None, 8)[0]
+    for prec, faster in (("fp8", True), ("bf16", False)):
+        g = build_graph(spec, 1, 8192, precision=prec)
+        layer = next(lay for lay in g.layers if lay.kind == "transformer")
+        assert {o.name for o in layer.ops if o.norm_input} == {"qkv_proj", "mlp_fc1"}
+        plain = perfmodel.ParallelPlan(precision=prec)
+        te = plain.model_copy(update={"fp8_fused_casts": True})
+        a, b = layer_time(sys_, plain, layer), layer_time(sys_, te, layer)
+        assert (b.fwd_gpu_s < a.fwd_gpu_s and b.bwd_gpu_s < a.bwd_gpu_s) if faster else (b == a)
+
+
+def test_fused_cross_entropy_by_hand():
+    """8 B per logit each way in 2 + 1 kernels, against the unfused 10 B in 3 + 2."""
+    spec = load_workload("llama3-8b")
+    g = shard(build_graph(spec, 1, 4096), perfmodel.ParallelPlan(tp=2))
+    ce = next(o for lay in g.layers for o in lay.ops if o.name == "cross_entropy")
+    logits = 4096 * spec.vocab / 2
+    assert ce.bytes == pytest.approx(10 * logits)
+    f = fused_cross_entropy(ce)
+    assert f.bytes == pytest.approx(8 * logits) and f.bwd_bytes_factor == 1.0
+    assert (f.kernels, f.bwd_kernels) == (2, 1) and f.saved_bytes == ce.saved_bytes and f.flop == ce.flop
+
+
+def test_megatron_core_turns_on_only_what_its_recipes_can():
+    mc = framework("megatron-core")
+    base = perfmodel.ParallelPlan(tp=4, pp=4, vp=2, dp=2, sequence_parallel=True, global_batch=64, precision="fp8")
+    p = apply_framework(base, mc)
+    assert p.overlap_tp_comm and p.overlap_p2p_comm and p.fp8_fused_casts and p.fused_cross_entropy
+    assert p.fp8_recipe is None  # Megatron-Core's default (delayed) unless the plan names one
+    # userbuffers needs sequence parallelism; p2p overlap needs the interleaved schedule
+    q = apply_framework(base.model_copy(update={"sequence_parallel": False, "vp": 1}), mc)
+    assert not q.overlap_tp_comm and not q.overlap_p2p_comm
+    # a stack without the mechanisms changes none of them; torchtitan's fp8 scales dynamically
+    for name in ("megatron-lm", "pytorch", "composer", "deepspeed"):
+        r = apply_framework(base, FRAMEWORKS[name])
+        assert not (r.overlap_tp_comm or r.overlap_p2p_comm or r.fp8_fused_casts or r.fused_cross_entropy), name
+    assert apply_framework(base, framework("torchtitan")).fp8_recipe == "current"
+    assert apply_framework(base.model_copy(update={"fp8_recipe": "blockwise"}), framework("torchtitan")).fp8_recipe == "blockwise"
+    assert apply_framework(base.model_copy(update={"precision": "mxfp8"}), framework("torchtitan")).fp8_recipe is None
+
+
+def test_p2p_overlap_hides_the_pipeline_sends_in_both_engines():
+    spec = load_workload("llama3-8b")
+    kw = dict(pp=4, vp=2, dp=2, tp=1, global_batch=64, micro_batch=1, seq_len=4096)
+    hw = "h100-sxm5-80gb"
+    for engine in ("analytic", "des"):
+        blocking = perfmodel.estimate(spec, hw, perfmodel.ParallelPlan(**kw), engine=engine, calibration="none")
+        overlap = perfmodel.estimate(spec, hw, perfmodel.ParallelPlan(**kw, overlap_p2p_comm=True), engine=engine,
+                                     calibration="none")
+        assert blocking.breakdown_s["pp_p2p_s"] > 0
+        assert overlap.breakdown_s["pp_p2p_s"] < blocking.breakdown_s["pp_p2p_s"]
+        assert overlap.step_time_s < blocking.step_time_s
+
+
+def test_low_precision_in_model_efficiency_divides_out_the_mamf_gap():
+    """H100: e x r_bf16 / r_fp8 (0.803 / 0.709 from the ml-eng MAMF tables); e = 1 stays 1."""
+    s = resolve_system("h100-sxm5-80gb", None, 8)[0]
+    acc = s.accelerator
+    r16, r8 = mamf_ratio(acc, "bf16").value, mamf_ratio(acc, "fp8").value
+    assert r16 / r8 == pytest.approx(0.803 / 0.709, rel=0.01)
+    assert low_precision_in_model_efficiency(acc, "fp8") == 1.0
+    g = system_with_knobs(s, {**dict.fromkeys(KNOBS, 1.0), "gemm": 0.7}).accelerator
+    assert low_precision_in_model_efficiency(g, "bf16") == pytest.approx(0.7)
+    assert low_precision_in_model_efficiency(g, "fp8") == pytest.approx(0.7 * r16 / r8)
+    assert gemm_rate_flop_per_s(g, "fp8") == pytest.approx(gemm_rate_flop_per_s(acc, "fp8") * 0.7 * r16 / r8)
+    # the rate as a fraction of each format's peak is the same in the model: e x r16
+    assert gemm_rate_flop_per_s(g, "fp8") / acc.matrix_peak_flop_per_s("fp8") == pytest.approx(
+        gemm_rate_flop_per_s(g, "bf16") / acc.matrix_peak_flop_per_s("bf16"))
+    # never above the isolated MAMF
+    hi = system_with_knobs(s, {**dict.fromkeys(KNOBS, 1.0), "gemm": 0.99}).accelerator
+    assert gemm_rate_flop_per_s(hi, "fp8") <= gemm_rate_flop_per_s(acc, "fp8") * (1 + 1e-12)
+    assert load_catalog().accelerator("b200").in_model_efficiency == pytest.approx(0.64)
