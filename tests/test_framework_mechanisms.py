@@ -12,7 +12,7 @@ from perfmodel.calibration.parameters import KNOBS
 from perfmodel.calibration.profile import system_with_knobs
 from perfmodel.compute.fp8_recipes import RECIPES, gemm_cast_work
 from perfmodel.compute.ops import gemm_rate_flop_per_s, low_precision_in_model_efficiency
-from perfmodel.engines.costs import fused_cross_entropy, layer_time
+from perfmodel.engines.costs import fused_cross_entropy, host_op_s, layer_time
 from perfmodel.hardware.catalog import load_catalog, resolve_system
 from perfmodel.hardware.derating import mamf_ratio
 from perfmodel.parallel.shard import shard
@@ -116,3 +116,19 @@ def test_low_precision_in_model_efficiency_divides_out_the_mamf_gap():
     hi = system_with_knobs(s, {**dict.fromkeys(KNOBS, 1.0), "gemm": 0.99}).accelerator
     assert gemm_rate_flop_per_s(hi, "fp8") <= gemm_rate_flop_per_s(acc, "fp8") * (1 + 1e-12)
     assert load_catalog().accelerator("b200").in_model_efficiency == pytest.approx(0.64)
+
+
+def test_cuda_graphs_issue_one_host_launch_per_captured_layer():
+    spec = load_workload("llama3-8b")
+    sys_ = resolve_system("h100-sxm5-80gb", None, 8)[0]
+    g = build_graph(spec, 1, 1024)
+    body = next(lay for lay in g.layers if lay.kind == "transformer")
+    head = next(lay for lay in g.layers if lay.kind == "head")
+    eager = perfmodel.ParallelPlan()
+    graphs = eager.model_copy(update={"cuda_graphs": True})
+    hf, hb = host_op_s(sys_.accelerator)
+    a, b = layer_time(sys_, eager, body), layer_time(sys_, graphs, body)
+    assert a.fwd_host_s == pytest.approx(sum(o.kernels for o in body.ops) * hf)
+    assert (b.fwd_host_s, b.bwd_host_s) == pytest.approx((hf, hb))
+    assert b.fwd_gpu_s == a.fwd_gpu_s  # the GPU still runs every kernel
+    assert layer_time(sys_, graphs, head) == layer_time(sys_, eager, head)  # embedding / loss not captured

@@ -29,11 +29,14 @@ the commits in EVIDENCE_COMMITS):
     fp8_recipe     the scaling recipe of plain fp8 GEMMs when the plan names none (None: the
                    plan's default, delayed, Transformer Engine's and Megatron-Core's default)
 
+    cuda_graphs    the transformer layers captured in CUDA graphs: one host launch per layer and
+                   pass (ParallelPlan.cuda_graphs). No stack turns it on by default: Megatron-Bridge's
+                   recipes set cuda_graph_impl "none" in 219 of 229 places (src/megatron/bridge/recipes,
+                   "transformer_engine" only in some Qwen3-MoE / Nemotron-H recipes); a plan may. A
+                   stack that compiles its whole step is `host_dispatch` compiled.
+
 A mechanism a plan already sets stays set: the framework only turns on what the stack does by
-default. Named, not a mechanism: CUDA graphs (Megatron-Bridge's recipes set
-cuda_graph_impl "none", src/megatron/bridge/recipes/llama/h100/llama3.py; a stack that captures
-its step is `host_dispatch` compiled) and FSDP prefetch (ParallelPlan.overlap_fsdp_prefetch, on by
-default for every stack).
+default. FSDP prefetch is ParallelPlan.overlap_fsdp_prefetch, on by default for every stack.
 
 An empty framework means `pytorch` (the documented default stack, today's behaviour).
 """
@@ -75,6 +78,7 @@ class Framework:
     fused_casts: bool = False
     fused_cross_entropy: bool = False
     fp8_recipe: str | None = None
+    cuda_graphs: bool = False
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
@@ -162,6 +166,8 @@ def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
         update["fp8_fused_casts"] = True
     if fw.fused_cross_entropy and not plan.fused_cross_entropy:
         update["fused_cross_entropy"] = True
+    if fw.cuda_graphs and not plan.cuda_graphs:
+        update["cuda_graphs"] = True
     if fw.fp8_recipe and plan.fp8_recipe is None and recipe_precision(fw.fp8_recipe) == plan.precision:
         update["fp8_recipe"] = fw.fp8_recipe
     return plan.model_copy(update=update) if update else plan

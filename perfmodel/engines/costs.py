@@ -220,6 +220,10 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
     cf += ep_f
     cb += ep_b
     hf, hb = host_op_s(acc)
+    if plan.cuda_graphs and layer.recomputable and acc.kind == "gpu":
+        # a captured layer is one graph launch per pass (its kernels' launch gaps are already in
+        # their GPU seconds, compute/ops.launch_s): the host issues 1 op, not one per kernel
+        kf, kb, kcore, kw = min(kf, 1), min(kb, 1), min(kcore, 1), min(kw, 1)
     rec = plan.recompute if layer.recomputable else "none"
     if rec == "full":
         r_gpu, r_comm, r_host = fwd, cf, kf * hf

@@ -64,6 +64,9 @@ class ParallelPlan(BaseModel):
     overlap_p2p_comm: bool = Field(False, description=(
         "pipeline sends / receives run asynchronously beside the next chunk's compute (Megatron-Core "
         "overlap_p2p_comm, interleaved schedule) instead of blocking the compute stream"))
+    cuda_graphs: bool = Field(False, description=(
+        "the transformer layers' kernels are captured in CUDA graphs (Megatron-Core cuda_graph_impl local / "
+        "transformer_engine): one host launch per layer and pass instead of one eager dispatch per kernel"))
     fp8_fused_casts: bool = Field(False, description=(
         "fp8 / fp4 quantize casts fused as Transformer Engine does: into the norm before QKV / FC1, weights "
         "cast once per step, one cast-transpose per output gradient (perfmodel/compute/fp8_recipes.py)"))
