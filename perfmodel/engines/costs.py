@@ -163,6 +163,7 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
     prefixes = {c.hide_behind for c in layer.comms if c.overlappable and c.hide_behind}
     behind = {p: [0.0, 0.0] for p in prefixes}  # fwd / bwd seconds of the ops a collective hides behind
     fused = plan.fp8_fused_casts
+    gemm_f = gemm_b = 0.0  # the layer's dense GEMMs, which overlapped TP collectives pipeline with
     for graph_op in layer.ops:
         fuse_loss = plan.fused_cross_entropy and graph_op.kind == "loss" and graph_op.name.endswith("cross_entropy")
         op = fused_cross_entropy(graph_op) if fuse_loss else graph_op
@@ -174,6 +175,9 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
                 behind[p][1] += b
         fwd += f
         bwd += b
+        if op.kind == "gemm" and not op.grouped:
+            gemm_f += f
+            gemm_b += b
         kf += op.kernels
         kb += op.bwd_kernels
         if op.wgrad_factor > 0 and op.bwd_flop_factor > 0:
@@ -187,6 +191,7 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
             attn_compute += f
     cf = cb = 0.0
     ep_f = ep_b = 0.0  # expert-parallel collectives (ep, etp groups) left exposed so far
+    tp_f = tp_b = 0.0  # overlapped tensor-parallel collectives
     for c in layer.comms:
         t = comm_s(system, plan, c)
         if c.overlappable and c.hide_behind:
@@ -207,9 +212,16 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
             cb += t_b
             continue
         if c.group == "tp" and plan.overlap_tp_comm:
+            tp_f += t * c.fwd
+            tp_b += t * c.bwd
             continue
         cf += t * c.fwd
         cb += t * c.bwd
+    # TE userbuffers splits each all-gather / reduce-scatter into chunks pipelined with the GEMM
+    # that consumes or produces it: the collective hides behind the layer's dense GEMMs, and only
+    # what exceeds them stays exposed (a collective cannot hide behind less compute than itself)
+    cf += max(0.0, tp_f - gemm_f)
+    cb += max(0.0, tp_b - gemm_b)
     amax_f, amax_b = sp_amax_allreduce_s(system, plan, layer)
     cf += amax_f
     cb += amax_b
