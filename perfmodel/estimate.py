@@ -118,7 +118,8 @@ class Estimate:
             + (f" etp {self.plan.etp}" if self.plan.etp > 1 else "")
             + (f" ({self.plan.moe_dispatcher or 'alltoall'} dispatcher)" if self.plan.ep > 1 else "")
             + f" vp {self.plan.vp} zero {self.plan.zero_stage} mb {self.plan.micro_batch} gb {self.plan.global_batch}"
-            f" recompute {self.plan.recompute} {self.plan.precision}",
+            f" recompute {self.plan.recompute} {self.plan.precision}"
+            + (f" {self.plan.fp8_recipe}" if self.plan.fp8_recipe else "") + _mechanisms(self.plan),
             f"  step    {self.step_time_s:.4g} s   {self.tokens_per_s:,.0f} tokens/s   "
             f"{self.tflops_per_gpu:.1f} TFLOP/s/GPU   MFU {self.mfu:.1%}",
             (f"  80 %    {self.step_time_lo_s:.4g} - {self.step_time_hi_s:.4g} s (prediction interval, calibration "
@@ -137,3 +138,12 @@ class Estimate:
             lines.append("  provenance (measured on this hardware, or the fallback rule of docs/DESIGN.md):")
             lines += [f"    {k:<22} {v}" for k, v in self.provenance.items()]
         return "\n".join(lines)
+
+
+def _mechanisms(plan: ParallelPlan) -> str:
+    """The stack mechanisms a plan turns on (perfmodel/calibration/frameworks.py), for the layout line."""
+    on = [name for name, flag in (("tp overlap", plan.overlap_tp_comm), ("p2p overlap", plan.overlap_p2p_comm),
+                                  ("fused fp8 casts", plan.fp8_fused_casts), ("fused loss", plan.fused_cross_entropy),
+                                  ("cuda graphs", plan.cuda_graphs), ("unfused attention", plan.attention_impl == "unfused"))
+          if flag]
+    return f"; {', '.join(on)}" if on else ""

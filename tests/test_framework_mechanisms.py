@@ -158,3 +158,13 @@ def test_overlapped_tp_collectives_hide_only_behind_the_layers_gemms():
     tp_slow = sum(comm_s(slow, plain, c) * c.fwd for c in layer.comms if c.group == "tp")
     assert tp_slow > gemm_f
     assert layer_time(slow, over, layer).fwd_comm_s == pytest.approx(tp_slow - gemm_f, rel=1e-9)
+
+
+def test_estimate_names_the_mechanisms_its_stack_turned_on():
+    plan = perfmodel.ParallelPlan(tp=8, sequence_parallel=True, dp=1, global_batch=1, seq_len=2048, precision="fp8")
+    est = perfmodel.estimate("llama3-8b", "h100-sxm5-80gb", plan, framework="megatron-core", calibration="none")
+    layout = est.summary().splitlines()[1]
+    assert layout.endswith("fp8; tp overlap, fused fp8 casts, fused loss")  # pp 1: no p2p overlap
+    plain = perfmodel.estimate("llama3-8b", "h100-sxm5-80gb", plan, calibration="none")
+    assert plain.summary().splitlines()[1].endswith("recompute none fp8")
+    assert est.step_time_s < plain.step_time_s
