@@ -18,6 +18,7 @@ from perfmodel import precision as registry
 from perfmodel.cliargs import Parser, add_precision_arg, positive_float, positive_int, report_error, shape, show_warning
 from perfmodel.engines.registry import ENGINE_NAMES
 from perfmodel.errors import PerfmodelError, UsageError
+from perfmodel.parallel.plan import ATTENTION_IMPLS
 from perfmodel.parallel.schedules import SCHEDULE_NAMES
 
 
@@ -59,7 +60,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fp8-recipe", default=None, choices=registry.recipe_names(),
                    help="scaling recipe of fp8/fp4 GEMMs (default: delayed for fp8; mxfp8, nvfp4 for those precisions)")
     g.add_argument("--no-overlap", action="store_true", help="no DP comm / FSDP prefetch overlap")
-    g.add_argument("--attention", default="flash", choices=["flash", "unfused"], help="attention kernel")
+    g.add_argument("--attention", default="flash", choices=list(ATTENTION_IMPLS),
+                   help="attention kernel: flash (FlashAttention-2 or later), flash1 (FlashAttention-1 era, "
+                   "incl. the 2022-23 Triton kernel), unfused")
 
 
 def _calibration_args(p: argparse.ArgumentParser, framework: bool = True) -> None:
@@ -281,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--out", required=True)
     v.add_argument("--engine", default="analytic", choices=ENGINE_NAMES)
     v.add_argument("--report", default=None, help="also write an error report (markdown, HTML, PNG) here")
-    v.add_argument("--attention", default=None, choices=["flash", "unfused"],
+    v.add_argument("--attention", default=None, choices=list(ATTENTION_IMPLS),
                    help="override the attention kernel every row's framework selects")
     _catalog_args(v)
     _calibration_args(v)

@@ -168,3 +168,31 @@ def test_estimate_names_the_mechanisms_its_stack_turned_on():
     plain = perfmodel.estimate("llama3-8b", "h100-sxm5-80gb", plan, calibration="none")
     assert plain.summary().splitlines()[1].endswith("recompute none fp8")
     assert est.step_time_s < plain.step_time_s
+
+
+def test_flash1_attention_runs_at_041_of_the_flash2_rate_and_changes_nothing_else():
+    """FlashAttention-1 against FlashAttention-2 on A100 hd 128 (README chart): 76 / 187 TFLOP/s at
+    2k, 0.41; the kernel's FLOPs, bytes, saved activations and every other op stay the same."""
+    from perfmodel.compute.ops import op_cost
+
+    acc = load_catalog().accelerators["a100-sxm4-80gb"]
+    spec = load_workload("llama3-8b")
+    g2 = build_graph(spec, 2, 2048, "bf16", "flash")
+    g1 = build_graph(spec, 2, 2048, "bf16", "flash1")
+    ops2 = [op for layer in g2.layers for op in layer.ops]
+    ops1 = [op for layer in g1.layers for op in layer.ops]
+    assert [o.name for o in ops1] == [o.name for o in ops2]
+    for a, b in zip(ops1, ops2, strict=True):
+        assert (a.flop, a.bytes, a.saved_bytes) == (b.flop, b.bytes, b.saved_bytes)
+        if a.kind == "attention":
+            assert (a.attention_kernel, b.attention_kernel) == ("flash1", "flash")
+            c1, c2 = op_cost(acc, a), op_cost(acc, b)
+            assert c1.compute_s == pytest.approx(c2.compute_s / 0.41, rel=1e-12)
+        else:
+            assert op_cost(acc, a).time_s == op_cost(acc, b).time_s
+    plan = perfmodel.ParallelPlan(global_batch=8, micro_batch=2, dp=4, seq_len=2048, attention_impl="flash1")
+    est = perfmodel.estimate("llama3-8b", "a100-sxm4-80gb", plan, calibration="none")
+    base = perfmodel.estimate("llama3-8b", "a100-sxm4-80gb", plan.model_copy(update={"attention_impl": "flash"}),
+                              calibration="none")
+    assert est.step_time_s > base.step_time_s
+    assert "FlashAttention-1-era attention" in est.summary()

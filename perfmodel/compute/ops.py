@@ -221,9 +221,19 @@ def _interp_log(curve: list[tuple[int, float]], x: float) -> float:
     return curve[-1][1]
 
 
+# A fused attention kernel's rate relative to the FlashAttention-2 curves the specs hold. flash1:
+# FlashAttention-1 against FlashAttention-2 fwd+bwd on A100 80GB, hd 128, non-causal, seq 1k-16k:
+# 72-83 against 173-203 TFLOP/s, 0.41 at every length (Dao-AILab/flash-attention README chart
+# assets/flash2_a100_fwd_bwd_benchmark.png; FA2 paper arXiv 2307.08691: FA1 25-40 % of peak against
+# FA2 50-73 %). The 2022-23 Triton kernel (MPT's attn_impl: triton) is the same algorithm: no
+# sequence-parallel work split and the FA1 loop order, so it takes the same rate.
+ATTENTION_KERNEL_RATE = {"flash": 1.0, "flash1": 0.41}
+
+
 def attention_cost(acc: Accelerator, op: Op, flop_scale: float = 1.0) -> OpCost:
-    """Fused attention: executed FLOPs x scale at the measured fwd+bwd rate."""
+    """Fused attention: executed FLOPs x scale at the measured fwd+bwd rate of the op's kernel."""
     rate = attention_rate_flop_per_s(acc, op.head_dim, op.seq_kv, op.causal, op.precision)
+    rate *= ATTENTION_KERNEL_RATE[op.attention_kernel]
     tc = op.flop * flop_scale / rate
     tm = op.bytes * flop_scale / acc.hbm_achieved_Bps
     t0 = launch_s(acc) * max(1.0, flop_scale)

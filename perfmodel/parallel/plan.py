@@ -22,6 +22,12 @@ Recompute = Literal["none", "selective", "full"]
 MOE_IMBALANCE_DEFAULT = 1.0 / (1.0 - 0.186)
 
 
+# attention kernels a plan may name: FlashAttention-2 or later (`flash`), a FlashAttention-1-era
+# fused kernel (`flash1`: flash-attn 1.x or the 2022-23 Triton kernel), or unfused
+# baddbmm + softmax + bmm (`unfused`); compute/ops.ATTENTION_KERNEL_RATE holds their rates
+ATTENTION_IMPLS = ("flash", "flash1", "unfused")
+
+
 class ParallelPlan(BaseModel):
     """Degrees multiply to the GPU count: dp·tp·pp·cp. Expert layers fold onto the same ranks
     (Megatron-Core MoE parallel folding, Liu et al. 2025 "MoE Parallel Folding", arXiv 2504.14960):
@@ -53,7 +59,7 @@ class ParallelPlan(BaseModel):
         "blockwise (fp8), mxfp8, nvfp4; default: the precision's first (fp8 delayed, Transformer Engine's default)")
     schedule: str | None = Field(None, description="a pipeline schedule of perfmodel/parallel/schedules/; "
                                  "default: 1f1b, interleaved when vp > 1")
-    attention_impl: Literal["flash", "unfused"] = "flash"
+    attention_impl: Literal["flash", "flash1", "unfused"] = "flash"
     overlap_dp_comm: bool = Field(True, description="DP gradient reduction overlaps backward")
     overlap_fsdp_prefetch: bool = Field(True, description="FSDP all-gathers prefetched")
     fsdp_impl: Literal["flat", "per-param"] = Field("flat", description=(

@@ -107,8 +107,8 @@ def build_graph(spec: ModelSpec, micro_batch: int = 1, seq_len: int | None = Non
     `perfmodel.parallel.shard.shard`)."""
     s = seq_len or spec.seq_len
     b = micro_batch
-    if attention_impl not in ("flash", "unfused"):
-        raise LayoutError(f"attention_impl {attention_impl!r}; allowed values: flash, unfused")
+    if attention_impl not in ("flash", "flash1", "unfused"):
+        raise LayoutError(f"attention_impl {attention_impl!r}; allowed values: flash, flash1, unfused")
     if micro_batch < 1:
         raise LayoutError(f"micro_batch {micro_batch} must be a positive integer")
     if spec.family in ("dense", "moe", "encoder", "patch_transformer"):
@@ -330,7 +330,7 @@ def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision:
         skv = keys  # keys one query sees: what the kernel's efficiency depends on
     # one learned logit per local head, added to the softmax denominator (gpt-oss)
     params_sinks = float(hl) if spec.attention_sink_logits else 0.0
-    if attn_impl == "flash":
+    if attn_impl in ("flash", "flash1"):
         # saves Q (q heads), K and V (kv heads) and the fp32 log-sum-exp per row; its output O is
         # the out-proj input, counted there
         saved = b * sq * (hl * d_qk + kvl * (d_qk + d_v)) * ACT_BYTES + b * hl * sq * 4
@@ -338,7 +338,7 @@ def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision:
         ops.append(Op("flash_attention", "attention", flop=exec_fwd, bytes=io, model_flop=full_fwd,
                       saved_bytes=saved, bwd_flop_factor=2.5, bwd_bytes_factor=2.5, kernels=1, bwd_kernels=3,
                       attn_core=True, causal=causal, heads=hl, head_dim=d_qk, seq_q=sq, seq_kv=skv, precision=precision,
-                      split="heads"))
+                      split="heads", attention_kernel=attn_impl))
     else:
         # unfused (Megatron before FlashAttention): baddbmm, fused scale-mask-softmax, dropout, bmm
         scores = b * hl * sq * skv

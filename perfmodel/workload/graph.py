@@ -58,6 +58,7 @@ class Op:
     bwd_flop_factor: float = 2.0
     bwd_bytes_factor: float = 2.0
     attn_core: bool = False  # recomputed by selective recompute
+    attention_kernel: str = "flash"  # fused attention: flash (FlashAttention-2 or later) or flash1
     causal: bool = False
     heads: int = 0
     head_dim: int = 0
