@@ -4,8 +4,10 @@ A runs file's `framework` column (or `--framework`) names the stack. Each stack 
 mechanisms the cost models distinguish, each with the evidence from that stack's code (repos at
 the commits in EVIDENCE_COMMITS):
 
-    attention      `flash` (fused FlashAttention-style kernel) or `unfused` (baddbmm + fused
-                   scale-mask-softmax + bmm, with the s x s score matrix through HBM)
+    attention      `flash` (fused FlashAttention-2-or-later kernel), `flash1` (a FlashAttention-1-era
+                   fused kernel: flash-attn 1.x or the 2022-23 Triton kernel, 0.41 of the FA2 rate)
+                   or `unfused` (baddbmm + fused scale-mask-softmax + bmm, with the s x s score
+                   matrix through HBM)
     host_dispatch  `eager` (Python framework issues every kernel: the host-per-kernel cost
                    applies), `native` (C/CUDA program, no framework dispatch: host cost 0 beyond
                    the kernel launch the GPU side already pays) or `compiled` (XLA / CUDA graphs:
@@ -66,7 +68,7 @@ class FrameworkError(PerfmodelError):
 @dataclass(frozen=True)
 class Framework:
     name: str
-    attention: Literal["flash", "unfused"]
+    attention: Literal["flash", "flash1", "unfused"]
     host_dispatch: Literal["eager", "native", "compiled"]
     tp_overlap: bool
     evidence: str
@@ -124,7 +126,11 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "in the Dec-2024 benchmarks, rowwise now), casts as separate kernels in eager mode.",
               fsdp="per-param", fp8_recipe="current"),
     Framework("composer", "flash", "eager", False,
-              "llm-foundry (Composer): MPT attn_config attn_impl flash in its training yamls, eager; FSDP1 "
+              "llm-foundry (Composer): MPT attn_config attn_impl flash in its training yamls (its published "
+              "benchmark tables ran submit_benchmarks.py's --attn_impl default 'triton', the 2022-23 Triton "
+              "kernel, at b2a43a147 / 5e85bd62d; kept on flash because the FA1 CUDA rate that `flash1` "
+              "charges overstates that kernel's slowdown: with it the fit pins attention_in_model at its "
+              "bound and leave-one-source-out worsens, docs/CALIBRATION.md), eager; FSDP1 "
               "(FullyShardedDataParallel, FlatParameter) with limit_all_gathers and BACKWARD_POST prefetch "
               "(composer FSDPConfig defaults)."),
     Framework("pytorch", "flash", "eager", False,
