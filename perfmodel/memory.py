@@ -37,13 +37,14 @@ from perfmodel.workload.graph import Graph, Layer
 # caching allocator's rounding: 1 GiB in total, the same order as nvidia-smi shows for an idle
 # PyTorch process that has run one NCCL collective.
 RUNTIME_BYTES = 1.0 * 2**30
-WEIGHT_BYTES = 2.0  # bf16 / fp16 model copy (fp8 training keeps it too, Transformer Engine)
 MASTER_BYTES = 4.0  # the fp32 master copy counted in every optimizer's state (compute/optimizers.py)
 
 
 def per_param_state_bytes(plan: ParallelPlan) -> tuple[float, float]:
-    """(model-copy bytes, optimizer bytes incl. the master) per parameter. In pure fp32 training the
-    4 B weights are the master copy, so the optimizer state does not count a second one."""
+    """(model-copy bytes, optimizer bytes incl. the master) per parameter: the model copy is the
+    precision's (perfmodel/precision.py: 2 B bf16 / fp16, kept by fp8 training too, Transformer
+    Engine); in pure fp32 training the 4 B weights are the master copy, so the optimizer state does
+    not count a second one."""
     prec = registry.get(plan.precision)
     opt = state_bytes_per_param(plan.optimizer)
     return prec.model_copy_bytes, opt if prec.separate_master else opt - MASTER_BYTES
@@ -109,7 +110,7 @@ def memory_per_rank(graph: Graph, plan: ParallelPlan, stage: int = 0) -> MemoryB
         # forward to the last backward and accumulates unsharded gradients (at the reduce dtype,
         # FSDPParam.to_accumulated_grad_if_needed) until one reduce-scatter after the last
         # micro-batch (engines/closed_forms.py)
-        weights += WEIGHT_BYTES * (dense + expert)
+        weights += copy_bytes * (dense + expert)
         grads += plan.grad_bytes * (dense + expert)
     elif z == 3:
         # FSDP materialises one layer's full weights (and its prefetched neighbour)

@@ -31,3 +31,13 @@ def test_zero1_shards_the_fp32_moments_by_dp() -> None:
     full, z1 = _memory("fp32", 0), _memory("fp32", 1)
     assert z1.optimizer_bytes == pytest.approx(full.optimizer_bytes / 2, rel=1e-12)
     assert z1.weights_bytes == full.weights_bytes
+
+
+def test_fp32_zero3_pipeline_holds_its_stage_gathered_at_4_bytes() -> None:
+    # ZeRO-3 under a pipeline keeps the stage's weights gathered: at the model copy's width, 4 B in
+    # fp32 against 2 B in bf16, on top of the sharded copy of the same width
+    def weights(precision: str) -> float:
+        plan = ParallelPlan(precision=precision, global_batch=8, micro_batch=1, dp=2, pp=2, zero_stage=3)
+        return perfmodel.estimate("gpt2-124m", "a100-sxm4-80gb", plan, calibration="none").memory.weights_bytes
+
+    assert weights("fp32") == pytest.approx(2 * weights("bf16"), rel=1e-12)

@@ -1,8 +1,8 @@
 """Checkpoints from the model: how many bytes, how long they take to write, and what that does to
 goodput.
 
-Bytes. A checkpoint keeps, per parameter, the bf16/fp16 model weights (memory.WEIGHT_BYTES), the
-fp32 master weights and the optimizer moments (compute.optimizers.state_bytes_per_param), not
+Bytes. A checkpoint keeps, per parameter, the model weights, the fp32 master weights and the
+optimizer moments (memory.per_param_state_bytes; in pure fp32 the weights are the master), not
 the gradients: 2 + 4 + 8 = 14 B per parameter for mixed-precision Adam (Rajbhandari et al. 2020,
 §3.1). Distributed checkpointing (PyTorch DCP, Megatron-Core dist_checkpointing) writes each
 unique shard once, spread over the ranks, so the job writes
