@@ -18,8 +18,8 @@ from perfmodel import precision as registry
 from perfmodel.cliargs import Parser, add_precision_arg, positive_float, positive_int, report_error, shape, show_warning
 from perfmodel.engines.registry import ENGINE_NAMES
 from perfmodel.errors import PerfmodelError, UsageError
-from perfmodel.parallel.plan import ATTENTION_IMPLS
 from perfmodel.parallel.schedules import SCHEDULE_NAMES
+from perfmodel.workload.graph import ATTENTION_IMPLS
 
 
 def _catalog_args(p: argparse.ArgumentParser) -> None:

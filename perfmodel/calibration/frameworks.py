@@ -51,6 +51,7 @@ from typing import Literal
 from perfmodel.errors import PerfmodelError
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.precision import recipe_precision
+from perfmodel.workload.graph import AttentionImpl
 
 # the commits the evidence strings cite (fetched from GitHub)
 EVIDENCE_COMMITS = {
@@ -68,7 +69,7 @@ class FrameworkError(PerfmodelError):
 @dataclass(frozen=True)
 class Framework:
     name: str
-    attention: Literal["flash", "flash1", "unfused"]
+    attention: AttentionImpl
     host_dispatch: Literal["eager", "native", "compiled"]
     tp_overlap: bool
     evidence: str

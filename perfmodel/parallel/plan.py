@@ -10,6 +10,7 @@ from perfmodel import precision as registry
 from perfmodel.errors import LayoutError
 from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.split import pipeline_split
+from perfmodel.workload.graph import AttentionImpl
 from perfmodel.workload.spec import ModelSpec
 
 Recompute = Literal["none", "selective", "full"]
@@ -20,12 +21,6 @@ Recompute = Literal["none", "selective", "full"]
 # Fig. 1b), i.e. 1 - mean/max = 0.186 -> max/mean = 1 / (1 - 0.186) = 1.23. Benchmarks that
 # force-balance the routing (the NeMo / Megatron-Bridge performance tables say they do) set 1.
 MOE_IMBALANCE_DEFAULT = 1.0 / (1.0 - 0.186)
-
-
-# attention kernels a plan may name: FlashAttention-2 or later (`flash`), a FlashAttention-1-era
-# fused kernel (`flash1`: flash-attn 1.x or the 2022-23 Triton kernel), or unfused
-# baddbmm + softmax + bmm (`unfused`); compute/ops.ATTENTION_KERNEL_RATE holds their rates
-ATTENTION_IMPLS = ("flash", "flash1", "unfused")
 
 
 class ParallelPlan(BaseModel):
@@ -59,7 +54,7 @@ class ParallelPlan(BaseModel):
         "blockwise (fp8), mxfp8, nvfp4; default: the precision's first (fp8 delayed, Transformer Engine's default)")
     schedule: str | None = Field(None, description="a pipeline schedule of perfmodel/parallel/schedules/; "
                                  "default: 1f1b, interleaved when vp > 1")
-    attention_impl: Literal["flash", "flash1", "unfused"] = "flash"
+    attention_impl: AttentionImpl = "flash"
     overlap_dp_comm: bool = Field(True, description="DP gradient reduction overlaps backward")
     overlap_fsdp_prefetch: bool = Field(True, description="FSDP all-gathers prefetched")
     fsdp_impl: Literal["flat", "per-param"] = Field("flat", description=(

@@ -29,7 +29,7 @@ from perfmodel import precision as registry
 from perfmodel.errors import LayoutError
 from perfmodel.workload import hyper_connections as hc
 from perfmodel.workload.compressed_attention import csa_attention_ops, csa_params
-from perfmodel.workload.graph import Axes, Comm, CpExchange, Graph, Layer, LayerLayout, Op, TpSplit
+from perfmodel.workload.graph import ATTENTION_IMPLS, Axes, Comm, CpExchange, Graph, Layer, LayerLayout, Op, TpSplit
 from perfmodel.workload.latent_moe import latent_params
 from perfmodel.workload.moe import MoEOptions, moe_block
 from perfmodel.workload.spec import ModelSpec
@@ -107,8 +107,8 @@ def build_graph(spec: ModelSpec, micro_batch: int = 1, seq_len: int | None = Non
     `perfmodel.parallel.shard.shard`)."""
     s = seq_len or spec.seq_len
     b = micro_batch
-    if attention_impl not in ("flash", "flash1", "unfused"):
-        raise LayoutError(f"attention_impl {attention_impl!r}; allowed values: flash, flash1, unfused")
+    if attention_impl not in ATTENTION_IMPLS:
+        raise LayoutError(f"attention_impl {attention_impl!r}; allowed values: {', '.join(ATTENTION_IMPLS)}")
     if micro_batch < 1:
         raise LayoutError(f"micro_batch {micro_batch} must be a positive integer")
     if spec.family in ("dense", "moe", "encoder", "patch_transformer"):

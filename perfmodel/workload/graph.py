@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, get_args
 
 if TYPE_CHECKING:
     from perfmodel.workload.moe import MoEOptions
@@ -35,6 +35,11 @@ CommKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "
 CommGroup = Literal["tp", "cp", "ep", "etp", "dp", "pp"]
 # which dimension tensor parallelism splits: a column-parallel GEMM its N (outputs), a row-parallel
 # GEMM its K (inputs, the partial sums then reduced), attention its heads; "" = not split
+# attention kernels: FlashAttention-2 or later (`flash`), a FlashAttention-1-era fused kernel
+# (`flash1`: flash-attn 1.x or the 2022-23 Triton kernel), or unfused baddbmm + softmax + bmm
+# (`unfused`); compute/ops.ATTENTION_KERNEL_RATE holds the fused kernels' rates
+AttentionImpl = Literal["flash", "flash1", "unfused"]
+ATTENTION_IMPLS: tuple[str, ...] = get_args(AttentionImpl)
 TpSplit = Literal["", "column", "row", "heads", "inner"]  # inner: element-wise between a column and its row
 
 
@@ -58,7 +63,7 @@ class Op:
     bwd_flop_factor: float = 2.0
     bwd_bytes_factor: float = 2.0
     attn_core: bool = False  # recomputed by selective recompute
-    attention_kernel: str = "flash"  # fused attention: flash (FlashAttention-2 or later) or flash1
+    attention_kernel: str = "flash"  # fused attention: flash or flash1 (see AttentionImpl)
     causal: bool = False
     heads: int = 0
     head_dim: int = 0
