@@ -77,6 +77,15 @@ def pipeline_s(t_max_s: Num, m: Num, bubble_s: Num) -> Num:
     return m * t_max_s + bubble_s
 
 
+def pipeline_hops_s(vp: Num, p2p_s: Num, worst_fwd_s: Num, overlap: Num) -> Num:
+    """p2p seconds per micro-batch on a rank: activation out and gradient back, per chunk. With
+    overlap (Megatron-Core's overlap_p2p_comm in the interleaved schedule: isend / irecv posted
+    beside the next chunk's forward or backward, waited on only before the chunk that needs them)
+    each transfer is exposed only by what one chunk's forward on the slowest rank, worst_fwd_s / vp,
+    does not cover."""
+    return 2 * vp * _where(overlap, _maximum(0.0, p2p_s - worst_fwd_s / vp), p2p_s)
+
+
 def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_reduce_s: Num, reduce_scatter_s: Num,
                  all_gather_s: Num, overlap_dp_comm: Num, overlap_fsdp_prefetch: Num, can_overlap: Num,
                  contention: Num, unit_all_gather_s: Num = 0.0, unit_reduce_scatter_s: Num = 0.0,

@@ -50,16 +50,15 @@ class StepInputs:
 
     @property
     def hops_s(self) -> float:
-        """p2p seconds per micro-batch on a rank: activation out and gradient back, per chunk.
-        With overlap_p2p_comm (Megatron-Core's interleaved schedule: isend / irecv posted beside
-        the next chunk's forward or backward, waited on only before the chunk that needs them)
-        each transfer is exposed only by what one chunk's forward on the slowest rank does not cover."""
-        if self.plan.overlap_p2p_comm and self.ranks:
-            # the slowest rank (the one the pipeline waits for): one of its chunks' forward
-            sched = get_schedule(self.plan.schedule_name)
-            worst = max(self.ranks, key=lambda r: float(sched.stage_s(r.fwd_s, r.bwd_s, r.bwd_input_s, r.wgrad_s)))
-            return 2 * self.plan.vp * max(0.0, self.p2p_s - worst.fwd_s / self.plan.vp)
-        return 2 * self.plan.vp * self.p2p_s
+        """p2p seconds per micro-batch on a rank (closed_forms.pipeline_hops_s), exposed with
+        overlap_p2p_comm only by what one chunk's forward on the slowest rank does not cover."""
+        plan = self.plan
+        if not (plan.overlap_p2p_comm and self.ranks):
+            return float(cf.pipeline_hops_s(plan.vp, self.p2p_s, 0.0, False))
+        # the slowest rank (the one the pipeline waits for)
+        sched = get_schedule(plan.schedule_name)
+        worst = max(self.ranks, key=lambda r: float(sched.stage_s(r.fwd_s, r.bwd_s, r.bwd_input_s, r.wgrad_s)))
+        return float(cf.pipeline_hops_s(plan.vp, self.p2p_s, worst.fwd_s, True))
 
     @property
     def stage_time_s(self) -> tuple[float, ...]:

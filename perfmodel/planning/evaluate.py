@@ -323,12 +323,10 @@ class Evaluator:
 
         m, pp, vp = (g[k].astype(float) for k in ("m", "pp", "vp"))
         sched, zero = g["sched"], g["zero"]
-        hops = 2 * vp * c["p2p_s"]
-        if self.framework is not None and self.framework.p2p_overlap:
-            # overlap_p2p_comm where vp > 1 (engines/step.StepInputs.hops_s): each send exposed only
-            # by what one chunk's forward on the slowest rank does not cover
-            over = (vp > 1) & (pp > 1)
-            hops = np.where(over, 2 * vp * np.maximum(0.0, c["p2p_s"] - c["worst_fwd_s"] / vp), hops)
+        # overlap_p2p_comm where the stack turns it on and vp > 1 (frameworks.apply_framework)
+        p2p_overlap = self.framework is not None and self.framework.p2p_overlap
+        over = ((vp > 1) & (pp > 1)).astype(float) if p2p_overlap else np.zeros(n)
+        hops = np.asarray(cf.pipeline_hops_s(vp, c["p2p_s"], c["worst_fwd_s"], over))
         t_max = c["t_max_s"] + hops
         idle = (c["t_sum_s"] + pp * hops) - t_max
         bubble = np.zeros(n)
