@@ -20,7 +20,7 @@ every accelerator kind, schedule, ZeRO stage, overlap flag, recompute and precis
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -159,7 +159,7 @@ class Evaluator:
         plan = self._base.model_copy(update=kw)
         if self.framework is None:
             return plan
-        return apply_framework(plan, replace(self.framework, attention=plan.attention_impl))
+        return apply_framework(plan, self.framework, keep_attention=True)
 
     def graph(self, tp: int, cp: int, ep: int, sp: int, mb: int) -> Graph:
         return cached_graph(self.spec, mb, self.seq_len, tp, cp, ep, bool(sp), self.precision, self.attention_impl,

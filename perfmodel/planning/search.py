@@ -16,7 +16,7 @@ re-scores the top layouts on request (`SearchResult.estimates(k, engine="des")`)
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
@@ -96,7 +96,7 @@ class SearchResult:
         fw = get_framework(self.framework) if self.framework else None
         plan = self.plan(rank)
         if fw is not None:
-            plan = apply_framework(plan, replace(fw, attention=plan.attention_impl))
+            plan = apply_framework(plan, fw, keep_attention=True)
         est = run_engine(engine, self.spec, calibrated_system(self.system, self.profile, fw), plan)
         return with_interval(est, self.profile, self.system, self.spec)
 
