@@ -23,9 +23,11 @@ import yaml
 
 from perfmodel.calibration.frameworks import Framework, host_dispatch_factor
 from perfmodel.calibration.parameters import KNOBS, REGISTRY, Knob, split_key
+from perfmodel.compute.ops import FLASH_FALLBACK_RATIO
 from perfmodel.errors import PerfmodelError
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import System
+from perfmodel.hardware.derating import attention_curve
 from perfmodel.hardware.network import NetworkLevel
 from perfmodel.hardware.specs import Accelerator
 from perfmodel.parallel.plan import ParallelPlan
@@ -194,9 +196,20 @@ def _adjusted_accelerator(acc: Accelerator, gemm: float, attention: float, memor
     if attention != 1.0 or gemm_applied != 1.0:
         # the attention rate is read times in_model_efficiency: divide it out so attention gets its own knob
         r = attention / gemm_applied
+        curve = attention_curve(acc)
+        if not cal["attention"] and curve is not None:
+            # a curve carried from the generation (hardware/derating.py) takes the knob as the
+            # measured ones do: written out as this part's points
+            cal["attention"] = [{"kernel": "carried", "direction": "fwd_bwd", "causal": c, "head_dim": d, "seq_len": n,
+                                 "achieved": f"{v:.6e} FLOP/s", "source": curve.provenance} for c, d, n, v in curve.points]
         for pt in cal["attention"]:
             v = parse_quantity(pt["achieved"], "flop_per_s", "calibration.attention.achieved")
             pt["achieved"] = f"{v * r:.6e} FLOP/s"
+        if curve is None:
+            # no attention measurement in the generation: the ratio fallback takes the knob the same way
+            base = (acc.calibration.attention_fallback_ratio.si("dimensionless")
+                    if acc.calibration.attention_fallback_ratio else FLASH_FALLBACK_RATIO)
+            cal["attention_fallback_ratio"] = {"value": base * r, "source": _SRC, "direction": None, "note": None}
     if memory_bound != 1.0:
         cal["elementwise_achieved"] = {"value": f"{acc.elementwise_achieved_Bps * memory_bound:.6e} B/s",
                                        "source": _SRC, "direction": None, "note": None}

@@ -15,7 +15,11 @@ GEMM   t = ((F/R)^p + (B/W)^p)^(1/p) + t0                                       
        perfmodel.hardware.derating: the median MAMF/peak of the parts that measured it, from
        the nearest of its generation, vendor, kind or any accelerator (MI325X: MI300X's 0.511).
 Attn   FlashAttention fwd+bwd rate measured by (head_dim, seq_len, causal), interpolated in
-       log(seq_len); without points 0.60 x R (FA2 on A100 reaches 187/271 = 0.69 of MAMF at
+       log(seq_len), or the curve of a same-generation part scaled by the 16-bit MAMF ratio
+       (hardware/derating.attention_curve); a head smaller than any measured one at
+       d / (d + 20) of the rate relative to the measured head (a softmax share worth 20 head
+       dims per score: FA2 charts, 64 against 128 is 0.88); without
+       points in the generation 0.60 x R (FA2 on A100 reaches 187/271 = 0.69 of MAMF at
        head_dim 128, 162/271 = 0.60 at head_dim 64).
 Memory-bound ops: t = max(B/W, F/vector peak) + launch.
 SSD    Mamba-2 chunked scan: blocked matmuls of Q x N x P tiles (64-256), the tile sizes
@@ -51,11 +55,17 @@ from functools import lru_cache
 
 from perfmodel import precision as registry
 from perfmodel.compute.fp8_recipes import Fp8Recipe, gemm_cast_work, recipe_for
-from perfmodel.hardware.derating import kernel_launch_s, mamf_ratio
+from perfmodel.hardware.derating import attention_curve, kernel_launch_s, mamf_ratio
 from perfmodel.hardware.specs import Accelerator
 from perfmodel.workload.graph import Op
 
 FLASH_FALLBACK_RATIO = 0.60  # FA2 fwd+bwd / MAMF on A100 at head_dim 64
+# a smaller head than any measured one: each attention score costs its head_dim of matmul work plus a
+# fixed softmax share (exp, max, rescale) worth c head dims, so the FLOP rate goes as d / (d + c). FA2
+# fwd+bwd at head_dim 64 reaches 0.87-0.91 of its rate at 128 on A100 and 0.88-0.89 on H100 (causal
+# and not, seq 2k-8k; the fa2 charts cited in a100-sxm4-80gb.yaml and h100-sxm5-80gb.yaml):
+# (64 / (64 + c)) / (128 / (128 + c)) = 0.88 gives c = 20
+ATTENTION_SOFTMAX_HEAD_DIMS = 20.0
 SOFT_ROOFLINE_P = 2.0
 DEFAULT_GEMM_FIXED_S = 10e-6  # A100 fit; used for accelerators without gemm_shapes
 RNN_STEP_FWD_S = 0.441e-3 / 25  # DeepBench V100 fp16 LSTM h512 b16 t25 forward, per step (module docstring)
@@ -191,21 +201,24 @@ def grouped_gemm_cost(acc: Accelerator, m: int, n: int, k: int, groups: int, pre
 
 @lru_cache(maxsize=1024)
 def attention_rate_flop_per_s(acc: Accelerator, head_dim: int, seq_len: int, causal: bool, precision: str) -> float:
-    """Achieved FlashAttention fwd+bwd FLOP/s (executed FLOPs: causal counted half)."""
-    pts = [p for p in acc.calibration.attention if p.causal == causal and p.direction == "fwd_bwd"]
-    if not pts:
-        pts = [p for p in acc.calibration.attention if p.direction == "fwd_bwd"]
-    if pts:
-        dims = sorted({p.head_dim for p in pts}, key=lambda d: abs(d - head_dim))
-        curve = sorted((p.seq_len, p.achieved_flop_per_s) for p in pts if p.head_dim == dims[0])
-        rate = _interp_log(curve, seq_len)
-        if dims[0] != head_dim:
-            rate *= min(head_dim, 128) / min(dims[0], 128) if head_dim < dims[0] else 1.0
+    """Achieved FlashAttention fwd+bwd FLOP/s (executed FLOPs: causal counted half): the part's
+    curve, or its generation's (hardware/derating.attention_curve), else a ratio of the GEMM rate."""
+    curve = attention_curve(acc)
+    if curve is not None:
+        pts = [p for p in curve.points if p[0] == causal] or list(curve.points)
+        dims = sorted({p[1] for p in pts}, key=lambda d: abs(d - head_dim))
+        points = sorted((s, r) for _, d, s, r in pts if d == dims[0])
+        rate = _interp_log(points, seq_len)
+        if head_dim < dims[0]:
+            c = ATTENTION_SOFTMAX_HEAD_DIMS
+            rate *= (head_dim / (head_dim + c)) / (dims[0] / (dims[0] + c))
         # FlashAttention runs in bf16 under fp8 GEMM training (Transformer Engine's default)
         return rate * acc.in_model_efficiency
     # attention runs in bf16, else the next format the chip has (fp16 on V100, fp32 on a CPU)
     fmt = next((p for p in registry.ATTENTION_PRECISIONS if p in acc.supported_precisions), "bf16")
-    return FLASH_FALLBACK_RATIO * gemm_rate_flop_per_s(acc, fmt)
+    ratio = acc.calibration.attention_fallback_ratio
+    r = ratio.si("dimensionless", "calibration.attention_fallback_ratio") if ratio else FLASH_FALLBACK_RATIO
+    return r * gemm_rate_flop_per_s(acc, fmt)
 
 
 def _interp_log(curve: list[tuple[int, float]], x: float) -> float:

@@ -21,12 +21,21 @@ kernel rates a real model's forward reaches, 0.64 on B200) is carried only withi
 (1.0) and says so, since carrying B200's figure to other generations would be a guess.
 CPUs are peers only of CPUs.
 
+The fused-attention rate is a curve, (causal, head_dim, seq_len) -> fwd+bwd FLOP/s. A part without
+FlashAttention points of its own takes the curve of a part of its generation that has them (the
+same kernels on the same tensor cores), scaled by the ratio of their 16-bit MAMFs: an H100 run at
+500 W or an H200 runs H100 SXM5's FA2 curve, a GB200 / B300 / GB300 B200's FA4 points. Forward and
+backward points measured separately (FA4 on B200) combine into one fwd+bwd rate at the
+FlashAttention FLOP convention (backward 2.5x forward): r = 3.5 / (1/r_fwd + 2.5/r_bwd). A
+generation without any attention measurement keeps the ratio fallback of compute/ops.
+
 Every value comes with a provenance string: "measured: ..." or "fallback: ...", which the
 Estimate shows per cost term.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -40,6 +49,7 @@ if TYPE_CHECKING:
     from perfmodel.hardware.catalog import System
 
 LEVELS = ("generation", "vendor", "kind", "any accelerator")
+ATTENTION_BWD_FLOP_FACTOR = 2.5  # FlashAttention's FLOP convention (specs.AttentionPoint docstring)
 GENERIC_MAMF_RATIO = 0.80  # only when no accelerator in the catalogue measured a MAMF: Bekman's
 #                            MAMF/peak 0.87 (A100), 0.80 (H100), 0.76 (H200), rounded mean
 DEFAULT_LAUNCH_S = 2.5e-6  # only when no peer measured one: gpu-benches A100 fit (2.555 us)
@@ -191,6 +201,68 @@ def best_published_mfu(acc: Accelerator) -> tuple[float, str] | None:
     return None
 
 
+# -- the attention curve --------------------------------------------------------------------------
+AttentionPt = tuple[bool, int, int, float]  # (causal, head_dim, seq_len, fwd+bwd FLOP/s)
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionCurve:
+    """Fused-attention fwd+bwd rates by (causal, head_dim, seq_len), and where they come from."""
+
+    points: tuple[AttentionPt, ...]
+    provenance: str
+
+
+def _own_attention_points(acc: Accelerator) -> tuple[AttentionPt, ...]:
+    """The part's fwd+bwd points, plus one per (kernel, causal, head_dim, seq_len) measured only as
+    a forward and a backward: 1 + b FLOPs over the two times, b = ATTENTION_BWD_FLOP_FACTOR."""
+    pts = acc.calibration.attention
+    out = [(p.causal, p.head_dim, p.seq_len, p.achieved_flop_per_s) for p in pts if p.direction == "fwd_bwd"]
+    whole = {(c, d, s) for c, d, s, _ in out}
+    fwd = {(p.kernel, p.causal, p.head_dim, p.seq_len): p.achieved_flop_per_s for p in pts if p.direction == "fwd"}
+    bwd = {(p.kernel, p.causal, p.head_dim, p.seq_len): p.achieved_flop_per_s for p in pts if p.direction == "bwd"}
+    b = ATTENTION_BWD_FLOP_FACTOR
+    for k in sorted(fwd.keys() & bwd.keys()):
+        if k[1:] not in whole:
+            out.append((*k[1:], (1.0 + b) / (1.0 / fwd[k] + b / bwd[k])))
+            whole.add(k[1:])
+    return tuple(out)
+
+
+def mamf16_flop_per_s(acc: Accelerator) -> float | None:
+    """The part's maximum achievable 16-bit matmul rate (bf16, else fp16), or None without one."""
+    for p in registry.PRECISIONS.values():
+        if p.bits == 16 and p.matrix_format in acc.supported_precisions:
+            return acc.matrix_peak_flop_per_s(p.matrix_format) * mamf_ratio(acc, p.matrix_format).value
+    return None
+
+
+@lru_cache(maxsize=512)
+def attention_curve(acc: Accelerator) -> AttentionCurve | None:
+    """The part's own attention points, else the curve of the same-generation peer with points
+    whose 16-bit MAMF is nearest, times mamf16(part) / mamf16(peer); None when no part of the
+    generation measured attention."""
+    own = _own_attention_points(acc)
+    if own:
+        srcs = sorted({p.source for p in acc.calibration.attention})
+        return AttentionCurve(own, f"measured: {len(own)} fused-attention fwd+bwd points ({', '.join(srcs)})")
+    mine = mamf16_flop_per_s(acc)
+    if mine is None:
+        return None
+    cands = []
+    for p in _level_peers(acc, _peers(acc), "generation"):
+        theirs, pts = mamf16_flop_per_s(p), _own_attention_points(p)
+        if pts and theirs:
+            cands.append((abs(math.log(mine / theirs)), p.id, theirs, pts))
+    if not cands:
+        return None
+    _, peer, theirs, pts = min(cands)
+    scale = mine / theirs
+    return AttentionCurve(tuple((c, d, s, r * scale) for c, d, s, r in pts),
+                          f"fallback: {peer}'s fused-attention curve x 16-bit MAMF ratio {scale:.3g} "
+                          f"(same generation {acc.generation})")
+
+
 def accelerator_provenance(acc: Accelerator, precision: str) -> dict[str, str]:
     """Per cost term of an accelerator: 'measured: ...' or 'fallback: ...'."""
     cal = acc.calibration
@@ -198,7 +270,7 @@ def accelerator_provenance(acc: Accelerator, precision: str) -> dict[str, str]:
     out = {
         "gemm_rate": mamf_ratio(acc, fmt).provenance,
         "in_model_efficiency": in_model_efficiency(acc).provenance,
-        "attention_rate": (f"measured: {len(cal.attention)} FlashAttention points" if cal.attention
+        "attention_rate": (curve.provenance if (curve := attention_curve(acc)) is not None
                            else "fallback: 0.60 x the GEMM rate (FA2 / MAMF on A100 at head_dim 64)"),
         "hbm_bandwidth": hbm_ratio(acc).provenance,
         "elementwise_bandwidth": (f"measured: typical memory-bound ops ({cal.elementwise_achieved.source})"
@@ -213,13 +285,16 @@ def accelerator_provenance(acc: Accelerator, precision: str) -> dict[str, str]:
 
 
 __all__ = [
+    "AttentionCurve",
     "Derived",
     "accelerator_provenance",
+    "attention_curve",
     "best_published_mfu",
     "estimate_context",
     "hbm_ratio",
     "in_model_efficiency",
     "kernel_launch_s",
+    "mamf16_flop_per_s",
     "mamf_ratio",
     "peer_median",
     "system_provenance",

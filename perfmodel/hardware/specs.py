@@ -103,6 +103,9 @@ class AcceleratorCalibration(_Strict):
         "defaults to hbm_achieved",
     )
     attention: list[AttentionPoint] = Field(default_factory=list)
+    attention_fallback_ratio: Sourced | None = Field(
+        None, description="fused-attention fwd+bwd rate / GEMM rate where no part of the generation measured "
+                          "attention (default 0.60, compute/ops.FLASH_FALLBACK_RATIO)")
     kernel_launch: Sourced | None = Field(None, description="back-to-back launch gap per kernel")
     host_op_overhead: Sourced | None = Field(
         None, description="host time to issue one eager framework op (dispatch + autograd)"

@@ -1,0 +1,78 @@
+"""The fused-attention rate of a part without attention points of its own: its generation's curve
+scaled by the 16-bit MAMF ratio (hardware/derating.attention_curve), forward and backward points
+combined, smaller heads, and the calibration knob reaching carried curves and the ratio fallback."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfmodel.calibration.parameters import KNOBS
+from perfmodel.calibration.profile import system_with_knobs
+from perfmodel.compute.ops import FLASH_FALLBACK_RATIO, attention_rate_flop_per_s, gemm_rate_flop_per_s
+from perfmodel.hardware.catalog import load_catalog, resolve_system
+from perfmodel.hardware.derating import accelerator_provenance, attention_curve, mamf16_flop_per_s
+
+ONE = dict.fromkeys(KNOBS, 1.0)
+
+
+def _acc(acc_id: str):
+    return load_catalog().accelerators[acc_id]
+
+
+def test_power_capped_h100_and_h200_run_the_h100_fa2_curve():
+    """Before: no points, 0.60 x the GEMM rate (341 TFLOP/s on the 500 W board against H100 SXM5's
+    measured 308 at causal hd 128, 8k). Now H100 SXM5's FA2 curve x the 16-bit MAMF ratio."""
+    h100 = _acc("h100-sxm5-80gb")
+    for acc_id in ("h100-hbm2e-96gb-500w", "h200-sxm-141gb"):
+        acc = _acc(acc_id)
+        scale = mamf16_flop_per_s(acc) / mamf16_flop_per_s(h100)
+        assert attention_rate_flop_per_s(acc, 128, 8192, True, "bf16") == pytest.approx(308e12 * scale, rel=1e-9)
+        assert attention_rate_flop_per_s(acc, 64, 2048, False, "bf16") == pytest.approx(274e12 * scale, rel=1e-9)
+        prov = accelerator_provenance(acc, "bf16")["attention_rate"]
+        assert prov.startswith("fallback: h100-sxm5-80gb's fused-attention curve"), prov
+
+
+def test_forward_and_backward_points_combine_at_the_flash_flop_convention():
+    """B200 publishes FA4 forward (1418.1) and backward (1117.9 TFLOP/s) at causal hd 128, 8k:
+    3.5 / (1/1418.1 + 2.5/1117.9) = 1189.9 TFLOP/s fwd+bwd, times the measured in-model 0.64."""
+    b200 = _acc("b200")
+    combined = 3.5 / (1 / 1418.1e12 + 2.5 / 1117.9e12)
+    assert combined == pytest.approx(1189.9e12, rel=1e-4)
+    assert attention_rate_flop_per_s(b200, 128, 8192, True, "bf16") == pytest.approx(combined * 0.64, rel=1e-9)
+    noncausal = 3.5 / (1 / 1534.8e12 + 2.5 / 1247.5e12)
+    assert attention_rate_flop_per_s(b200, 128, 8192, False, "bf16") == pytest.approx(noncausal * 0.64, rel=1e-9)
+    # GB300 has no points: B200's, times the 16-bit MAMF ratio (GB300's own carried from its peers)
+    gb300 = _acc("gb300")
+    scale = mamf16_flop_per_s(gb300) / mamf16_flop_per_s(b200)
+    assert attention_rate_flop_per_s(gb300, 128, 8192, True, "bf16") == pytest.approx(
+        combined * scale * gb300.in_model_efficiency, rel=1e-9)
+
+
+def test_a_smaller_head_than_measured_pays_the_softmax_share():
+    """B200 measured hd 128 only: hd 64 runs (64/84)/(128/148) = 0.881 of it (the FA2 charts'
+    64-vs-128 ratio), hd 16 (16/36)/(128/148) = 0.514; a larger head keeps the measured rate."""
+    b200 = _acc("b200")
+    r128 = attention_rate_flop_per_s(b200, 128, 8192, True, "bf16")
+    assert attention_rate_flop_per_s(b200, 64, 8192, True, "bf16") / r128 == pytest.approx((64 / 84) / (128 / 148))
+    assert attention_rate_flop_per_s(b200, 16, 8192, True, "bf16") / r128 == pytest.approx((16 / 36) / (128 / 148))
+    assert attention_rate_flop_per_s(b200, 192, 8192, True, "bf16") == pytest.approx(r128)
+
+
+def test_no_attention_measurement_in_the_generation_keeps_the_ratio_fallback():
+    mi300x = _acc("mi300x")
+    assert attention_curve(mi300x) is None
+    assert attention_rate_flop_per_s(mi300x, 128, 4096, True, "bf16") == pytest.approx(
+        FLASH_FALLBACK_RATIO * gemm_rate_flop_per_s(mi300x, "bf16"), rel=1e-9)
+
+
+@pytest.mark.parametrize("acc_id", ["h100-hbm2e-96gb-500w", "h200-sxm-141gb", "mi300x", "h100-sxm5-80gb"])
+def test_the_attention_knob_reaches_carried_curves_and_the_fallback(acc_id):
+    """A profile's attention factor scales the attention rate by itself on every part without a
+    whole-model measurement, whether its curve is measured, carried or the ratio fallback; the
+    gemm factor never leaks into attention."""
+    s = resolve_system(acc_id, None, 8)[0]
+    base = attention_rate_flop_per_s(s.accelerator, 128, 4096, True, "bf16")
+    both = system_with_knobs(s, {**ONE, "gemm": 0.8, "attention": 0.5}).accelerator
+    assert attention_rate_flop_per_s(both, 128, 4096, True, "bf16") == pytest.approx(0.5 * base, rel=1e-6)
+    gemm_only = system_with_knobs(s, {**ONE, "gemm": 0.8}).accelerator
+    assert attention_rate_flop_per_s(gemm_only, 128, 4096, True, "bf16") == pytest.approx(base, rel=1e-6)
