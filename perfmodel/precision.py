@@ -63,6 +63,14 @@ NUMBER_FORMATS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Element width in bits of each NUMBER_FORMATS key as the matrix unit reads it (tf32: 1 sign, 8
+# exponent and 10 mantissa bits of an fp32 word). Read where a rule depends on how narrow a
+# format is: derating.py's power-law exponent of the matmul rate.
+FORMAT_BITS: dict[str, int] = {
+    "fp64": 64, "tf32": 19, "fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "fp6": 6, "fp4": 4, "int8": 8,
+}
+
+
 # A vector-peak lookup with no entry in the format asked for takes the first of these the chip
 # lists: a chip that publishes only a 16-bit vector rate (Gaudi 3) serves it for wider formats,
 # since no wider figure exists to prefer.
@@ -204,6 +212,14 @@ def matrix_format(name: str) -> str:
     return PRECISIONS[found].matrix_format if found is not None else name
 
 
+def format_bits(fmt: str) -> int:
+    """Element width in bits of number format `fmt` (or of a precision's matrix format)."""
+    f = matrix_format(fmt)
+    if f not in FORMAT_BITS:
+        raise PrecisionError(f"unknown number format {fmt!r}; allowed: {', '.join(FORMAT_BITS)}")
+    return FORMAT_BITS[f]
+
+
 def peak_formats(name: str) -> tuple[str, ...]:
     """The spec formats that serve a peak lookup for a precision or a number format, in order."""
     fmt = matrix_format(name)
@@ -251,7 +267,7 @@ RecipeName = Annotated[str, BeforeValidator(_recipe_field)]
 FormatName = Annotated[str, BeforeValidator(_format_field)]
 
 __all__ = [
-    "ATTENTION_PRECISIONS", "BF16_BYTES", "DEFAULT_PRECISION", "NUMBER_FORMATS", "PRECISIONS", "RECIPES",
+    "ATTENTION_PRECISIONS", "BF16_BYTES", "DEFAULT_PRECISION", "FORMAT_BITS", "NUMBER_FORMATS", "PRECISIONS", "RECIPES",
     "VECTOR_PEAK_FALLBACK", "FormatName", "Fp8Recipe", "PrecisionName", "RecipeName", "TrainingPrecision", "canonical",
-    "get", "matrix_format", "peak_formats", "precision_names", "recipe_names", "recipe_precision", "widest_first",
+    "format_bits", "get", "matrix_format", "peak_formats", "precision_names", "recipe_names", "recipe_precision", "widest_first",
 ]

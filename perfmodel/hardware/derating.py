@@ -11,9 +11,44 @@ A part without one takes the rule:
                   same generation -> same vendor -> same kind (gpu, tpu, hpu) -> any accelerator
 
 The ratio, not the absolute figure, carries over: an MI325X (the MI300X's CDNA 3 compute die)
-reaches 668.4 / 1307.4 = 0.511 of its matmul peak, as the MI300X does under the same ROCm stack,
-rather than the 0.80 of a generic fallback that made it 1.56x faster than the MI300X. The
-kernel launch gap, a time rather than a rate, is carried as the peers' median seconds.
+starts from the MI300X's 668.4 / 1307.4 = 0.511 of its matmul peak under the same ROCm stack
+(then the power rule below), rather than the 0.80 of a generic fallback that made it 1.56x
+faster than the MI300X. The kernel launch gap, a time rather than a rate, is carried as the
+peers' median seconds.
+
+Within a generation the MAMF ratio also follows the power budget (the power rule). A dense
+GEMM runs the chip at its power limit: the isolated MAMF sits below the rated clock because the
+board meets its cap (MI300X's GEMMs run at 1115-1230 MHz against a 2100 MHz peak clock, AMD MAF
+blog), so the same die under another cap sustains another clock. Dynamic power goes as f V^2
+with V rising with f, so a fully power-limited clock goes as P^(1/3), a clock near its maximum
+moves less (alpha -> 0) and one held near the voltage floor moves more (P ~ f, alpha -> 1). The
+rule carries the peer's achieved rate per rated clock and scales it by the board powers:
+
+    ratio(part <- peer) = min(1, ratio(peer) x (clock_peer / clock_part) x (tdp_part / tdp_peer)^alpha)
+
+clock is the clock the part's peaks are quoted at (`clock`), so a peer whose datasheet peak
+already counts a larger budget (GB200's 2062 MHz against B200's 1856 MHz) is not credited twice.
+alpha is measured on one die at two power budgets (POWER_PAIRS: alpha = ln(rate_hi / rate_lo) /
+ln(P_hi / P_lo), equal compute units) per generation and per format class, 16-bit and wider
+against 8-bit and narrower (precision.FORMAT_BITS; the narrow formats do 2-4x the math per clock
+and sit deeper under the cap):
+
+    hopper     bf16 0.167  fp8 0.359   H100 SXM 700 W vs GH200 900 W (ml-eng MAMF tables; the
+                                       900 W is the GH200 module budget, Grace CPU included, so
+                                       these are lower bounds)
+    blackwell  bf16 0.237  fp8 0.285   B200 1000 W vs GB200 1200 W (ml-eng MAMF tables)
+    cdna3      bf16 0.607, fp16 0.674 (median 0.640), fp8 0.614
+                                       MI300X 750 W vs MI325X 1000 W (AMD MAF blog, one hipBLASLt
+                                       build; the median GEMM clocks move alike, 1207 -> 1447 MHz)
+
+A generation without a pair takes the median over the generations (0.237 and 0.359). A part or
+peer without a `tdp` keeps the unscaled ratio, and the peers above the generation level (other
+dies, other processes) carry theirs unscaled: a TDP ratio across dies says nothing about clocks.
+Examples: the H100 board capped at 500 W takes 0.803 x (500/700)^0.167 = 0.759 in bf16 (was 0.803);
+MI325X takes 0.511 x (1000/750)^0.640 = 0.615 (was 0.511); H200 and H100 (both 700 W) are unchanged.
+The H100 500 W figure extrapolates the 700-900 W pair downwards, where the clock sits deeper under
+the cap and alpha grows (a GB300 capped at 500 W ran cuBLAS GEMMs at ~617 TFLOP/s against
+~1600-2174 at 1400 W, alpha ~1: facebookexperimental/triton PR 2023): it is an upper bound.
 
 The whole-model efficiency (`calibration.in_model_efficiency`: what fraction of the isolated
 kernel rates a real model's forward reaches, 0.64 on B200) is carried only within a generation
@@ -116,9 +151,93 @@ def _own_mamf_ratio(acc: Accelerator, fmt: str) -> tuple[float, str] | None:
     return None
 
 
+# -- the power rule of the MAMF ratio (module docstring) ----------------------------------------
+NARROW_FORMAT_BITS = 8  # fp8, fp6, fp4, int8: 2-4x the 16-bit math per clock, deeper under the power cap
+
+
+@dataclass(frozen=True, slots=True)
+class PowerPair:
+    """One die's MAMF in matrix format `fmt` measured at two board powers (equal compute units)."""
+
+    generation: str
+    fmt: str
+    low_w: float
+    low_flop_per_s: float
+    high_w: float
+    high_flop_per_s: float
+    source: str
+
+    @property
+    def alpha(self) -> float:
+        """The power-law exponent: ln(rate_high / rate_low) / ln(P_high / P_low)."""
+        return math.log(self.high_flop_per_s / self.low_flop_per_s) / math.log(self.high_w / self.low_w)
+
+
+_ML_ENG = "Bekman, ML Engineering compute/accelerator/README.md MAMF tables @ 744d01e"
+_AMD_MAF = ("AMD, 'Measuring Max-Achievable FLOPs - Part 2' (rocm-blogs, 28 Feb 2025) Table 1: hipblaslt-bench, "
+            "hipBLASLt db8e93b, trig_float init, 512 MB rotating buffers; same 304 CUs and peaks")
+POWER_PAIRS: tuple[PowerPair, ...] = (
+    PowerPair("hopper", "bf16", 700.0, 794.5e12, 900.0, 828.6e12, f"{_ML_ENG}: H100 SXM vs GH200 '900W 141GiB HBM3e'"),
+    PowerPair("hopper", "fp8", 700.0, 1402.6e12, 900.0, 1535.0e12, f"{_ML_ENG}: H100 SXM vs GH200 '900W 141GiB HBM3e'"),
+    PowerPair("blackwell", "bf16", 1000.0, 1745.0e12, 1200.0, 1822.0e12, f"{_ML_ENG}: B200 vs GB200 (148 SMs each)"),
+    PowerPair("blackwell", "fp8", 1000.0, 3432.5e12, 1200.0, 3615.6e12, f"{_ML_ENG}: B200 vs GB200 (148 SMs each)"),
+    PowerPair("cdna3", "bf16", 750.0, 708e12, 1000.0, 843e12, f"{_AMD_MAF}: MI300X vs MI325X (1207 vs 1447 MHz median)"),
+    PowerPair("cdna3", "fp16", 750.0, 654e12, 1000.0, 794e12, f"{_AMD_MAF}: MI300X vs MI325X (1115 vs 1354 MHz median)"),
+    PowerPair("cdna3", "fp8", 750.0, 1273e12, 1000.0, 1519e12, f"{_AMD_MAF}: MI300X vs MI325X (1230 vs 1464 MHz median)"),
+)
+
+
+def _narrow(fmt: str) -> bool:
+    return registry.format_bits(fmt) <= NARROW_FORMAT_BITS
+
+
+def _format_class(fmt: str) -> str:
+    return f"{NARROW_FORMAT_BITS}-bit and narrower formats" if _narrow(fmt) else "16-bit and wider formats"
+
+
+@lru_cache(maxsize=64)
+def power_exponent(generation: str, fmt: str) -> tuple[float, str]:
+    """(alpha, where it comes from): the exponent of the achieved matmul rate in the board power
+    for `fmt`'s class on `generation`: the median of that generation's POWER_PAIRS in the class,
+    else the median over the generations that measured a pair in it."""
+    pairs = [p for p in POWER_PAIRS if _narrow(p.fmt) == _narrow(fmt)]
+
+    def of(gen: str) -> float:
+        return statistics.median(p.alpha for p in pairs if p.generation == gen)
+
+    if any(p.generation == generation for p in pairs):
+        return of(generation), f"{generation}'s pair"
+    gens = sorted({p.generation for p in pairs})
+    return statistics.median(of(g) for g in gens), f"the median of {', '.join(gens)}"
+
+
+def power_scaled_ratio(part: Accelerator, peer: Accelerator, ratio: float, fmt: str) -> tuple[float, str]:
+    """The peer's MAMF/peak `ratio` in `fmt` carried to `part` of the same generation under the
+    power rule: ratio x (clock_peer / clock_part) x (tdp_part / tdp_peer)^alpha, at most 1
+    (the peak); unscaled where either has no `tdp`. Returns (value, how it was computed)."""
+    if part.tdp is None or peer.tdp is None:
+        missing = part.id if part.tdp is None else peer.id
+        return ratio, f"{peer.id} {ratio:.3g} (unscaled: {missing} has no tdp)"
+    w_part, w_peer = part.tdp_w, peer.tdp_w
+    hz_part, hz_peer = part.clock.si("hertz", "clock"), peer.clock.si("hertz", "clock")
+    if w_part == w_peer and hz_part == hz_peer:
+        return ratio, f"{peer.id} {ratio:.3g}"
+    alpha = power_exponent(part.generation, fmt)[0]
+    scaled = ratio * (hz_peer / hz_part) * (w_part / w_peer) ** alpha
+    value = min(1.0, scaled)
+    terms = [f"{peer.id} {ratio:.3g}"]
+    if hz_part != hz_peer:
+        terms.append(f"({hz_peer / 1e6:.0f}/{hz_part / 1e6:.0f} MHz)")
+    if w_part != w_peer:
+        terms.append(f"({w_part:.0f}/{w_peer:.0f} W)^{alpha:.3g}")
+    return value, " x ".join(terms) + f" = {value:.3g}" + (" (capped at the peak)" if scaled > 1.0 else "")
+
+
 @lru_cache(maxsize=512)
 def mamf_ratio(acc: Accelerator, fmt: str) -> Derived:
-    """Maximum achievable matmul rate / dense peak in matrix format `fmt`."""
+    """Maximum achievable matmul rate / dense peak in matrix format `fmt`: measured, else the
+    median of the same generation's measured parts under the power rule, else of the nearest
+    level's parts (unscaled)."""
     own = _own_mamf_ratio(acc, fmt)
     if own is not None:
         return Derived(*own)
@@ -127,7 +246,20 @@ def mamf_ratio(acc: Accelerator, fmt: str) -> Derived:
         r = _own_mamf_ratio(p, fmt) or _own_mamf_ratio(p, "bf16")
         return r[0] if r else None
 
-    found = peer_median(acc, _peers(acc), peer_ratio, "MAMF/peak")
+    peers = _peers(acc)
+    same_gen = [(p, r) for p in sorted(_level_peers(acc, peers, "generation"), key=lambda p: p.id)
+                if (r := peer_ratio(p)) is not None]
+    if same_gen:
+        carried = [power_scaled_ratio(acc, p, r, fmt) for p, r in same_gen]
+        med = statistics.median(v for v, _ in carried)
+        listed = ", ".join(text for _, text in carried)
+        if listed == ", ".join(f"{p.id} {r:.3g}" for p, r in same_gen):
+            rule = ""  # equal clocks and board powers: nothing scaled
+        else:
+            alpha, where = power_exponent(acc.generation, fmt)
+            rule = f"; power rule, alpha {alpha:.3g} for {_format_class(fmt)} from {where}"
+        return Derived(med, f"fallback: MAMF/peak = median {med:.3g} of {listed} (same generation {acc.generation}{rule})")
+    found = peer_median(acc, peers, peer_ratio, "MAMF/peak", levels=LEVELS[1:])
     return found or Derived(GENERIC_MAMF_RATIO, f"fallback: MAMF/peak {GENERIC_MAMF_RATIO} (no part measured one)")
 
 
@@ -285,8 +417,10 @@ def accelerator_provenance(acc: Accelerator, precision: str) -> dict[str, str]:
 
 
 __all__ = [
+    "POWER_PAIRS",
     "AttentionCurve",
     "Derived",
+    "PowerPair",
     "accelerator_provenance",
     "attention_curve",
     "best_published_mfu",
@@ -297,6 +431,8 @@ __all__ = [
     "mamf16_flop_per_s",
     "mamf_ratio",
     "peer_median",
+    "power_exponent",
+    "power_scaled_ratio",
     "system_provenance",
 ]
 
