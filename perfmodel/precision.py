@@ -168,6 +168,11 @@ PRECISIONS: dict[str, TrainingPrecision] = {p.name: p for p in (
 # Non-GEMM matmul kernels (FlashAttention, the SSD scan) run in bf16 under every precision, else
 # in the first of these the chip runs (fp16 on a V100, fp32 on a CPU).
 ATTENTION_PRECISIONS = ("bf16", "fp16", "fp32")
+# The output layer (LM head) of a quantized run stays in bf16 in every stack that trains fp8 / fp4:
+# Megatron-Core's GPTModel.output_layer is tensor_parallel.ColumnParallelLinear, not a Transformer
+# Engine module, so fp8_autocast leaves it alone; torchtitan's float8 / MX configs and torchao's MX
+# converter skip it (filter_fqns ["output"]); MPT (llm-foundry) computes its tied head with F.linear.
+QUANTIZED_HEAD_PRECISION = "bf16"
 
 
 # ---- lookups --------------------------------------------------------------------------------
@@ -267,7 +272,27 @@ RecipeName = Annotated[str, BeforeValidator(_recipe_field)]
 FormatName = Annotated[str, BeforeValidator(_format_field)]
 
 __all__ = [
-    "ATTENTION_PRECISIONS", "BF16_BYTES", "DEFAULT_PRECISION", "FORMAT_BITS", "NUMBER_FORMATS", "PRECISIONS", "RECIPES",
-    "VECTOR_PEAK_FALLBACK", "FormatName", "Fp8Recipe", "PrecisionName", "RecipeName", "TrainingPrecision", "canonical",
-    "format_bits", "get", "matrix_format", "peak_formats", "precision_names", "recipe_names", "recipe_precision", "widest_first",
+    "ATTENTION_PRECISIONS",
+    "BF16_BYTES",
+    "DEFAULT_PRECISION",
+    "FORMAT_BITS",
+    "NUMBER_FORMATS",
+    "PRECISIONS",
+    "QUANTIZED_HEAD_PRECISION",
+    "RECIPES",
+    "VECTOR_PEAK_FALLBACK",
+    "FormatName",
+    "Fp8Recipe",
+    "PrecisionName",
+    "RecipeName",
+    "TrainingPrecision",
+    "canonical",
+    "format_bits",
+    "get",
+    "matrix_format",
+    "peak_formats",
+    "precision_names",
+    "recipe_names",
+    "recipe_precision",
+    "widest_first",
 ]

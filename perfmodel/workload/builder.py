@@ -262,7 +262,8 @@ def _head(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision: str, ln_
                 _elementwise("mlm_act", T * h, 1, 1, 8, saved=T * h * ACT_BYTES),
                 _elementwise("mlm_norm", T * h, 1, 1, 5, saved=T * h * ACT_BYTES, kind="norm", params=ln_params)]
         extra = h * h + h + ln_params + V
-    ops.append(_gemm("lm_head", T, ax.vocab_columns(V), h, precision, split="column"))
+    head_precision = registry.QUANTIZED_HEAD_PRECISION if registry.get(precision).quantized else precision
+    ops.append(_gemm("lm_head", T, ax.vocab_columns(V), h, head_precision, split="column"))
     # softmax cross-entropy in fp32 over the vocab shard: read logits, write fp32 probs, grads
     tp = ax.tp
     ops.append(Op("cross_entropy", "loss", flop=5.0 * T * V / tp, bytes=T * V / tp * (ACT_BYTES + 4 + 4),
@@ -330,7 +331,7 @@ def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision:
         skv = keys  # keys one query sees: what the kernel's efficiency depends on
     # one learned logit per local head, added to the softmax denominator (gpt-oss)
     params_sinks = float(hl) if spec.attention_sink_logits else 0.0
-    if attn_impl in ("flash", "flash1"):
+    if attn_impl != "unfused":
         # saves Q (q heads), K and V (kv heads) and the fp32 log-sum-exp per row; its output O is
         # the out-proj input, counted there
         saved = b * sq * (hl * d_qk + kvl * (d_qk + d_v)) * ACT_BYTES + b * hl * sq * 4
