@@ -90,7 +90,7 @@ def test_measured_in_model_efficiency_is_kept():
 def test_frameworks_select_mechanisms_only():
     plan = perfmodel.ParallelPlan(dp=8, global_batch=8)
     assert apply_framework(plan, framework("megatron-lm")).attention_impl == "unfused"
-    assert apply_framework(plan, framework("megatron-core")).attention_impl == "flash"
+    assert apply_framework(plan, framework("megatron-core")).attention_impl == "fused"  # TE: cuDNN / FA3
     assert framework(None).name == "pytorch" and framework("") is FRAMEWORKS["pytorch"]
     # llm.c launches kernels from C: host cost per kernel = launch gap 2.5 us / eager 44.5 us
     assert pytest.approx(2.5e-6 / (8.1e-3 / 182)) == NATIVE_HOST_FACTOR

@@ -91,9 +91,13 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "src/model/fused_softmax.py); FlashAttention only behind the later opt-in --use-flash-attn. "
               "No userbuffers TP overlap, blocking p2p, the vocab-parallel cross-entropy in PyTorch ops "
               "(megatron/core/tensor_parallel/cross_entropy.py), bf16 / fp16 only."),
-    Framework("megatron-core", "flash", "eager", True,
+    Framework("megatron-core", "fused", "eager", True,
               "Megatron-Core with Transformer Engine as NeMo / Megatron-Bridge's performance recipes run it: "
-              "TE DotProductAttention (fused flash backend); tp_comm_overlap=True (userbuffers) in the recipes "
+              "TE DotProductAttention, whose backends are cuDNN fused attention and flash-attn 3 on Hopper, "
+              "cuDNN on Blackwell (transformer_engine/pytorch/attention: FusedAttention, FlashAttention 3): "
+              "the newest FlashAttention generation of the chip (FA3 on H100; cuDNN's forward reaches 0.88-0.90 "
+              "of FA3's at 8k in the FA3 paper's chart, so FA3's rate is an upper bound for it); "
+              "tp_comm_overlap=True (userbuffers) in the recipes "
               "that run TP > 1 (Megatron-Bridge src/megatron/bridge/recipes/llama/h100/llama3.py 70B / 405B, "
               "gpt/h100/gpt3_175b.py, qwen/h100/qwen3_moe.py), disabled without sequence parallelism "
               "(training/comm_overlap.py); overlap_p2p_comm=True whenever pp > 1 and vp > 1 "
@@ -136,10 +140,10 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "(composer FSDPConfig defaults)."),
     Framework("pytorch", "flash", "eager", False,
               "plain PyTorch DDP / FSDP: F.scaled_dot_product_attention (flash backend), eager dispatch."),
-    Framework("llm.c", "flash", "native", False,
+    Framework("llm.c", "fused", "native", False,
               "karpathy/llm.c train_gpt2.cu: cuDNN flash attention (USE_CUDNN), fused classifier, and every "
               "kernel launched from C with no framework dispatch."),
-    Framework("jax", "flash", "compiled", False,
+    Framework("jax", "fused", "compiled", False,
               "JAX / XLA (MaxText, Pax): the step is one compiled XLA program; attention is a fused kernel "
               "(Pallas flash / splash attention on TPU, cuDNN on GPU)."),
 )}
@@ -154,17 +158,16 @@ def framework(name: str | None) -> Framework:
     return FRAMEWORKS[key]
 
 
-def apply_framework(plan: ParallelPlan, fw: Framework, keep_attention: bool = False) -> ParallelPlan:
+def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
     """The plan with the stack's mechanisms (see the module docstring), its FSDP layout and, where
     the plan names none, its MoE dispatcher; a mechanism the plan already turned on stays on, and a
-    recipe the plan names stays. `keep_attention`: the plan's attention kernel stays (the planner
-    scores every stack with its own kernel)."""
+    recipe the plan names stays. The attention kernel is the stack's."""
     update: dict[str, object] = {}
     if plan.moe_dispatcher is None:
         update["moe_dispatcher"] = fw.moe_dispatcher
     if plan.fsdp_impl != fw.fsdp:
         update["fsdp_impl"] = fw.fsdp
-    if not keep_attention and plan.attention_impl != fw.attention:
+    if plan.attention_impl != fw.attention:
         update["attention_impl"] = fw.attention
     if fw.tp_overlap and plan.tp > 1 and plan.sequence_parallel and not plan.overlap_tp_comm:
         update["overlap_tp_comm"] = True

@@ -200,8 +200,8 @@ def _adjusted_accelerator(acc: Accelerator, gemm: float, attention: float, memor
         if not cal["attention"] and curve is not None:
             # a curve carried from the generation (hardware/derating.py) takes the knob as the
             # measured ones do: written out as this part's points
-            cal["attention"] = [{"kernel": "carried", "direction": "fwd_bwd", "causal": c, "head_dim": d, "seq_len": n,
-                                 "achieved": f"{v:.6e} FLOP/s", "source": curve.provenance} for c, d, n, v in curve.points]
+            cal["attention"] = [{"kernel": k, "direction": "fwd_bwd", "causal": c, "head_dim": d, "seq_len": n,
+                                 "achieved": f"{v:.6e} FLOP/s", "source": curve.provenance} for k, c, d, n, v in curve.points]
         for pt in cal["attention"]:
             v = parse_quantity(pt["achieved"], "flop_per_s", "calibration.attention.achieved")
             pt["achieved"] = f"{v * r:.6e} FLOP/s"

@@ -200,14 +200,17 @@ def grouped_gemm_cost(acc: Accelerator, m: int, n: int, k: int, groups: int, pre
 
 
 @lru_cache(maxsize=1024)
-def attention_rate_flop_per_s(acc: Accelerator, head_dim: int, seq_len: int, causal: bool, precision: str) -> float:
-    """Achieved FlashAttention fwd+bwd FLOP/s (executed FLOPs: causal counted half): the part's
+def attention_rate_flop_per_s(acc: Accelerator, head_dim: int, seq_len: int, causal: bool, precision: str,
+                              kernel: str = "flash") -> float:
+    """Achieved fused-attention fwd+bwd FLOP/s (executed FLOPs: causal counted half) of the
+    implementation `kernel` (flash / flash1 / fused: AttentionCurve.kernel_points): the part's
     curve, or its generation's (hardware/derating.attention_curve), else a ratio of the GEMM rate."""
     curve = attention_curve(acc)
     if curve is not None:
-        pts = [p for p in curve.points if p[0] == causal] or list(curve.points)
-        dims = sorted({p[1] for p in pts}, key=lambda d: abs(d - head_dim))
-        points = sorted((s, r) for _, d, s, r in pts if d == dims[0])
+        kpts = curve.kernel_points(kernel)
+        pts = [p for p in kpts if p[1] == causal] or list(kpts)
+        dims = sorted({p[2] for p in pts}, key=lambda d: abs(d - head_dim))
+        points = sorted((n, r) for _, _, d, n, r in pts if d == dims[0])
         rate = _interp_log(points, seq_len)
         if head_dim < dims[0]:
             c = ATTENTION_SOFTMAX_HEAD_DIMS
@@ -240,12 +243,12 @@ def _interp_log(curve: list[tuple[int, float]], x: float) -> float:
 # assets/flash2_a100_fwd_bwd_benchmark.png; FA2 paper arXiv 2307.08691: FA1 25-40 % of peak against
 # FA2 50-73 %). The 2022-23 Triton kernel (MPT's attn_impl: triton) is the same algorithm: no
 # sequence-parallel work split and the FA1 loop order, so it takes the same rate.
-ATTENTION_KERNEL_RATE = {"flash": 1.0, "flash1": 0.41}
+ATTENTION_KERNEL_RATE = {"flash": 1.0, "flash1": 0.41, "fused": 1.0}
 
 
 def attention_cost(acc: Accelerator, op: Op, flop_scale: float = 1.0) -> OpCost:
     """Fused attention: executed FLOPs x scale at the measured fwd+bwd rate of the op's kernel."""
-    rate = attention_rate_flop_per_s(acc, op.head_dim, op.seq_kv, op.causal, op.precision)
+    rate = attention_rate_flop_per_s(acc, op.head_dim, op.seq_kv, op.causal, op.precision, op.attention_kernel)
     rate *= ATTENTION_KERNEL_RATE[op.attention_kernel]
     tc = op.flop * flop_scale / rate
     tm = op.bytes * flop_scale / acc.hbm_achieved_Bps

@@ -334,31 +334,55 @@ def best_published_mfu(acc: Accelerator) -> tuple[float, str] | None:
 
 
 # -- the attention curve --------------------------------------------------------------------------
-AttentionPt = tuple[bool, int, int, float]  # (causal, head_dim, seq_len, fwd+bwd FLOP/s)
+AttentionPt = tuple[str, bool, int, int, float]  # (kernel, causal, head_dim, seq_len, fwd+bwd FLOP/s)
+# FlashAttention generations, oldest first: the kernel an attention implementation reads
+# (compute/ops.attention_rate_flop_per_s) is picked from these by name
+FLASH_KERNELS = ("flash2", "flash3", "flash4")
 
 
 @dataclass(frozen=True, slots=True)
 class AttentionCurve:
-    """Fused-attention fwd+bwd rates by (causal, head_dim, seq_len), and where they come from."""
+    """Fused-attention fwd+bwd rates by (kernel, causal, head_dim, seq_len), and where they come from."""
 
     points: tuple[AttentionPt, ...]
     provenance: str
 
+    def kernel_points(self, impl: str) -> tuple[AttentionPt, ...]:
+        """The points of the kernel an attention implementation runs: `fused` the newest
+        FlashAttention generation measured, the others (`flash`, `flash1`) FlashAttention-2 where
+        measured, else the newest (Blackwell measured FA4 only). Points of kernels outside
+        FLASH_KERNELS (a CPU's sdpa) serve every implementation."""
+        known = [k for k in FLASH_KERNELS if any(p[0] == k for p in self.points)]
+        if not known:
+            return self.points
+        pick = known[-1] if impl == "fused" or "flash2" not in known else "flash2"
+        return tuple(p for p in self.points if p[0] == pick)
+
 
 def _own_attention_points(acc: Accelerator) -> tuple[AttentionPt, ...]:
-    """The part's fwd+bwd points, plus one per (kernel, causal, head_dim, seq_len) measured only as
-    a forward and a backward: 1 + b FLOPs over the two times, b = ATTENTION_BWD_FLOP_FACTOR."""
+    """The part's fwd+bwd points, plus:
+    - one per (kernel, source, causal, head_dim, seq_len) measured only as a forward and a
+      backward: 1 + b FLOPs over the two times, b = ATTENTION_BWD_FLOP_FACTOR;
+    - a causal point where a kernel has a non-causal fwd+bwd point but no causal one: the
+      non-causal rate times the kernel's own causal / non-causal forward ratio at that head and
+      length, from a source that measured both (FA3 on H100: backward published non-causal only)."""
     pts = acc.calibration.attention
-    out = [(p.causal, p.head_dim, p.seq_len, p.achieved_flop_per_s) for p in pts if p.direction == "fwd_bwd"]
-    whole = {(c, d, s) for c, d, s, _ in out}
-    fwd = {(p.kernel, p.causal, p.head_dim, p.seq_len): p.achieved_flop_per_s for p in pts if p.direction == "fwd"}
-    bwd = {(p.kernel, p.causal, p.head_dim, p.seq_len): p.achieved_flop_per_s for p in pts if p.direction == "bwd"}
+    out: dict[tuple[str, bool, int, int], float] = {
+        (p.kernel, p.causal, p.head_dim, p.seq_len): p.achieved_flop_per_s for p in pts if p.direction == "fwd_bwd"}
+    fwd = {(p.kernel, p.source, p.causal, p.head_dim, p.seq_len): p.achieved_flop_per_s for p in pts if p.direction == "fwd"}
+    bwd = {(p.kernel, p.source, p.causal, p.head_dim, p.seq_len): p.achieved_flop_per_s for p in pts if p.direction == "bwd"}
     b = ATTENTION_BWD_FLOP_FACTOR
     for k in sorted(fwd.keys() & bwd.keys()):
-        if k[1:] not in whole:
-            out.append((*k[1:], (1.0 + b) / (1.0 / fwd[k] + b / bwd[k])))
-            whole.add(k[1:])
-    return tuple(out)
+        out.setdefault((k[0], *k[2:]), (1.0 + b) / (1.0 / fwd[k] + b / bwd[k]))
+    for (kern, causal, d, n), r in sorted(out.items()):
+        if causal or (kern, True, d, n) in out:
+            continue
+        ratios = sorted(fwd[(kern, src, True, d, n)] / fwd[(kern, src, False, d, n)]
+                        for (k2, src, c2, d2, n2) in fwd if (k2, c2, d2, n2) == (kern, True, d, n)
+                        and (kern, src, False, d, n) in fwd)
+        if ratios:
+            out[(kern, True, d, n)] = r * ratios[0]
+    return tuple((*k, v) for k, v in sorted(out.items()))
 
 
 def mamf16_flop_per_s(acc: Accelerator) -> float | None:
@@ -390,7 +414,7 @@ def attention_curve(acc: Accelerator) -> AttentionCurve | None:
         return None
     _, peer, theirs, pts = min(cands)
     scale = mine / theirs
-    return AttentionCurve(tuple((c, d, s, r * scale) for c, d, s, r in pts),
+    return AttentionCurve(tuple((k, c, d, n, r * scale) for k, c, d, n, r in pts),
                           f"fallback: {peer}'s fused-attention curve x 16-bit MAMF ratio {scale:.3g} "
                           f"(same generation {acc.generation})")
 
@@ -417,6 +441,7 @@ def accelerator_provenance(acc: Accelerator, precision: str) -> dict[str, str]:
 
 
 __all__ = [
+    "FLASH_KERNELS",
     "POWER_PAIRS",
     "AttentionCurve",
     "Derived",

@@ -135,7 +135,7 @@ class Evaluator:
     optimizer: str = "adam"
     grad_reduce_bytes: int | None = None
     moe_dispatcher: str | None = None  # the stack's MoE dispatcher (None: alltoall), as estimate applies it
-    framework: Framework | None = None  # the stack's layer mechanisms (its attention stays attention_impl)
+    framework: Framework | None = None  # the stack's layer mechanisms (attention_impl is its kernel)
     _base: ParallelPlan | None = field(default=None, repr=False)
     _layers: dict[tuple[Any, ...], dict[str, np.ndarray]] = field(default_factory=dict, repr=False)
     _counts: dict[tuple[Any, ...], np.ndarray] = field(default_factory=dict, repr=False)
@@ -146,6 +146,10 @@ class Evaluator:
     _mem: dict[tuple[Any, ...], tuple[tuple[float, ...], ...]] = field(default_factory=dict, repr=False)
     _cost_rows: _RowTable = field(default_factory=_RowTable, repr=False)
     _mem_rows: _RowTable = field(default_factory=_RowTable, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.framework is not None:
+            self.attention_impl = self.framework.attention  # the stack's kernel, as estimate applies it
 
     # -- plans the shared functions read (validated grids need no pydantic pass) ---------------
     def plan(self, **kw: Any) -> ParallelPlan:
@@ -159,7 +163,7 @@ class Evaluator:
         plan = self._base.model_copy(update=kw)
         if self.framework is None:
             return plan
-        return apply_framework(plan, self.framework, keep_attention=True)
+        return apply_framework(plan, self.framework)
 
     def graph(self, tp: int, cp: int, ep: int, sp: int, mb: int) -> Graph:
         return cached_graph(self.spec, mb, self.seq_len, tp, cp, ep, bool(sp), self.precision, self.attention_impl,

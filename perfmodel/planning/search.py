@@ -96,7 +96,7 @@ class SearchResult:
         fw = get_framework(self.framework) if self.framework else None
         plan = self.plan(rank)
         if fw is not None:
-            plan = apply_framework(plan, fw, keep_attention=True)
+            plan = apply_framework(plan, fw)
         est = run_engine(engine, self.spec, calibrated_system(self.system, self.profile, fw), plan)
         return with_interval(est, self.profile, self.system, self.spec)
 
@@ -146,8 +146,7 @@ def search(workload: str | ModelSpec, cluster: str | System, n_gpus: int, global
     """Every valid layout of `workload` for `global_batch` sequences on `n_gpus` GPUs (or on each
     of `gpu_counts`), scored, filtered by memory and ranked by `objective`. `calibration` and
     `framework` as in `perfmodel.estimate` (the planner applies the framework's host dispatch
-    and layer mechanisms: TP / p2p overlap, fused fp8 casts and loss; its attention kernel is the
-    planner's flash)."""
+    and layer mechanisms: TP / p2p overlap, fused fp8 casts and loss, and its attention kernel)."""
     t0 = time.perf_counter()
     spec = get_workload(workload) if isinstance(workload, str) else workload
     counts = sorted(set(gpu_counts or [n_gpus]))

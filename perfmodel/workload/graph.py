@@ -35,10 +35,13 @@ CommKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "
 CommGroup = Literal["tp", "cp", "ep", "etp", "dp", "pp"]
 # which dimension tensor parallelism splits: a column-parallel GEMM its N (outputs), a row-parallel
 # GEMM its K (inputs, the partial sums then reduced), attention its heads; "" = not split
-# attention kernels: FlashAttention-2 or later (`flash`), a FlashAttention-1-era fused kernel
-# (`flash1`: flash-attn 1.x or the 2022-23 Triton kernel), or unfused baddbmm + softmax + bmm
-# (`unfused`); compute/ops.ATTENTION_KERNEL_RATE holds the fused kernels' rates
-AttentionImpl = Literal["flash", "flash1", "unfused"]
+# attention kernels: FlashAttention-2 (`flash`: flash-attn 2.x, torch SDPA's flash backend; on a
+# generation with no FA2 measurement its newest), the newest FlashAttention generation measured on
+# the chip (`fused`: FA3 on Hopper, FA4 on Blackwell: what Transformer Engine's fused attention and
+# cuDNN run), a FlashAttention-1-era fused kernel (`flash1`: flash-attn 1.x or the 2022-23 Triton
+# kernel), or unfused baddbmm + softmax + bmm (`unfused`); compute/ops.ATTENTION_KERNEL_RATE and
+# hardware/derating.AttentionCurve.kernel_points hold the fused kernels' rates
+AttentionImpl = Literal["flash", "fused", "flash1", "unfused"]
 ATTENTION_IMPLS: tuple[str, ...] = get_args(AttentionImpl)
 TpSplit = Literal["", "column", "row", "heads", "inner"]  # inner: element-wise between a column and its row
 
@@ -63,7 +66,7 @@ class Op:
     bwd_flop_factor: float = 2.0
     bwd_bytes_factor: float = 2.0
     attn_core: bool = False  # recomputed by selective recompute
-    attention_kernel: str = "flash"  # fused attention: flash or flash1 (see AttentionImpl)
+    attention_kernel: str = "flash"  # fused attention: flash, fused or flash1 (see AttentionImpl)
     causal: bool = False
     heads: int = 0
     head_dim: int = 0
