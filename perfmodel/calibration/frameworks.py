@@ -4,8 +4,9 @@ A runs file's `framework` column (or `--framework`) names the stack. Each stack 
 mechanisms the cost models distinguish, each with the evidence from that stack's code (repos at
 the commits in EVIDENCE_COMMITS):
 
-    attention      `flash` (fused FlashAttention-2-or-later kernel), `flash1` (a FlashAttention-1-era
-                   fused kernel: flash-attn 1.x or the 2022-23 Triton kernel, 0.41 of the FA2 rate)
+    attention      `flash` (FlashAttention-2), `fused` (the newest FlashAttention generation measured on
+                   the chip: FA3 on Hopper, FA4 on Blackwell), `flash1` (a FlashAttention-1-era
+                   fused kernel: the 2022-23 Triton kernel's measured curve, 0.42-0.68 of FA2)
                    or `unfused` (baddbmm + fused scale-mask-softmax + bmm, with the s x s score
                    matrix through HBM)
     host_dispatch  `eager` (Python framework issues every kernel: the host-per-kernel cost
@@ -133,9 +134,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("composer", "flash", "eager", False,
               "llm-foundry (Composer): MPT attn_config attn_impl flash in its training yamls (its published "
               "benchmark tables ran submit_benchmarks.py's --attn_impl default 'triton', the 2022-23 Triton "
-              "kernel, at b2a43a147 / 5e85bd62d; kept on flash because the FA1 CUDA rate that `flash1` "
-              "charges overstates that kernel's slowdown: with it the fit pins attention_in_model at its "
-              "bound and leave-one-source-out worsens, docs/CALIBRATION.md), eager; FSDP1 "
+              "kernel, at b2a43a147 / 5e85bd62d; kept on flash: with `flash1`, the Triton kernel's measured "
+              "curve, the fit pins attention_in_model at its bound 1.2 and leave-one-source-out worsens, "
+              "docs/CALIBRATION.md), eager; FSDP1 "
               "(FullyShardedDataParallel, FlatParameter) with limit_all_gathers and BACKWARD_POST prefetch "
               "(composer FSDPConfig defaults)."),
     Framework("pytorch", "flash", "eager", False,

@@ -55,7 +55,7 @@ from functools import lru_cache
 
 from perfmodel import precision as registry
 from perfmodel.compute.fp8_recipes import Fp8Recipe, gemm_cast_work, recipe_for
-from perfmodel.hardware.derating import attention_curve, kernel_launch_s, mamf_ratio
+from perfmodel.hardware.derating import AttentionPt, attention_curve, kernel_launch_s, kernel_reference, mamf_ratio
 from perfmodel.hardware.specs import Accelerator
 from perfmodel.workload.graph import Op
 
@@ -199,29 +199,54 @@ def grouped_gemm_cost(acc: Accelerator, m: int, n: int, k: int, groups: int, pre
     return OpCost(tc, tm, t0, t, _bound(tc, tm, t0))
 
 
+def _curve_rate(pts: tuple[AttentionPt, ...], head_dim: int, seq_len: int, causal: bool) -> float:
+    """One kernel's fwd+bwd rate at (head_dim, seq_len, causal) from its points: the nearest
+    measured head, interpolated in log(seq_len); a smaller head pays the softmax share."""
+    sel = [p for p in pts if p[1] == causal] or list(pts)
+    dims = sorted({p[2] for p in sel}, key=lambda d: abs(d - head_dim))
+    rate = _interp_log(sorted((n, r) for _, _, d, n, r in sel if d == dims[0]), seq_len)
+    if head_dim < dims[0]:
+        c = ATTENTION_SOFTMAX_HEAD_DIMS
+        rate *= (head_dim / (head_dim + c)) / (dims[0] / (dims[0] + c))
+    return rate
+
+
+@lru_cache(maxsize=1024)
+def kernel_ratio(kernel: str, head_dim: int, seq_len: int, causal: bool) -> float:
+    """A kernel's rate over the FlashAttention-2 rate at the same shape, on the part that measured
+    both (the A100 80GB chart's FlashAttention Triton and FlashAttention-2 bars for `flash1`): the
+    kernel's maturity against FA2 carries to a part that measured only FA2. 1 for FA2-or-later."""
+    ref = kernel_reference(kernel)
+    if ref is None:
+        return 1.0
+    curve = attention_curve(ref)
+    assert curve is not None  # kernel_reference returns parts with both curves
+    return (_curve_rate(curve.kernel_points(kernel), head_dim, seq_len, causal)
+            / _curve_rate(curve.kernel_points("flash"), head_dim, seq_len, causal))
+
+
 @lru_cache(maxsize=1024)
 def attention_rate_flop_per_s(acc: Accelerator, head_dim: int, seq_len: int, causal: bool, precision: str,
                               kernel: str = "flash") -> float:
     """Achieved fused-attention fwd+bwd FLOP/s (executed FLOPs: causal counted half) of the
-    implementation `kernel` (flash / flash1 / fused: AttentionCurve.kernel_points): the part's
-    curve, or its generation's (hardware/derating.attention_curve), else a ratio of the GEMM rate."""
+    implementation `kernel` (flash / fused / flash1: AttentionCurve.kernel_points): the part's
+    curve, or its generation's (hardware/derating.attention_curve), else a ratio of the GEMM rate;
+    a kernel the curve lacks (flash1 on H100) at the FA2-class rate x kernel_ratio."""
     curve = attention_curve(acc)
     if curve is not None:
-        kpts = curve.kernel_points(kernel)
-        pts = [p for p in kpts if p[1] == causal] or list(kpts)
-        dims = sorted({p[2] for p in pts}, key=lambda d: abs(d - head_dim))
-        points = sorted((n, r) for _, _, d, n, r in pts if d == dims[0])
-        rate = _interp_log(points, seq_len)
-        if head_dim < dims[0]:
-            c = ATTENTION_SOFTMAX_HEAD_DIMS
-            rate *= (head_dim / (head_dim + c)) / (dims[0] / (dims[0] + c))
+        own = curve.kernel_points(kernel)
+        if own:
+            rate = _curve_rate(own, head_dim, seq_len, causal)
+        else:
+            rate = _curve_rate(curve.kernel_points("flash"), head_dim, seq_len, causal) * kernel_ratio(
+                kernel, head_dim, seq_len, causal)
         # FlashAttention runs in bf16 under fp8 GEMM training (Transformer Engine's default)
         return rate * acc.in_model_efficiency
     # attention runs in bf16, else the next format the chip has (fp16 on V100, fp32 on a CPU)
     fmt = next((p for p in registry.ATTENTION_PRECISIONS if p in acc.supported_precisions), "bf16")
     ratio = acc.calibration.attention_fallback_ratio
     r = ratio.si("dimensionless", "calibration.attention_fallback_ratio") if ratio else FLASH_FALLBACK_RATIO
-    return r * gemm_rate_flop_per_s(acc, fmt)
+    return r * gemm_rate_flop_per_s(acc, fmt) * kernel_ratio(kernel, head_dim, seq_len, causal)
 
 
 def _interp_log(curve: list[tuple[int, float]], x: float) -> float:
@@ -237,19 +262,9 @@ def _interp_log(curve: list[tuple[int, float]], x: float) -> float:
     return curve[-1][1]
 
 
-# A fused attention kernel's rate relative to the FlashAttention-2 curves the specs hold. flash1:
-# FlashAttention-1 against FlashAttention-2 fwd+bwd on A100 80GB, hd 128, non-causal, seq 1k-16k:
-# 72-83 against 173-203 TFLOP/s, 0.41 at every length (Dao-AILab/flash-attention README chart
-# assets/flash2_a100_fwd_bwd_benchmark.png; FA2 paper arXiv 2307.08691: FA1 25-40 % of peak against
-# FA2 50-73 %). The 2022-23 Triton kernel (MPT's attn_impl: triton) is the same algorithm: no
-# sequence-parallel work split and the FA1 loop order, so it takes the same rate.
-ATTENTION_KERNEL_RATE = {"flash": 1.0, "flash1": 0.41, "fused": 1.0}
-
-
 def attention_cost(acc: Accelerator, op: Op, flop_scale: float = 1.0) -> OpCost:
     """Fused attention: executed FLOPs x scale at the measured fwd+bwd rate of the op's kernel."""
     rate = attention_rate_flop_per_s(acc, op.head_dim, op.seq_kv, op.causal, op.precision, op.attention_kernel)
-    rate *= ATTENTION_KERNEL_RATE[op.attention_kernel]
     tc = op.flop * flop_scale / rate
     tm = op.bytes * flop_scale / acc.hbm_achieved_Bps
     t0 = launch_s(acc) * max(1.0, flop_scale)

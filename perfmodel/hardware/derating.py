@@ -338,6 +338,10 @@ AttentionPt = tuple[str, bool, int, int, float]  # (kernel, causal, head_dim, se
 # FlashAttention generations, oldest first: the kernel an attention implementation reads
 # (compute/ops.attention_rate_flop_per_s) is picked from these by name
 FLASH_KERNELS = ("flash2", "flash3", "flash4")
+# the kernel whose points `flash1` (a FlashAttention-1-era kernel) reads: the 2022-23 Triton
+# FlashAttention, measured beside FA2 in the FA2 README's A100 chart; flash-attn 1.x CUDA reads
+# within 0.85-1.2 of it there (FlashAttention bars)
+FLASH1_KERNEL = "triton"
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,12 +353,15 @@ class AttentionCurve:
 
     def kernel_points(self, impl: str) -> tuple[AttentionPt, ...]:
         """The points of the kernel an attention implementation runs: `fused` the newest
-        FlashAttention generation measured, the others (`flash`, `flash1`) FlashAttention-2 where
-        measured, else the newest (Blackwell measured FA4 only). Points of kernels outside
-        FLASH_KERNELS (a CPU's sdpa) serve every implementation."""
+        FlashAttention generation measured, `flash` FlashAttention-2 where measured, else the
+        newest (Blackwell measured FA4 only), `flash1` the FLASH1_KERNEL points (empty where not
+        measured: compute/ops.kernel_ratio carries its ratio). Points of other kernels (a CPU's
+        sdpa) serve flash and fused."""
+        if impl == "flash1":
+            return tuple(p for p in self.points if p[0] == FLASH1_KERNEL)
         known = [k for k in FLASH_KERNELS if any(p[0] == k for p in self.points)]
         if not known:
-            return self.points
+            return tuple(p for p in self.points if p[0] != FLASH1_KERNEL)
         pick = known[-1] if impl == "fused" or "flash2" not in known else "flash2"
         return tuple(p for p in self.points if p[0] == pick)
 
@@ -383,6 +390,21 @@ def _own_attention_points(acc: Accelerator) -> tuple[AttentionPt, ...]:
         if ratios:
             out[(kern, True, d, n)] = r * ratios[0]
     return tuple((*k, v) for k, v in sorted(out.items()))
+
+
+@lru_cache(maxsize=8)
+def kernel_reference(impl: str) -> Accelerator | None:
+    """The first catalogue part (by id) that measured both the kernel `impl` reads and
+    FlashAttention-2, whose ratio carries to other parts; None for FA2-or-later kernels."""
+    from perfmodel.hardware.catalog import load_catalog
+
+    if impl != "flash1":
+        return None
+    for _, acc in sorted(load_catalog().accelerators.items()):
+        pts = _own_attention_points(acc)
+        if any(p[0] == FLASH1_KERNEL for p in pts) and any(p[0] == "flash2" for p in pts):
+            return acc
+    return None
 
 
 def mamf16_flop_per_s(acc: Accelerator) -> float | None:
@@ -441,6 +463,7 @@ def accelerator_provenance(acc: Accelerator, precision: str) -> dict[str, str]:
 
 
 __all__ = [
+    "FLASH1_KERNEL",
     "FLASH_KERNELS",
     "POWER_PAIRS",
     "AttentionCurve",
@@ -453,6 +476,7 @@ __all__ = [
     "hbm_ratio",
     "in_model_efficiency",
     "kernel_launch_s",
+    "kernel_reference",
     "mamf16_flop_per_s",
     "mamf_ratio",
     "peer_median",
