@@ -24,6 +24,7 @@ import streamlit as st
 
 from perfmodel import app_specs as specs
 from perfmodel.app_fixes import LayoutProblem, diagnose, field_of
+from perfmodel.calibration.frameworks import FRAMEWORKS
 from perfmodel.engines.registry import ENGINE_NAMES
 from perfmodel.errors import PerfmodelError
 from perfmodel.parallel.schedules import SCHEDULE_NAMES
@@ -46,6 +47,7 @@ SCHEDULE_LABELS = {"auto": "automatic", "1f1b": "1F1B", "interleaved": "interlea
                    "zb-h1": "zero bubble (ZB-H1)"}
 LAYOUT_PAGES = ("Estimate", "Training run")  # pages that use the sidebar's layout (the others search or compare their own)
 REFERENCE = "(reference node)"
+NO_STACK = "(none)"
 
 
 # ---- widgets bound to the URL -------------------------------------------------------------------
@@ -84,12 +86,13 @@ def system_for(acc: str, system: str | None, n_gpus: int, scales: tuple[float, .
 
 @st.cache_resource(show_spinner=False, max_entries=1024)
 def estimate(workload: Any, acc: str, system: str | None, plan: Any, engine: str,
-             scales: tuple[float, ...] = (1.0,) * len(WHATIF), calibration: str = "default") -> Any:
-    """One Estimate; cached on (ids, frozen ParallelPlan, engine, what-if factors, calibration)."""
+             scales: tuple[float, ...] = (1.0,) * len(WHATIF), calibration: str = "default",
+             framework: str | None = None) -> Any:
+    """One Estimate; cached on (ids, frozen ParallelPlan, engine, what-if factors, calibration, stack)."""
     import perfmodel
 
     sysobj, _ = system_for(acc, system, plan.world, scales)
-    return perfmodel.estimate(workload, sysobj, plan, engine=engine, calibration=calibration)
+    return perfmodel.estimate(workload, sysobj, plan, engine=engine, calibration=calibration, framework=framework)
 
 
 @st.cache_data(show_spinner=False)
@@ -121,10 +124,10 @@ NO_PLANNER = "This page needs the planner (perfmodel.planning), which is not ava
 
 @st.cache_resource(show_spinner=False, max_entries=64)
 def run_search(workload: Any, cluster: str, n_gpus: int, global_batch: int, seq_len: int | None, precision: str,
-               objective: str, space: Any, calibration: str = "default") -> Any:
+               objective: str, space: Any, calibration: str = "default", framework: str | None = None) -> Any:
     """A SearchResult; cached on ids, numbers and the frozen SearchSpace."""
     return planning().search(workload, cluster, n_gpus, global_batch, seq_len=seq_len, precision=precision,
-                             space=space, objective=objective, calibration=calibration)
+                             space=space, objective=objective, calibration=calibration, framework=framework)
 
 
 # ---- sidebar: the configuration -------------------------------------------------------------------
@@ -164,6 +167,12 @@ def sidebar() -> dict[str, Any] | None:
     engine = _bound(sb.radio, "Engine", "engine", options=list(ENGINE_NAMES), horizontal=True,
                     help="analytic: closed form, instant; des: discrete-event simulation with a timeline")
     cal_label, calibration = calibration_selector(sb, cat.accelerators[acc].generation)
+    stack = _bound(sb.selectbox, "Training stack", "framework", options=[NO_STACK, *FRAMEWORKS],
+                   help="selects the stack's mechanisms (attention kernel, host dispatch, TP / p2p overlap, fused "
+                        "fp8 casts and loss, MoE dispatcher, FSDP layout), each from that stack's code; never a "
+                        "fitted factor (docs/CALIBRATION.md)")
+    if stack != NO_STACK:
+        sb.caption(FRAMEWORKS[stack].evidence[:240] + ("…" if len(FRAMEWORKS[stack].evidence) > 240 else ""))
     sb.subheader("Layout")
     slots["top"] = sb.container()
     c1, c2, c3 = sb.columns(3)
@@ -192,7 +201,7 @@ def sidebar() -> dict[str, Any] | None:
     sp = _bound(c2.checkbox, "seq. parallel", "sp", value=True, help="sequence parallelism (needs tp > 1)")
     return dict(page=page, workload=workload, acc=acc, system=None if system == REFERENCE else system, gpus=int(gpus),
                 engine=engine, calibration=calibration, tp=int(tp), pp=int(pp), cp=int(cp), ep=int(ep), vp=int(vp),
-                calibration_label=cal_label,
+                calibration_label=cal_label, framework=None if stack == NO_STACK else stack,
                 zero=int(zero), mb=int(mb),
                 gb=int(gb), seq=int(seq), recompute=recompute, precision=precision, schedule=schedule, sp=bool(sp),
                 slots=slots)
@@ -341,7 +350,7 @@ def run_estimate(cfg: dict[str, Any], plan: Any, scales: tuple[float, ...] | Non
     """The estimate, or None after showing why it could not be made."""
     try:
         return estimate(spec_of(cfg["workload"]), cfg["acc"], cfg["system"], plan, cfg["engine"],
-                        scales or (1.0,) * len(WHATIF), cfg.get("calibration", "default"))
+                        scales or (1.0,) * len(WHATIF), cfg.get("calibration", "default"), cfg.get("framework"))
     except ModuleNotFoundError as e:
         st.error(f"The {cfg['engine']!r} engine is not available in this build ({e.name} missing); choose 'analytic'.")
     except USER_ERRORS as e:
@@ -395,8 +404,8 @@ def assumptions(cfg: dict[str, Any], plan: Any, est: Any) -> dict[str, Any]:
     """What the headline rests on: sequence length in use, precision, framework, calibration profile."""
     return {"sequence length (tokens)": plan.seq_len or spec_of(cfg["workload"]).seq_len,
             "sequence length from": "the sidebar" if plan.seq_len else f"the workload's default ({cfg['workload']})",
-            "precision": plan.precision, "framework": getattr(est, "framework", None) or getattr(plan, "framework", None)
-            or "none chosen (no per-framework terms: Megatron-LM-style layouts)",
+            "precision": plan.precision,
+            "training stack": cfg.get("framework") or "none chosen (flash attention, eager dispatch, none of the fusions)",
             "calibration profile": calibration_text(cfg, est),
             "engine": est.engine}
 
@@ -482,7 +491,7 @@ def sensitivity(cfg: dict[str, Any], plan: Any, base: Any) -> pd.DataFrame:
         for f in (0.5, 2.0):
             scales = tuple(f if j == i else 1.0 for j in range(len(WHATIF)))
             est = estimate(spec_of(cfg["workload"]), cfg["acc"], cfg["system"], plan, "analytic", scales,
-                           cfg.get("calibration", "default"))
+                           cfg.get("calibration", "default"), cfg.get("framework"))
             rows.append({"factor": label, "change": f"×{f:g}", "step_time_s": est.step_time_s,
                          "delta_s": est.step_time_s - base.step_time_s, "delta": est.step_time_s / base.step_time_s - 1})
     return pd.DataFrame(rows)
@@ -539,7 +548,7 @@ DEFAULT_CANDIDATES = ("h100-sxm5-80gb", "h200-sxm-141gb", "b200", "mi300x", "nvl
 
 @st.cache_data(show_spinner=False, max_entries=256)
 def run_candidate(workload: Any, cand: str, n_gpus: int, global_batch: int, tokens: float, seq_len: int | None,
-                  precision: str, calibration: str = "default") -> tuple[pd.DataFrame, Any]:
+                  precision: str, calibration: str = "default", framework: str | None = None) -> tuple[pd.DataFrame, Any]:
     """(one compare row at PUE 1, the best plan or None) for one candidate; cached per candidate, so
     changing one candidate's precision re-searches that one only."""
     from perfmodel.planning.purchase import resolve_candidate
@@ -549,7 +558,7 @@ def run_candidate(workload: Any, cand: str, n_gpus: int, global_batch: int, toke
     except USER_ERRORS as e:
         return pd.DataFrame([{"candidate": cand, "n_gpus": n_gpus, "message": str(e)}]), None
     row = planning().compare(workload, [system], n_gpus, global_batch, tokens, seq_len=seq_len, precision=precision,
-                             calibration=calibration)
+                             calibration=calibration, framework=framework)
     row["candidate"] = cand
     if msgs:
         row["message"] = ["; ".join([*msgs, str(m)] if isinstance(m, str) and m else msgs) for m in row.get("message", [""])]
@@ -707,7 +716,7 @@ def page_compare(cfg: dict[str, Any]) -> None:
         with st.spinner("Searching the best layout on each candidate…"):
             for cand in precisions:
                 row, plan = run_candidate(spec_of(cfg["workload"]), cand, cfg["gpus"], cfg["gb"], tokens, cfg["seq"] or None,
-                                          precisions[cand], cfg.get("calibration", "default"))
+                                          precisions[cand], cfg.get("calibration", "default"), cfg.get("framework"))
                 rows.append(row.assign(precision=precisions[cand]))
                 plans[cand] = plan
     except USER_ERRORS as e:
@@ -853,7 +862,7 @@ def page_search(cfg: dict[str, Any]) -> None:
         objective, top, space = search_space()
         with st.spinner("Searching layouts…"):
             res = run_search(spec_of(cfg["workload"]), cfg["system"] or cfg["acc"], cfg["gpus"], cfg["gb"], cfg["seq"] or None,
-                             cfg["precision"], objective, space, cfg.get("calibration", "default"))
+                             cfg["precision"], objective, space, cfg.get("calibration", "default"), cfg.get("framework"))
     except USER_ERRORS as e:
         st.error(str(e))
         return

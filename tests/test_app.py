@@ -372,8 +372,24 @@ def test_estimate_shows_no_interval_badge_and_assumptions(default_app: AppTest) 
     assert any(m.startswith("Step time 80 % interval") and "no interval" not in m for m in md)
     assert any("badge[" in m and "measured" in m for m in md)
     assumptions = next(c.value for c in default_app.caption if c.value.startswith("Assumptions"))
-    for text in ("sequence length (tokens): **2048**", "precision: **bf16**", "framework", "calibration profile"):
+    for text in ("sequence length (tokens): **2048**", "precision: **bf16**", "training stack", "calibration profile"):
         assert text in assumptions
+
+
+def test_the_training_stack_selector_reaches_the_estimate() -> None:
+    """Megatron-Core selects fused (FA3) attention and Transformer Engine's fusions: on H100 the
+    same layout is faster than under no stack, the assumptions name the stack, and the page shows
+    the stack's evidence; torchtitan (FA2, eager) is not that fast."""
+    kw = dict(workload="llama3-8b", acc="h100-sxm5-80gb", gpus="8", tp="1", pp="1", gb="64", mb="1")
+    plain, mcore, titan = app(**kw), app(**kw, framework="megatron-core"), app(**kw, framework="torchtitan")
+    for at in (plain, mcore, titan):
+        no_exception(at)
+    step = {name: float(metric(at, "Step time (s)")) for name, at in
+            (("plain", plain), ("mcore", mcore), ("titan", titan))}
+    assert step["mcore"] < step["plain"] and step["mcore"] < step["titan"]
+    assumptions = next(c.value for c in mcore.caption if c.value.startswith("Assumptions"))
+    assert "training stack: **megatron-core**" in assumptions
+    assert any("Transformer Engine" in c.value for c in mcore.caption)
 
 
 def test_estimate_shows_the_interval_when_the_library_gives_one(monkeypatch: pytest.MonkeyPatch) -> None:
