@@ -568,12 +568,13 @@ def run_candidate(workload: Any, cand: str, n_gpus: int, global_batch: int, toke
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def run_layout_sensitivity(workload: Any, cand: str, n_gpus: int, plan: Any, pct: float,
-                           calibration: str = "default") -> pd.DataFrame:
+                           calibration: str = "default", framework: str | None = None) -> pd.DataFrame:
     """Step time of the candidate's chosen layout with each bandwidth moved by ±pct (no re-search)."""
     from perfmodel.planning.purchase import layout_sensitivity, resolve_candidate
 
     system, _ = resolve_candidate(cand, n_gpus)
-    return layout_sensitivity(workload, system, plan, pct, calibration=calibration).assign(candidate=cand)
+    return layout_sensitivity(workload, system, plan, pct, calibration=calibration,
+                              framework=framework).assign(candidate=cand)
 
 
 @st.cache_data(show_spinner=False)
@@ -755,7 +756,7 @@ def page_compare(cfg: dict[str, Any]) -> None:
     sens = None
     if pct:
         sens = pd.concat([run_layout_sensitivity(spec_of(cfg["workload"]), c, cfg["gpus"], plans[c], float(pct),
-                                                 cfg.get("calibration", "default"))
+                                                 cfg.get("calibration", "default"), cfg.get("framework"))
                           for c in plans if plans[c] is not None] or [pd.DataFrame()], ignore_index=True)
         if not sens.empty:
             st.altair_chart(charts.sensitivity_chart(sens), width="stretch")

@@ -190,22 +190,28 @@ SENSITIVITY_KNOBS = {"scale-out bandwidth": "inter_bw", "scale-up bandwidth": "i
 
 
 def layout_sensitivity(spec: ModelSpec, system: System, plan: ParallelPlan, pct: float,
-                       calibration: str | Profile | None = "default") -> pd.DataFrame:
+                       calibration: str | Profile | None = "default", framework: str | None = None) -> pd.DataFrame:
     """Time to train of one chosen layout with each bandwidth moved by ±pct, as a ratio to the
     baseline, and the price moved by ±pct (long form: knob, change_pct, days_ratio, cost_ratio).
     The layout is held (one analytic estimate per point, no re-search): what the bought system
     does when a bandwidth turns out lower or higher than its spec. Time and cost scale with the
     step time (the token count is fixed); energy is not moved here. `calibration` as in
-    `perfmodel.estimate`: the profile is applied to every moved system, as the compare did."""
+    `perfmodel.estimate`: the profile is applied to every moved system, as the compare did, and so
+    is the `framework`'s mechanisms."""
+    from perfmodel.calibration.frameworks import apply_framework
+    from perfmodel.calibration.frameworks import framework as get_framework
     from perfmodel.calibration.profile import calibrated_system, load_profile
     from perfmodel.engines.registry import run_engine
 
     prof = load_profile(calibration)
-    base = run_engine("analytic", spec, calibrated_system(system, prof), plan).step_time_s
+    fw = get_framework(framework) if framework else None
+    if fw is not None:
+        plan = apply_framework(plan, fw)
+    base = run_engine("analytic", spec, calibrated_system(system, prof, fw), plan).step_time_s
     rows = []
     for knob, arg in SENSITIVITY_KNOBS.items():
         for sign in (-1, 1):
-            moved = calibrated_system(system.scaled(**{arg: 1 + sign * pct / 100}), prof)
+            moved = calibrated_system(system.scaled(**{arg: 1 + sign * pct / 100}), prof, fw)
             step = run_engine("analytic", spec, moved, plan).step_time_s
             rows.append({"knob": knob, "change_pct": sign * pct, "step_time_s": step, "days_ratio": step / base,
                          "cost_ratio": step / base})
