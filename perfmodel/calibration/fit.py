@@ -115,7 +115,8 @@ class Problem:
         self.member = np.zeros((len(rows), len(KNOBS), len(self.keys)))
         for i, r in enumerate(rows):
             for k, (name, p) in enumerate(zip(self.keys, self.params, strict=True)):
-                if p.scope != "generation" or name == key(p, r.system.accelerator.generation):
+                acc = r.system.accelerator
+                if p.applies(acc, acc.generation if name == key(p, acc.generation) else None):
                     self.member[i, KNOBS.index(p.knob), k] = 1.0
         from perfmodel.calibration.frameworks import host_dispatch_factor
 

@@ -72,7 +72,8 @@ class Profile:
         f: dict[Knob, float] = dict.fromkeys(KNOBS, 1.0)
         for p in REGISTRY:
             scope_value = acc.generation if p.scope == "generation" else None
-            f[p.knob] *= self.value(p.name, scope_value)
+            if p.applies(acc, scope_value):
+                f[p.knob] *= self.value(p.name, scope_value)
         if fw is not None:
             f["host"] *= host_dispatch_factor(fw)
         return f
