@@ -7,12 +7,14 @@ import csv
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import perfmodel
 from perfmodel import ParallelPlan
 from perfmodel.compute.ops import grouped_gemm_cost, op_cost
 from perfmodel.engines.analytic import analytic_estimate
-from perfmodel.engines.costs import comm_s, layer_time
+from perfmodel.engines.costs import combined_1f1b_pair_s, combined_1f1b_paired_fraction, comm_s, layer_time
 from perfmodel.engines.stages import dp_collectives, moe_options, plan_graph
 from perfmodel.errors import LayoutError
 from perfmodel.memory import memory_per_rank
@@ -251,21 +253,82 @@ def test_moe_estimate_breaks_down_and_des_agrees() -> None:
     assert math.isfinite(est.mfu) and 0 < est.mfu < 1
 
 
-def test_combined_1f1b_hides_the_all_to_alls_behind_the_other_direction() -> None:
-    """overlap_moe_expert_parallel_comm: forward all-to-alls beside another micro-batch's backward
-    compute, backward ones beside a forward: exposed = max(0, a2a - compute of the other direction)."""
+def test_combined_1f1b_pair_by_hand() -> None:
+    """Megatron-Core's combined 1F1B (model_chunk_schedule_plan.py TransformerLayerSchedulePlan.run):
+    comm combine_b | dispatch_f -> dispatch_b | combine_f beside comp pre_f | mlp_b -> mlp_w -> mlp_f |
+    pre_b -> pre_w. Seconds: pre_f 2, mlp_f 3, pre_b 4, pre_w 1, mlp_b 3, mlp_w 2 (compute 15);
+    dispatch_f 5, combine_f 1, dispatch_b 2, combine_b 1:
+        s1 = max(2, 1) = 2; mlp_b ends 5; dispatch_f ends 7; dispatch_b ends max(7, 5) + 2 = 9
+        mlp_f ends max(5 + 2, 7) + 3 = 10; combine_f ends max(9, 10) + 1 = 11
+        pre_b + pre_w end max(10, 9) + 4 + 1 = 15 -> pair 15: every all-to-all hidden.
+    With dispatch_f 10: dispatch_f ends 12, dispatch_b 14, mlp_f max(7, 12) + 3 = 15, combine_f 16,
+    pre_b + pre_w max(15, 14) + 5 = 20 -> pair 20, 5 s exposed (the old 'each direction behind the
+    other's whole compute' gave max(0, 11 - 10) + max(0, 3 - 5) = 1 s)."""
+    assert combined_1f1b_pair_s(2, 3, 4, 1, 3, 2, 5, 1, 2, 1) == pytest.approx(15.0)
+    assert combined_1f1b_pair_s(2, 3, 4, 1, 3, 2, 10, 1, 2, 1) == pytest.approx(20.0)
+    # no communication: the compute alone
+    assert combined_1f1b_pair_s(2, 3, 4, 1, 3, 2, 0, 0, 0, 0) == pytest.approx(15.0)
+
+
+@given(st.lists(st.floats(0.0, 10.0), min_size=10, max_size=10))
+def test_combined_1f1b_pair_between_compute_and_serial(x: list[float]) -> None:
+    """A pair is never shorter than its compute (one compute stream) nor than its transfers (one
+    communication stream), and never longer than running both one after the other."""
+    comp, comm = sum(x[:6]), sum(x[6:])
+    pair = combined_1f1b_pair_s(*x)
+    assert max(comp, comm) - 1e-9 <= pair <= comp + comm + 1e-9
+
+
+def test_combined_1f1b_paired_fraction_by_hand() -> None:
+    """No pipelining: m - 1 of m forwards are paired (combined_1f1b_schedule_for_no_pipelining).
+    Interleaved pp 8, vp 2, 128 micro-batches: 256 chunk forwards, warmup on average
+    (8 - 1) + (2 - 1)·8 + 1 = 16 -> 240 / 256 paired."""
+    assert combined_1f1b_paired_fraction(ParallelPlan(dp=64, ep=64, global_batch=4096)) == pytest.approx(63 / 64)
+    plan = ParallelPlan(pp=8, vp=2, dp=32, ep=32, global_batch=4096)
+    assert plan.num_micro_batches == 128
+    assert combined_1f1b_paired_fraction(plan) == pytest.approx(240 / 256)
+    # one micro-batch: nothing to pair with
+    assert combined_1f1b_paired_fraction(ParallelPlan(dp=64, ep=64, global_batch=64)) == 0.0
+
+
+def test_combined_1f1b_layer_exposes_the_pairs_excess_and_the_unpaired_all_to_alls() -> None:
+    """A DeepSeek-V3 MoE layer, 2 micro-batches without pipelining (1 of 2 forwards paired): the exposed
+    expert-parallel seconds are 1/2 x (pair - compute) + 1/2 x every all-to-all, the pair composed
+    from the layer's own op and collective costs (routed experts = the mlp node)."""
     sys_ = h100(64)
-    plan = ParallelPlan(dp=64, ep=64, global_batch=64, seq_len=4096)
+    plan = ParallelPlan(dp=64, ep=64, global_batch=128, seq_len=4096)
     spec = DSV3.with_(seq_len=4096)
     layer = moe_layer(plan_graph(spec, plan))
-    t0 = layer_time(sys_, plan, layer)
-    t1 = layer_time(sys_, plan.model_copy(update={"moe_a2a_overlap": True}), layer)
-    ep_f = sum(comm_s(sys_, plan, c) * c.fwd for c in layer.comms if c.group in ("ep", "etp"))
-    ep_b = sum(comm_s(sys_, plan, c) * c.bwd for c in layer.comms if c.group in ("ep", "etp"))
-    assert t0.fwd_comm_s == pytest.approx(ep_f, rel=1e-9) and t0.bwd_comm_s == pytest.approx(ep_b, rel=1e-9)
-    assert t1.fwd_comm_s == pytest.approx(max(0.0, ep_f - t0.bwd_gpu_s), rel=1e-9)
-    assert t1.bwd_comm_s == pytest.approx(max(0.0, ep_b - t0.fwd_gpu_s), rel=1e-9)
+    over = plan.model_copy(update={"moe_a2a_overlap": True})
+    t0, t1 = layer_time(sys_, plan, layer), layer_time(sys_, over, layer)
+    acc = sys_.accelerator
+    cost = {o.name: (op_cost(acc, o, "fwd").time_s, op_cost(acc, o, "bwd").time_s,
+                     op_cost(acc, o, "bwd").time_s * o.wgrad_factor / o.bwd_flop_factor if o.wgrad_factor else 0.0)
+            for o in layer.ops}
+    expert = [n for n in cost if n.startswith(("sort_chunks", "expert_", "unsort_chunks"))]
+    assert expert == ["sort_chunks", "expert_fc1", "expert_act", "expert_fc2", "unsort_chunks"]
+    mlp_f, mlp_b, mlp_w = (sum(cost[n][i] for n in expert) for i in range(3))
+    fwd, bwd, wgrad = (sum(v[i] for v in cost.values()) for i in range(3))
+    c = comms(layer)
+    disp, comb = comm_s(sys_, over, c["moe_dispatch"]), comm_s(sys_, over, c["moe_combine"])
+    pair = combined_1f1b_pair_s(fwd - mlp_f, mlp_f, bwd - mlp_b - (wgrad - mlp_w), wgrad - mlp_w, mlp_b - mlp_w, mlp_w,
+                                disp, comb, disp, comb)
+    count = comm_s(sys_, over, c["moe_count_allgather"])
+    exposed = 0.5 * (pair - fwd - bwd) + 0.5 * 2 * (disp + comb)
+    assert t1.fwd_comm_s + t1.bwd_comm_s == pytest.approx(exposed + count, rel=1e-9)
+    assert t1.fwd_comm_s == pytest.approx(count + exposed / 2, rel=1e-9)  # dispatch + combine each way
+    assert t0.fwd_comm_s + t0.bwd_comm_s == pytest.approx(count + 2 * (disp + comb), rel=1e-9)
     assert t1.fwd_s + t1.bwd_s < t0.fwd_s + t0.bwd_s
+
+
+def test_combined_1f1b_des_agrees_with_analytic() -> None:
+    """The overlap lives in the shared layer costs: both engines read it."""
+    from perfmodel.engines.des import des_estimate
+    sys_ = h100(16)
+    plan = ParallelPlan(pp=2, vp=2, dp=8, ep=8, micro_batch=1, global_batch=64, seq_len=4096, moe_a2a_overlap=True)
+    est = analytic_estimate(MIXTRAL, sys_, plan)
+    assert des_estimate(MIXTRAL, sys_, plan).step_time_s == pytest.approx(est.step_time_s, rel=0.05)
+    assert est.step_time_s < analytic_estimate(MIXTRAL, sys_, plan.model_copy(update={"moe_a2a_overlap": False})).step_time_s
 
 
 @pytest.mark.parametrize("wid", ["mixtral-8x7b", "deepseek-v3"])

@@ -137,6 +137,64 @@ def comm_s(system: System, plan: ParallelPlan, c: Comm) -> float:
     return collective_time_s(system, c.kind, c.bytes, degree, stride)
 
 
+# the ops of a MoE layer between the dispatch and the combine (Megatron-Core's `mlp` schedule node:
+# the routed experts); every other op of the layer is its `pre_dispatch_computation` node
+# (attention, norms, router, shared experts: models/common/utils.py backward_dw runs the shared
+# experts' weight gradients with the attention's)
+EXPERT_OP_PREFIXES = ("sort_chunks", "expert_", "unsort_chunks")
+
+
+def combined_1f1b_pair_s(pre_f: float, mlp_f: float, pre_b: float, pre_w: float, mlp_b: float, mlp_w: float,
+                         disp_f: float, comb_f: float, disp_b: float, comb_b: float) -> float:
+    """Seconds of one MoE layer's forward (micro-batch i) and backward (micro-batch j) run together
+    as Megatron-Core's combined 1F1B does (overlap_moe_expert_parallel_comm with delay_wgrad_compute;
+    Megatron-LM @ d98e8a64 megatron/core/models/common/model_chunk_schedule_plan.py
+    TransformerLayerSchedulePlan.run): a compute stream and one communication stream,
+
+        comm:  combine_b   | dispatch_f -> dispatch_b          | combine_f
+        comp:  pre_f       | mlp_b -> mlp_w -> mlp_f           | pre_b -> pre_w
+
+    pre = attention, norms, router, shared experts (its backward split into the data gradient pre_b
+    and the weight gradient pre_w, which runs last); mlp = the routed experts (mlp_b the data
+    gradient, mlp_w the delayed weight gradient). Each transfer waits for its producer and for the
+    stream: dispatch_f for pre_f, mlp_b for combine_b, dispatch_b for mlp_b, mlp_f for dispatch_f,
+    combine_f for mlp_f, pre_b for dispatch_b:
+
+        s1    = max(pre_f, combine_b)
+        disp_b ends  max(s1 + dispatch_f, s1 + mlp_b) + dispatch_b
+        mlp_f  ends  max(s1 + mlp_b + mlp_w, s1 + dispatch_f) + mlp_f
+        pair  = max(max(disp_b end, mlp_f end) + combine_f, max(mlp_f end, disp_b end) + pre_b + pre_w)
+
+    Each all-to-all hides behind one piece of the other micro-batch's compute only; the pair is
+    never shorter than its compute, and never longer than compute plus every transfer."""
+    s1 = max(pre_f, comb_b)
+    mlp_b_end = s1 + mlp_b
+    disp_f_end = s1 + disp_f
+    disp_b_end = max(disp_f_end, mlp_b_end) + disp_b
+    mlp_f_end = max(mlp_b_end + mlp_w, disp_f_end) + mlp_f
+    comb_f_end = max(disp_b_end, mlp_f_end) + comb_f
+    pre_b_end = max(mlp_f_end, disp_b_end) + pre_b + pre_w
+    return max(comb_f_end, pre_b_end)
+
+
+def combined_1f1b_paired_fraction(plan: ParallelPlan) -> float:
+    """Share of a rank's layer forwards that run paired with another micro-batch's backward under
+    the combined 1F1B (the rest run alone, their all-to-alls exposed). Without pipelining, m
+    micro-batches give m - 1 pairs (the first forward and the last backward run alone: Megatron-LM
+    @ d98e8a64 pipeline_parallel/combined_1f1b.py combined_1f1b_schedule_for_no_pipelining). With
+    pipelining, Megatron-Core needs the interleaved schedule (transformer_config.py: pp > 1 requires
+    virtual_pipeline_model_parallel_size), whose warmup on rank r is 2(pp - 1 - r) + (vp - 1)·pp
+    forwards plus one extra for the overlap (schedules.py get_pp_rank_microbatches; the micro-batch
+    group per virtual stage defaults to pp): over the ranks that is on average
+    (pp - 1) + (vp - 1)·pp + 1 of the m·vp chunk forwards, and as many backwards in the cooldown."""
+    m = plan.num_micro_batches
+    if plan.pp == 1:
+        return (m - 1) / m
+    total = m * plan.vp
+    warmup = (plan.pp - 1) + (plan.vp - 1) * plan.pp + 1
+    return max(0, total - warmup) / total
+
+
 def sp_amax_allreduce_s(system: System, plan: ParallelPlan, layer: Layer) -> tuple[float, float]:
     """(forward, backward) seconds of the per-tensor amax all-reduces over tp that current scaling
     and NVFP4 need for sequence-parallel operands (compute/fp8_recipes.py): one per quantized
@@ -160,6 +218,7 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
     fwd = bwd = core = wgrad = 0.0
     kf = kb = kcore = kw = 0
     attn_compute = 0.0
+    mlp_f = mlp_b = mlp_w = 0.0  # the routed experts' forward, backward and its weight-gradient part
     prefixes = {c.hide_behind for c in layer.comms if c.overlappable and c.hide_behind}
     behind = {p: [0.0, 0.0] for p in prefixes}  # fwd / bwd seconds of the ops a collective hides behind
     fused = plan.fp8_fused_casts
@@ -189,11 +248,24 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
             kcore += op.kernels
         if op.kind == "attention" or op.attn_core:
             attn_compute += f
+        if op.name.startswith(EXPERT_OP_PREFIXES):
+            mlp_f += f
+            mlp_b += b
+            if op.wgrad_factor > 0 and op.bwd_flop_factor > 0:
+                mlp_w += b * op.wgrad_factor / op.bwd_flop_factor
     cf = cb = 0.0
     ep_f = ep_b = 0.0  # expert-parallel collectives (ep, etp groups) left exposed so far
     tp_f = tp_b = 0.0  # overlapped tensor-parallel collectives
+    a2a = {"disp_f": 0.0, "comb_f": 0.0, "disp_b": 0.0, "comb_b": 0.0}  # under the combined 1F1B
     for c in layer.comms:
         t = comm_s(system, plan, c)
+        if plan.moe_a2a_overlap and c.routing is not None:
+            # the token exchange (dispatch, combine and their etp all-gather / reduce-scatter);
+            # the backward of a combine runs first, that of a dispatch after the experts' backward
+            side = "comb" if ("combine" in c.name or c.kind == "reduce_scatter") else "disp"
+            a2a[side + "_f"] += t * c.fwd
+            a2a[side + "_b"] += t * c.bwd
+            continue
         if c.overlappable and c.hide_behind:
             # e.g. the MoE dispatch / combine all-to-alls beside the shared experts' GEMMs
             hf_s, hb_s = behind[c.hide_behind]
@@ -225,10 +297,22 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
     amax_f, amax_b = sp_amax_allreduce_s(system, plan, layer)
     cf += amax_f
     cb += amax_b
-    if plan.moe_a2a_overlap:
-        # Megatron-Core's combined 1F1B (overlap_moe_expert_parallel_comm): one micro-batch's
-        # forward all-to-alls run beside another's backward compute of the layer, and vice versa
-        ep_f, ep_b = max(0.0, ep_f - bwd), max(0.0, ep_b - fwd)
+    rec = plan.recompute if layer.recomputable else "none"
+    r_gpu = fwd if rec == "full" else core if rec == "selective" else 0.0
+    plain_f, plain_b = a2a["disp_f"] + a2a["comb_f"], a2a["disp_b"] + a2a["comb_b"]
+    if plain_f + plain_b > 0.0:
+        # Megatron-Core's combined 1F1B (overlap_moe_expert_parallel_comm): a paired forward and
+        # backward expose what their pair takes beyond its compute (combined_1f1b_pair_s; the
+        # recompute runs before the backward's attention), split between the passes by their
+        # all-to-all seconds; the unpaired warmup forwards and cooldown backwards expose all of theirs
+        pre_w = wgrad - mlp_w
+        comp = fwd + bwd + r_gpu
+        pair = combined_1f1b_pair_s(fwd - mlp_f, mlp_f, bwd - mlp_b - pre_w + r_gpu, pre_w, mlp_b - mlp_w, mlp_w,
+                                    a2a["disp_f"], a2a["comb_f"], a2a["disp_b"], a2a["comb_b"])
+        paired = combined_1f1b_paired_fraction(plan)
+        exposed = pair - comp
+        ep_f += paired * exposed * plain_f / (plain_f + plain_b) + (1.0 - paired) * plain_f
+        ep_b += paired * exposed * plain_b / (plain_f + plain_b) + (1.0 - paired) * plain_b
     cf += ep_f
     cb += ep_b
     hf, hb = host_op_s(acc)
@@ -236,13 +320,12 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
         # a captured layer is one graph launch per pass (its kernels' launch gaps are already in
         # their GPU seconds, compute/ops.launch_s): the host issues 1 op, not one per kernel
         kf, kb, kcore, kw = min(kf, 1), min(kb, 1), min(kcore, 1), min(kw, 1)
-    rec = plan.recompute if layer.recomputable else "none"
     if rec == "full":
-        r_gpu, r_comm, r_host = fwd, cf, kf * hf
+        r_comm, r_host = cf, kf * hf
     elif rec == "selective":
-        r_gpu, r_comm, r_host = core, 0.0, kcore * hf
+        r_comm, r_host = 0.0, kcore * hf
     else:
-        r_gpu = r_comm = r_host = 0.0
+        r_comm = r_host = 0.0
     return LayerTime(fwd_gpu_s=fwd, bwd_gpu_s=bwd, recompute_gpu_s=r_gpu, fwd_comm_s=cf, bwd_comm_s=cb,
                      recompute_comm_s=r_comm, fwd_host_s=kf * hf, bwd_host_s=kb * hb, recompute_host_s=r_host,
                      wgrad_gpu_s=wgrad, wgrad_host_s=kw * hb, host_serial=acc.kind == "cpu")
