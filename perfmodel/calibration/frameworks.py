@@ -38,6 +38,47 @@ the commits in EVIDENCE_COMMITS):
                    "transformer_engine" only in some Qwen3-MoE / Nemotron-H recipes); a plan may. A
                    stack that compiles its whole step is `host_dispatch` compiled.
 
+MoE settings of Megatron-Bridge's performance recipes (NVIDIA-NeMo/Megatron-Bridge; the releases of
+the published tables read at tags v0.2.0 = 25.11, v0.4.2 = 26.04.01, v0.5.0 = 26.06 and HEAD 067f987
+= 26.08; scripts/performance/configs/*/..._workload_base_configs.py before 26.08,
+src/megatron/bridge/perf_recipes/ at HEAD) and what megatron-core selects from them:
+
+    dispatcher     flex (HybridEP on GB200 / GB300 / B300, DeepEP for DeepSeek-V3 MXFP8 on B200) in most
+                   MoE recipes: selected (moe_dispatcher above). alltoall remains where a recipe names no
+                   backend: Qwen3 on B200 / H100 and GPT-OSS in 25.11 (v0.2.0 configs), Qwen3-235B on B200
+                   at HEAD (perf_recipes/qwen/b200/qwen3_moe.py:105-106); a plan says --moe-dispatcher
+                   alltoall for those.
+    shared-expert  moe_shared_expert_overlap: the DeepSeek-V3 base recipe sets it (recipes/deepseek/h100/
+      overlap      deepseek_v3.py:232) and apply_flex_dispatcher_backend clears it whenever the dispatcher
+                   is flex (training/flex_dispatcher_backend.py:85); Megatron-Core forbids it beside the
+                   1F1B overlap (transformer_config.py:3040-3041). Not selected (ParallelPlan's default, off).
+    fp8 dispatch   no: HybridEP asserts it off (Megatron-LM megatron/core/transformer/moe/fused_a2a.py:327,
+                   :402) and no recipe sets moe_dispatch_fwd_dtype (default bf16). Not selected.
+    1F1B a2a       overlap_moe_expert_parallel_comm with delay_wgrad_compute (ParallelPlan.moe_a2a_overlap)
+      overlap      is a per-recipe choice: on in every 26.06 / 26.08 MXFP8 recipe on GB200 / GB300 (perf_
+                   recipes/deepseek/common.py:76-77 _enable_deepseek_full_iteration_mxfp8, qwen/common.py:
+                   58-59, gpt_oss/common.py:48-49; v0.5.0 ..._FP8_MX_V1/V2 moe_a2a_overlap=True), for
+                   DeepSeek-V3 MXFP8 on B200 from 26.04.01 (v0.4.2 DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2),
+                   GPT-OSS BF16 on GB200 in 26.04.01, Qwen3-235B on H100 and B200 in 25.11 (v0.2.0), Qwen3-30B
+                   on H100 in 25.11; off in the others (v0.4.2 deepseek GB300 / GB200 / B300 V1
+                   moe_a2a_overlap=False; the BF16 / FP8-CS recipes at HEAD but GPT-OSS BF16 on GB200).
+                   It depends on the release, the model and the precision, not on the stack, and the
+                   runs format has no column for it:
+                   not selected; a plan turns it on (--moe-a2a-overlap) where its recipe does. Megatron-Core
+                   accepts it only with ep > 1, without full recompute, and with pp > 1 only under the
+                   interleaved schedule (transformer_config.py:3007-3032).
+    CUDA graphs    per recipe: transformer_engine scope attn / moe_router / moe_preprocess in many, full
+                   iteration in the 26.06+ MXFP8 ones (together with the 1F1B overlap), none in others.
+    forced load    moe_router_force_load_balancing=True in every MoE performance recipe of every release
+      balance      (v0.2.0 configs/deepseek/deepseek_llm_pretrain.py:43, qwen3/qwen3_llm_pretrain.py:47,
+                   gpt_oss/gpt_oss_llm_pretrain.py:37; HEAD perf_recipes/deepseek/common.py:37): a benchmark
+                   choice, not a mechanism of the stack, so moe_imbalance stays at its default; the runs
+                   format has no column for it (docs/VALIDATION.md), a plan says --moe-imbalance 1.
+    also per recipe  recompute_modules (mla_up_proj, mlp, moe_act, layernorm), the DeepSeek pipeline
+                   layout ("Et*4|(t*4|)*14tmL"), paged stash and expert-rank capacity factor 1.5 with full-
+                   iteration graphs; moe_permute_fusion and moe_grouped_gemm are on everywhere (the
+                   builder's permute and grouped expert GEMMs already assume them).
+
 A mechanism a plan already sets stays set: the framework only turns on what the stack does by
 default. FSDP prefetch is ParallelPlan.overlap_fsdp_prefetch, on by default for every stack.
 
