@@ -11,11 +11,14 @@ shard) also the weights. Expert weights are sharded by ep·etp and their data-pa
 group is edp = tp·cp·dp/(ep·etp) (MoE parallel folding).
 
 Activations: the per-layer saved bytes of the graph (Korthikanti et al. 2022) times the layers
-on the stage times the micro-batches in flight on stage 0, which the schedule states
-(perfmodel/parallel/schedules/: 1 without a pipeline, min(m, p) for 1F1B and ZB-H1, m for GPipe,
-p·(1 + (p-1)/(p·v)) for the interleaved schedule, Narayanan et al. 2021 §2.2.2). Full recompute
+on the stage times the micro-batches in flight on that stage, which the schedule states
+(perfmodel/parallel/schedules/: 1 without a pipeline; on rank s min(m, p - s) for 1F1B (so the
+last stage, which holds the fp32 logits, keeps one micro-batch), min(m, p) for ZB-H1, m for
+GPipe, (2(p-s-1) + (v-1)p + 1)/v for the interleaved schedule, p·(1 + (p-1)/(p·v)) on rank 0,
+Narayanan et al. 2021 §2.2.2; Megatron-LM schedules.py warm-up counts). Full recompute
 keeps only each layer's input plus one layer's working set; selective recompute drops the
-attention core (softmax, dropout, scores). The layers on a stage are Megatron's split
+attention core's s²-sized intermediates (softmax, dropout) and keeps its Q, K, V inputs
+(selective_dropped_bytes). The layers on a stage are Megatron's split
 (perfmodel/parallel/split.py); the peak is taken over MEMORY_STAGES.
 
 Runtime: CUDA context, cuBLAS / NCCL workspaces and allocator slack, RUNTIME_BYTES below.
@@ -30,6 +33,7 @@ from perfmodel.compute.optimizers import state_bytes_per_param
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.split import stage_layers
+from perfmodel.units import fmt
 from perfmodel.workload.graph import Graph, Layer
 
 # CUDA context (~0.5 GiB on Hopper with lazy module loading), cuBLAS workspace (32 MiB per
@@ -37,6 +41,7 @@ from perfmodel.workload.graph import Graph, Layer
 # caching allocator's rounding: 1 GiB in total, the same order as nvidia-smi shows for an idle
 # PyTorch process that has run one NCCL collective.
 RUNTIME_BYTES = 1.0 * 2**30
+RECOMPUTE_LEVELS = ("none", "selective", "full")  # each keeps fewer activations than the one before
 MASTER_BYTES = 4.0  # the fp32 master copy counted in every optimizer's state (compute/optimizers.py)
 
 
@@ -67,10 +72,12 @@ class MemoryBreakdown:
                 "activations": self.activations_bytes, "runtime": self.runtime_bytes}
 
 
-def in_flight_micro_batches(plan: ParallelPlan) -> float:
+def in_flight_micro_batches(plan: ParallelPlan, stage: int = 0) -> float:
+    """Micro-batches whose activations pipeline rank `stage` holds at its peak (a whole rank's
+    layers' worth): 1 without a pipeline, else the schedule's count for that rank."""
     if plan.pp == 1:
         return 1.0
-    return float(get_schedule(plan.schedule_name).in_flight(plan.num_micro_batches, plan.pp, plan.vp))
+    return float(get_schedule(plan.schedule_name).in_flight(plan.num_micro_batches, plan.pp, plan.vp, stage))
 
 
 def memory_stages(pp: int) -> tuple[int, ...]:
@@ -80,11 +87,23 @@ def memory_stages(pp: int) -> tuple[int, ...]:
     return tuple(sorted({0, min(1, pp - 1), pp - 1}))
 
 
+def selective_dropped_bytes(layer: Layer) -> float:
+    """Saved bytes selective recompute frees: the attention core's own intermediates (the
+    softmax output and the dropout mask and output, the s²-sized terms), not its inputs Q, K and V,
+    which the checkpoint keeps to rerun the core (Korthikanti et al. 2022 §4.2 and Table 2: 34·sbh/t
+    per layer remains, Q, K and V among it; Megatron-Core attention.py _checkpointed_attention_forward
+    checkpoints core_attention(query, key, value, ...)). The attention-core GEMMs save exactly those
+    inputs and a fused (flash) kernel Q, K, V and its fp32 log-sum-exp (< 2 % of it), so with a fused
+    kernel selective recompute frees almost nothing: the reason Megatron recommends it for the
+    unfused core only."""
+    return sum(o.saved_bytes for o in layer.ops if o.attn_core and o.kind == "elementwise")
+
+
 def layer_activation_bytes(layer: Layer, recompute: str) -> float:
     if not layer.recomputable or recompute == "none":
         return layer.saved_bytes
     if recompute == "selective":
-        return layer.saved_bytes - layer.attn_core_saved_bytes
+        return layer.saved_bytes - selective_dropped_bytes(layer)
     return layer.input_bytes
 
 
@@ -123,7 +142,7 @@ def memory_per_rank(graph: Graph, plan: ParallelPlan, stage: int = 0) -> MemoryB
         acts += per * n
         if plan.recompute == "full" and layer.recomputable:
             working = max(working, layer.saved_bytes)
-    acts = acts * in_flight_micro_batches(plan) + working
+    acts = acts * in_flight_micro_batches(plan, stage) + working
     return MemoryBreakdown(weights, grads, optimizer, acts, RUNTIME_BYTES)
 
 
@@ -140,3 +159,22 @@ def peak_memory(graph: Graph, plan: ParallelPlan) -> MemoryBreakdown:
         _PEAK_CACHE.pop(next(iter(_PEAK_CACHE)))
     _PEAK_CACHE[(plan, id(graph))] = (graph, out)
     return out
+
+
+def fit_message(graph: Graph, plan: ParallelPlan, hbm_bytes: float) -> str | None:
+    """None when the peak fits in `hbm_bytes`; else 'does not fit: X per GPU > Y of HBM' with
+    what the plan would need under the first stronger recompute that fits (or under full
+    recompute, and that it is still over), so a run that needs recompute says so instead of
+    reading as impossible: '... (with full recompute 60.3 GB)'."""
+    need = peak_memory(graph, plan).total_bytes
+    if need <= hbm_bytes:
+        return None
+    msg = f"does not fit: {fmt(need, 'B')} per GPU > {fmt(hbm_bytes, 'B')} of HBM"
+    stronger = RECOMPUTE_LEVELS[RECOMPUTE_LEVELS.index(plan.recompute) + 1:]
+    for level in stronger:
+        alt = peak_memory(graph, plan.model_copy(update={"recompute": level})).total_bytes
+        if alt <= hbm_bytes:
+            return f"{msg} (with {level} recompute {fmt(alt, 'B')})"
+    if stronger:
+        return f"{msg} (with full recompute {fmt(alt, 'B')}, still over)"
+    return msg

@@ -27,11 +27,10 @@ from perfmodel.engines.stages import (
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import System
 from perfmodel.hardware.derating import estimate_context
-from perfmodel.memory import peak_memory
+from perfmodel.memory import fit_message, peak_memory
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.shard import shard
-from perfmodel.units import fmt
 from perfmodel.workload.graph import Graph
 from perfmodel.workload.spec import ModelSpec
 
@@ -103,8 +102,9 @@ def finish(inp: StepInputs, engine: str, step_time_s: float, breakdown_s: dict[s
     spec, plan, graph, acc = inp.spec, inp.plan, inp.graph, inp.system.accelerator
     msgs = list(inp.messages)
     mem = peak_memory(graph, plan)
-    if mem.total_bytes > acc.hbm_bytes:
-        msgs.append(f"does not fit: {fmt(mem.total_bytes, 'B')} per GPU > {fmt(acc.hbm_bytes, 'B')} of HBM")
+    over = fit_message(graph, plan, acc.hbm_bytes)
+    if over is not None:
+        msgs.append(over)
     model_flop, hw_flop = model_flop_per_step(spec, plan) if spec is not None else graph_flop_per_step(inp.whole or graph, plan)
     tokens = (plan.global_batch * (plan.seq_len or spec.seq_len) if spec is not None
               else plan.global_batch * graph.tokens / graph.micro_batch)

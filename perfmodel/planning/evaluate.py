@@ -364,12 +364,14 @@ class Evaluator:
         per = self._mem_rows.array()[idx]  # (distinct, 6, k)
         s = per[inv, zero]  # (n, k): static bytes of the row's ZeRO stage
         a = per[inv, 4:]  # (n, 2, k): activations per micro-batch, working set
-        flight_p = np.zeros(len(m))
+        # the ranks of memory_stages(pp) as memory_rows pads them to 3: 0, min(1, pp-1), pp-1
+        stage = np.stack([np.zeros_like(pp), np.minimum(1, pp - 1), pp - 1], axis=1)
+        flight_p = np.zeros(s.shape)
         for i, name in enumerate(SCHEDULE_LIST):
             rows = sched == i
             if rows.any():
-                flight_p[rows] = SCHEDULES[name].in_flight(m[rows], pp[rows], vp[rows])
-        flight = np.asarray(cf.in_flight(pp, flight_p))[:, None]
+                flight_p[rows] = SCHEDULES[name].in_flight(m[rows, None], pp[rows, None], vp[rows, None], stage[rows])
+        flight = np.asarray(cf.in_flight(pp[:, None], flight_p))
         return np.max(cf.rank_memory_bytes(s, a[:, 0], flight, a[:, 1], RUNTIME_BYTES), axis=1)
 
 

@@ -19,7 +19,7 @@ from perfmodel.calibration.frameworks import apply_framework, framework
 from perfmodel.calibration.profile import Profile, calibrated_system, load_profile, with_interval
 from perfmodel.engines.registry import get_engine, run_engine
 from perfmodel.errors import MAX_QUOTE, PerfmodelError, clip
-from perfmodel.validation.runs import OUTPUT_COLUMNS, RowError, check_encoding, printable, read_rows, row_run
+from perfmodel.validation.runs import DEFAULTS, OUTPUT_COLUMNS, RowError, check_encoding, printable, read_rows, row_run
 from perfmodel.workload.catalog import load_workloads
 
 
@@ -55,12 +55,22 @@ def predict_row(row: dict[str, str], workloads: dict, engine: str = "analytic", 
         predicted_tflops_per_gpu=f"{est.tflops_per_gpu:.6g}",
         predicted_mfu=f"{est.mfu:.4f}",
         predicted_memory_per_gpu_bytes=f"{est.memory_per_gpu_bytes:.6g}",
-        message="; ".join(est.messages),
+        message="; ".join(defaulted_fit(m, row) for m in est.messages),
     )
     if est.step_time_lo_s is not None and est.step_time_hi_s is not None:
         out["predicted_step_time_lo_s"] = f"{est.step_time_lo_s:.6g}"
         out["predicted_step_time_hi_s"] = f"{est.step_time_hi_s:.6g}"
     return out
+
+
+def defaulted_fit(message: str, row: dict[str, str]) -> str:
+    """A 'does not fit' under a recompute the row left empty names the default it ran under
+    (docs/VALIDATION.md: an empty recompute is none; published recipes often recompute, and the
+    message already says what the run needs with recompute), so a run that ran never reads as
+    one that cannot."""
+    if message.startswith("does not fit:") and row.get("recompute", "") == "":
+        return f"does not fit with the defaulted recompute={DEFAULTS['recompute']}:" + message[len("does not fit:"):]
+    return message
 
 
 def _error(out: dict[str, str], message: str) -> dict[str, str]:

@@ -2,7 +2,8 @@
 bubble and the micro-batches whose activations it holds (the analytic engine and the planner
 evaluate them, on floats and on NumPy columns alike).
 
-Units: seconds for times, micro-batches for `in_flight`. A rank's time per micro-batch t_s is
+Units: seconds for times, micro-batches for `in_flight` (a whole rank's layers' worth: a chunk
+of a v-chunk rank counts 1/v). A rank's time per micro-batch t_s is
 `stage_s` (forward + backward, or forward + input-gradient + weight-gradient phases for a
 schedule that splits them) plus its p2p sends; `idle_s` is Σ_s t_s − max_s t_s, the 1F1B bubble
 (Narayanan et al. 2021 §2.2), and a schedule's bubble is a function of it, of the mean t_s
@@ -39,8 +40,10 @@ class PipelineSchedule:
         """Pipeline seconds beyond m·max_s t_s (see the module docstring)."""
         raise NotImplementedError
 
-    def in_flight(self, m: Num, p: Num, v: Num) -> Num:
-        """Micro-batches of a whole rank's activations held at the peak, for p > 1."""
+    def in_flight(self, m: Num, p: Num, v: Num, s: Num = 0) -> Num:
+        """Micro-batches of a whole rank's activations pipeline rank s holds at its peak, for
+        p > 1: the most forwards `order(p, m, v, s)` has run whose backward (weight gradient,
+        for a schedule that defers it) has not, over v (tests/test_schedules.py checks it)."""
         raise NotImplementedError
 
     def check(self, pp: int, vp: int, m: int) -> list[str]:

@@ -15,7 +15,7 @@ class GPipe(PipelineSchedule):
     def bubble_s(self, idle_s: Num, m: Num, p: Num, v: Num, t_avg_s: Num, wgrad_avg_s: Num) -> Num:
         return idle_s
 
-    def in_flight(self, m: Num, p: Num, v: Num) -> Num:
+    def in_flight(self, m: Num, p: Num, v: Num, s: Num = 0) -> Num:
         return m
 
 

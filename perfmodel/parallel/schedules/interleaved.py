@@ -8,7 +8,10 @@ For m >= p this is m·t + (p − 1)·t/v (the paper's bubble divided by v). For 
 between chunk rounds: the first micro-batch's chunk c + 1 waits for its chunk c to cross all p
 ranks, so the pipeline is p·t deep and the other m − 1 micro-batches add t/v each. As a factor
 of the 1F1B idle time (p − 1)·t: bubble = idle·((k − 1)/v + (p − k))/(p − 1).
-In flight: p·(1 + (p − 1)/(p·v)) micro-batches' activations (paper §2.2.2), m when fewer.
+In flight on rank s: Megatron's 2(p − s − 1) + (v − 1)·p warm-up chunk forwards plus the steady
+state's one (schedules.py, get_num_warmup_microbatches), each a 1/v of the rank's layers:
+(2(p − s − 1) + (v − 1)·p + 1)/v, on rank 0 p·(1 + (p − 1)/(p·v)) (paper §2.2.2); all m
+when every forward runs first (m <= p, or m not a multiple of p).
 """
 
 from __future__ import annotations
@@ -38,8 +41,9 @@ class Interleaved(PipelineSchedule):
         k = np.minimum(m, p)
         return idle_s * ((k - 1) / v + (p - k)) / np.maximum(p - 1, 1)
 
-    def in_flight(self, m: Num, p: Num, v: Num) -> Num:
-        return np.minimum(m, p * (1.0 + (p - 1) / (p * v)))
+    def in_flight(self, m: Num, p: Num, v: Num, s: Num = 0) -> Num:
+        steady = np.minimum(m, (2 * (p - s - 1) + (v - 1) * p + 1) / v)
+        return np.where((m <= p) | (np.mod(m, p) != 0), m, steady)
 
     def check(self, pp: int, vp: int, m: int) -> list[str]:
         notes = super().check(pp, vp, m)

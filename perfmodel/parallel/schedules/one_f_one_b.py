@@ -1,6 +1,8 @@
 """1F1B (PipeDream-Flush, Narayanan et al. 2021 §2.2): p−s−1 warm-up forwards on stage s, then
 one forward one backward. T = m·max t + (Σt − max t), i.e. (m + p − 1)·t on uniform stages
-(exact for any m >= 1); at most min(m, p) micro-batches in flight."""
+(exact for any m >= 1); stage s holds min(m, p − s) micro-batches in flight (p − s − 1
+warm-up forwards and the steady state's one; Megatron-LM schedules.py
+forward_backward_pipelining_without_interleaving, num_warmup_microbatches)."""
 
 from __future__ import annotations
 
@@ -26,8 +28,8 @@ class OneFOneB(PipelineSchedule):
     def bubble_s(self, idle_s: Num, m: Num, p: Num, v: Num, t_avg_s: Num, wgrad_avg_s: Num) -> Num:
         return idle_s
 
-    def in_flight(self, m: Num, p: Num, v: Num) -> Num:
-        return np.minimum(m, p)
+    def in_flight(self, m: Num, p: Num, v: Num, s: Num = 0) -> Num:
+        return np.minimum(m, p - s)
 
 
 SCHEDULE = OneFOneB()

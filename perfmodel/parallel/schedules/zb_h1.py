@@ -45,7 +45,7 @@ class ZeroBubbleH1(PipelineSchedule):
         t = np.where(t_avg_s > 0, t_avg_s, 1.0)
         return np.maximum(0.0, idle_s * (1 - c * wgrad_avg_s / t))
 
-    def in_flight(self, m: Num, p: Num, v: Num) -> Num:
+    def in_flight(self, m: Num, p: Num, v: Num, s: Num = 0) -> Num:
         return np.minimum(m, p)
 
 
