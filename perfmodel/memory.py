@@ -29,12 +29,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfmodel import precision as registry
+from perfmodel.compute.fp8_recipes import recipe_for
 from perfmodel.compute.optimizers import state_bytes_per_param
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.split import stage_layers
 from perfmodel.units import fmt
-from perfmodel.workload.graph import Graph, Layer
+from perfmodel.workload.graph import Graph, Layer, Op
 
 # CUDA context (~0.5 GiB on Hopper with lazy module loading), cuBLAS workspace (32 MiB per
 # stream), NCCL channel buffers (4 MiB x channels x peers, a few hundred MiB at scale) and the
@@ -99,11 +100,35 @@ def selective_dropped_bytes(layer: Layer) -> float:
     return sum(o.saved_bytes for o in layer.ops if o.attn_core and o.kind == "elementwise")
 
 
-def layer_activation_bytes(layer: Layer, recompute: str) -> float:
-    if not layer.recomputable or recompute == "none":
-        return layer.saved_bytes
-    if recompute == "selective":
-        return layer.saved_bytes - selective_dropped_bytes(layer)
+def op_saved_bytes(op: Op, plan: ParallelPlan) -> float:
+    """What `op` keeps for its backward. A weight GEMM in fp8 / fp4 under Transformer Engine's
+    casts (plan.fp8_fused_casts) keeps its input in the quantized form it cast it to, column-wise
+    data only (TE linear.py / layernorm_linear.py / grouped_linear.py: `saved_inputmat = inputmat`
+    after `update_usage(rowwise_usage=False, columnwise_usage=True)`; the fused norm's ln_out the
+    same): the recipe's element plus its scale share (1 B for delayed / current fp8, 1 + 1/32 B for
+    MXFP8, 0.5 + 1/16 B for NVFP4) instead of 2 B. The graph's GEMM ops save exactly their bf16
+    input (workload/builder.py _gemm, workload/moe.py _grouped); a 16-bit GEMM (the LM head, the
+    fp32 router) keeps it as is, and without TE's casts (torchao) the bf16 input stays."""
+    if op.kind != "gemm" or not plan.fp8_fused_casts:
+        return op.saved_bytes
+    recipe = recipe_for(op.precision, plan.fp8_recipe)
+    if recipe is None:
+        return op.saved_bytes
+    return op.saved_bytes * (recipe.element_bytes + recipe.scale_bytes_per_element) / registry.BF16_BYTES
+
+
+def layer_saved_bytes(layer: Layer, plan: ParallelPlan) -> float:
+    """Bytes the layer keeps for its backward without recompute (op_saved_bytes summed)."""
+    return sum(op_saved_bytes(o, plan) for o in layer.ops)
+
+
+def layer_activation_bytes(layer: Layer, plan: ParallelPlan) -> float:
+    """Bytes the layer keeps per micro-batch under plan.recompute: everything it saves (none), less
+    the attention core's s² terms (selective), or only its input (full)."""
+    if not layer.recomputable or plan.recompute == "none":
+        return layer_saved_bytes(layer, plan)
+    if plan.recompute == "selective":
+        return layer_saved_bytes(layer, plan) - selective_dropped_bytes(layer)
     return layer.input_bytes
 
 
@@ -138,10 +163,10 @@ def memory_per_rank(graph: Graph, plan: ParallelPlan, stage: int = 0) -> MemoryB
     acts = 0.0
     working = 0.0
     for layer, n in layers:
-        per = layer_activation_bytes(layer, plan.recompute)
+        per = layer_activation_bytes(layer, plan)
         acts += per * n
         if plan.recompute == "full" and layer.recomputable:
-            working = max(working, layer.saved_bytes)
+            working = max(working, layer_saved_bytes(layer, plan))
     acts = acts * in_flight_micro_batches(plan, stage) + working
     return MemoryBreakdown(weights, grads, optimizer, acts, RUNTIME_BYTES)
 

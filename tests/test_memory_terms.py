@@ -14,7 +14,14 @@ import pytest
 
 import perfmodel
 from perfmodel.engines.step import plan_graph
-from perfmodel.memory import MemoryBreakdown, fit_message, layer_activation_bytes, memory_per_rank, peak_memory
+from perfmodel.memory import (
+    MemoryBreakdown,
+    fit_message,
+    layer_activation_bytes,
+    layer_saved_bytes,
+    memory_per_rank,
+    peak_memory,
+)
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.schedules import SCHEDULES
 from perfmodel.parallel.split import stage_layers
@@ -94,27 +101,45 @@ def test_last_pipeline_rank_holds_one_micro_batch_under_1f1b() -> None:
     g = plan_graph(get_workload("gpt2-124m"), plan)
 
     def per_micro_batch(stage: int) -> float:
-        return sum(layer_activation_bytes(layer, "none") * n for layer, n in stage_layers(g, 4, stage, 1))
+        return sum(layer_activation_bytes(layer, plan) * n for layer, n in stage_layers(g, 4, stage, 1))
 
     assert memory_per_rank(g, plan, 3).activations_bytes == pytest.approx(1 * per_micro_batch(3), rel=1e-12)
     assert memory_per_rank(g, plan, 0).activations_bytes == pytest.approx(4 * per_micro_batch(0), rel=1e-12)
 
 
-def _transformer(attention_impl: str) -> Layer:
+def _transformer(attention_impl: str) -> tuple[Layer, ParallelPlan, ParallelPlan]:
     plan = ParallelPlan(micro_batch=1, global_batch=1, seq_len=1024, attention_impl=attention_impl)  # type: ignore[arg-type]
-    return next(layer for layer in plan_graph(get_workload("gpt2-124m"), plan).layers if layer.recomputable)
+    layer = next(layer for layer in plan_graph(get_workload("gpt2-124m"), plan).layers if layer.recomputable)
+    return layer, plan, plan.model_copy(update={"recompute": "selective"})
 
 
 def test_selective_recompute_frees_the_s_squared_terms_only() -> None:
     # GPT-2 124M, s 1024, b 1, 12 heads, unfused core: selective recompute frees the softmax output
     # (2 B) and the dropout mask and output (1 + 2 B) per score, 12·1024² scores: 5·12·1024² B.
     # Q, K and V stay: they are the checkpointed core's inputs (Korthikanti et al. 2022 Table 2)
-    unfused = _transformer("unfused")
-    freed = layer_activation_bytes(unfused, "none") - layer_activation_bytes(unfused, "selective")
+    unfused, none, selective = _transformer("unfused")
+    freed = layer_activation_bytes(unfused, none) - layer_activation_bytes(unfused, selective)
     assert freed == pytest.approx(5 * 12 * 1024**2, rel=1e-12)
     # a fused (flash) kernel keeps no s² term: selective recompute frees nothing
-    flash = _transformer("flash")
-    assert layer_activation_bytes(flash, "selective") == layer_activation_bytes(flash, "none")
+    flash, none, selective = _transformer("flash")
+    assert layer_activation_bytes(flash, selective) == layer_activation_bytes(flash, none)
+
+
+@pytest.mark.parametrize(("precision", "recipe", "element_bytes"),
+                         [("fp8", "delayed", 1.0), ("mxfp8", "mxfp8", 1 + 1 / 32), ("nvfp4", "nvfp4", 0.5 + 1 / 16)])
+def test_te_keeps_quantized_gemm_inputs(precision: str, recipe: str, element_bytes: float) -> None:
+    # Llama-3-8B layer, 1024 tokens: its weight GEMMs save their inputs, 4096 (QKV) + 4096 (out) +
+    # 4096 (FC1) + 14336 (FC2, the SwiGLU output) = 26624 elements per token, 2 B each in bf16;
+    # Transformer Engine keeps them quantized (element + scale share), torchao's casts do not
+    def layer(plan: ParallelPlan) -> Layer:
+        return next(x for x in plan_graph(get_workload("llama3-8b"), plan).layers if x.recomputable)
+
+    bf16 = ParallelPlan(micro_batch=1, global_batch=1, seq_len=1024)
+    te = bf16.model_copy(update={"precision": precision, "fp8_recipe": recipe, "fp8_fused_casts": True})
+    plain = te.model_copy(update={"fp8_fused_casts": False})
+    saved = 1024 * 26624 * (2 - element_bytes)
+    assert layer_saved_bytes(layer(bf16), bf16) - layer_saved_bytes(layer(te), te) == pytest.approx(saved, rel=1e-12)
+    assert layer_saved_bytes(layer(plain), plain) == layer_saved_bytes(layer(bf16), bf16) == layer(bf16).saved_bytes
 
 
 def _over_plan() -> tuple[ParallelPlan, float]:
