@@ -201,3 +201,19 @@ def test_flash1_attention_runs_the_triton_kernel_curve_and_changes_nothing_else(
 
     h100 = load_catalog().accelerators["h100-sxm5-80gb"]
     assert attention_rate_flop_per_s(h100, 128, 2048, True, "bf16", "flash1") == pytest.approx(265e12 * 68 / 155)
+
+
+def test_megatron_core_reduces_gradients_in_bf16():
+    """Megatron-Bridge's performance recipes set ddp.grad_reduce_in_fp32 = False: megatron-core
+    holds and reduces 2 B gradients (the DP bytes halve); a plan that names a width keeps it; other
+    stacks keep fp32 main grads (4 B)."""
+    from perfmodel.calibration.frameworks import apply_framework, framework
+
+    plan = perfmodel.ParallelPlan(dp=8, global_batch=8)
+    assert apply_framework(plan, framework("megatron-core")).grad_bytes == 2
+    assert apply_framework(plan.model_copy(update={"grad_reduce_bytes": 4}), framework("megatron-core")).grad_bytes == 4
+    assert apply_framework(plan, framework("torchtitan")).grad_bytes == 4
+    mc = perfmodel.estimate("llama3-8b", "h100-sxm5-80gb", plan, calibration="none", framework="megatron-core")
+    fp32 = perfmodel.estimate("llama3-8b", "h100-sxm5-80gb", plan.model_copy(update={"grad_reduce_bytes": 4}),
+                              calibration="none", framework="megatron-core")
+    assert fp32.memory.grads_bytes == pytest.approx(2 * mc.memory.grads_bytes, rel=1e-9)

@@ -31,6 +31,10 @@ the commits in EVIDENCE_COMMITS):
                    engines/costs.fused_cross_entropy)
     fp8_recipe     the scaling recipe of plain fp8 GEMMs when the plan names none (None: the
                    plan's default, delayed, Transformer Engine's and Megatron-Core's default)
+    grad_reduce_bytes  bytes per gradient element held and reduced over data parallelism when the
+                   plan names none (ParallelPlan.grad_reduce_bytes): 2 for megatron-core (Megatron-
+                   Bridge's performance recipes set ddp.grad_reduce_in_fp32 = False), else the
+                   precision's (4 B fp32 main grads)
 
     cuda_graphs    the transformer layers captured in CUDA graphs: one host launch per layer and
                    pass (ParallelPlan.cuda_graphs). No stack turns it on by default: Megatron-Bridge's
@@ -124,6 +128,7 @@ class Framework:
     fused_cross_entropy: bool = False
     fp8_recipe: str | None = None
     cuda_graphs: bool = False
+    grad_reduce_bytes: int | None = None  # bytes per gradient element held and reduced (None: the precision's)
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
@@ -151,6 +156,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "recipes keep parameters in fp8 (training/mixed_precision.py fp8_param_gather=True). Megatron-Core's "
               "own defaults are off (megatron/core/model_parallel_config.py overlap_p2p_comm=False, "
               "cross_entropy_loss_fusion=False); CUDA graphs stay off in the recipes (cuda_graph_impl 'none'). "
+              "Gradients held and reduced in bf16: every performance recipe sets ddp.grad_reduce_in_fp32 = False "
+              "(perf_recipes/_common.py; scripts/performance/configs/*_llm_pretrain.py at v0.2.0), Megatron-Core's "
+              "default is fp32. "
               "fp8 recipe: Megatron-Core's default (delayed); the Megatron-Bridge fp8 rows use current scaling "
               "(scripts/performance/utils/precision.py fp8_cs), which a plan states with fp8_recipe.",
               "flex",
@@ -160,7 +168,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "DeepSeek-V3 MXFP8 on B200 (deepseek/b200/deepseek_v3.py); alltoall is the model bridges' default "
               "(models/*/..._bridge.py) and stays in the H100 and B200 64-GPU Qwen3-235B recipes: --moe-dispatcher "
               "alltoall for those",
-              p2p_overlap=True, fused_casts=True, fused_cross_entropy=True),
+              p2p_overlap=True, fused_casts=True, fused_cross_entropy=True, grad_reduce_bytes=2),
     Framework("deepspeed", "flash", "eager", False,
               "DeepSpeed with Hugging Face models: attention through torch SDPA (flash backend), eager."),
     Framework("torchtitan", "flash", "eager", False,
@@ -219,6 +227,8 @@ def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
         update["fp8_fused_casts"] = True
     if fw.fused_cross_entropy and not plan.fused_cross_entropy:
         update["fused_cross_entropy"] = True
+    if fw.grad_reduce_bytes and plan.grad_reduce_bytes is None:
+        update["grad_reduce_bytes"] = fw.grad_reduce_bytes
     if fw.cuda_graphs and not plan.cuda_graphs:
         update["cuda_graphs"] = True
     if fw.fp8_recipe and plan.fp8_recipe is None and recipe_precision(fw.fp8_recipe) == plan.precision:
