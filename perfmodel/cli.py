@@ -60,9 +60,10 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fp8-recipe", default=None, choices=registry.recipe_names(),
                    help="scaling recipe of fp8/fp4 GEMMs (default: delayed for fp8; mxfp8, nvfp4 for those precisions)")
     g.add_argument("--no-overlap", action="store_true", help="no DP comm / FSDP prefetch overlap")
-    g.add_argument("--attention", default="flash", choices=list(ATTENTION_IMPLS),
-                   help="attention kernel: flash (FlashAttention-2 or later), flash1 (FlashAttention-1 era, "
-                   "incl. the 2022-23 Triton kernel), unfused")
+    g.add_argument("--attention", default=None, choices=list(ATTENTION_IMPLS),
+                   help="attention kernel (default: the --framework's, else flash): flash (FlashAttention-2), fused "
+                   "(the newest FlashAttention generation measured on the chip: FA3 on Hopper, FA4 on Blackwell), "
+                   "flash1 (FlashAttention-1 era, the 2022-23 Triton kernel), unfused")
 
 
 def _calibration_args(p: argparse.ArgumentParser, framework: bool = True) -> None:
@@ -97,7 +98,7 @@ def _plan(a: argparse.Namespace, n_gpus: int):
                         zero_stage=a.zero, micro_batch=a.micro_batch, global_batch=gb, seq_len=a.seq_len,
                         recompute=a.recompute, precision=a.precision, schedule=a.schedule,
                         overlap_dp_comm=not a.no_overlap, overlap_fsdp_prefetch=not a.no_overlap,
-                        attention_impl=a.attention, fp8_recipe=a.fp8_recipe,
+                        **({"attention_impl": a.attention} if a.attention else {}), fp8_recipe=a.fp8_recipe,
                         optimizer=a.optimizer)
 
 

@@ -217,3 +217,29 @@ def test_megatron_core_reduces_gradients_in_bf16():
     fp32 = perfmodel.estimate("llama3-8b", "h100-sxm5-80gb", plan.model_copy(update={"grad_reduce_bytes": 4}),
                               calibration="none", framework="megatron-core")
     assert fp32.memory.grads_bytes == pytest.approx(2 * mc.memory.grads_bytes, rel=1e-9)
+
+
+def test_a_plan_that_names_its_attention_kernel_keeps_it_under_a_stack():
+    """A stack picks the attention kernel only where the plan names none (`--attention` on the CLI
+    used to be overridden by `--framework`)."""
+    from perfmodel.calibration.frameworks import apply_framework, framework
+    from perfmodel.cli import main
+
+    plan = perfmodel.ParallelPlan(dp=8, global_batch=8)
+    assert apply_framework(plan, framework("deepspeed")).attention_impl == "flash"
+    named = perfmodel.ParallelPlan(dp=8, global_batch=8, attention_impl="fused")
+    assert apply_framework(named, framework("deepspeed")).attention_impl == "fused"
+    assert apply_framework(named, framework("megatron-lm")).attention_impl == "fused"
+    args = ["estimate", "llama3-8b", "--hardware", "h200-sxm-141gb", "--dp", "8", "--global-batch", "8",
+            "--framework", "deepspeed", "--json"]
+    import contextlib
+    import io
+    import json
+
+    out = {}
+    for att in ("flash", "fused"):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            assert main([*args, "--attention", att]) == 0
+        out[att] = json.loads(buf.getvalue())["step_time_s"]
+    assert out["fused"] < out["flash"]  # FA3 on Hopper is faster than FA2

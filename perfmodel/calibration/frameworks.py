@@ -211,13 +211,13 @@ def framework(name: str | None) -> Framework:
 def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
     """The plan with the stack's mechanisms (see the module docstring), its FSDP layout and, where
     the plan names none, its MoE dispatcher; a mechanism the plan already turned on stays on, and a
-    recipe the plan names stays. The attention kernel is the stack's."""
+    recipe the plan names stays. The attention kernel is the stack's unless the plan names one."""
     update: dict[str, object] = {}
     if plan.moe_dispatcher is None:
         update["moe_dispatcher"] = fw.moe_dispatcher
     if plan.fsdp_impl != fw.fsdp:
         update["fsdp_impl"] = fw.fsdp
-    if plan.attention_impl != fw.attention:
+    if "attention_impl" not in plan.model_fields_set and plan.attention_impl != fw.attention:
         update["attention_impl"] = fw.attention
     if fw.tp_overlap and plan.tp > 1 and plan.sequence_parallel and not plan.overlap_tp_comm:
         update["overlap_tp_comm"] = True
