@@ -74,7 +74,9 @@ def estimate_inputs(a: argparse.Namespace) -> tuple[ModelSpec, argparse.Namespac
         from perfmodel.workload.torchtitan_config import load_torchtitan
 
         tt = load_torchtitan(a.torchtitan, a.n_gpus)
-        return tt.spec, _apply_layout(a, tt.layout)
+        b = _apply_layout(a, tt.layout)
+        b.framework = getattr(a, "framework", None) or "torchtitan"  # the job's stack selects its mechanisms (selective = 'op')
+        return tt.spec, b
     if not a.workload:
         raise ValueError("estimate needs a workload (id, YAML or config.json), --megatron-args or --torchtitan")
     if is_hf_config(a.workload):

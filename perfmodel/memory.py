@@ -18,7 +18,9 @@ GPipe, (2(p-s-1) + (v-1)p + 1)/v for the interleaved schedule, p·(1 + (p-1)/(p�
 Narayanan et al. 2021 §2.2.2; Megatron-LM schedules.py warm-up counts). Full recompute
 keeps only each layer's input plus one layer's working set; selective recompute drops the
 attention core's s²-sized intermediates (softmax, dropout) and keeps its Q, K, V inputs
-(selective_dropped_bytes). The layers on a stage are Megatron's split
+(selective_dropped_bytes), or, as torchtitan's per-op policy (plan.selective_recompute 'op'), keeps
+each layer's input and the outputs of the ops it saves plus one layer's working set
+(workload/op_checkpoint.py). The layers on a stage are Megatron's split
 (perfmodel/parallel/split.py); the peak is taken over MEMORY_STAGES.
 
 Runtime: CUDA context, cuBLAS / NCCL workspaces and allocator slack, RUNTIME_BYTES below.
@@ -36,6 +38,7 @@ from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.split import stage_layers
 from perfmodel.units import fmt
 from perfmodel.workload.graph import Graph, Layer, Op
+from perfmodel.workload.op_checkpoint import op_checkpoint
 
 # CUDA context (~0.5 GiB on Hopper with lazy module loading), cuBLAS workspace (32 MiB per
 # stream), NCCL channel buffers (4 MiB x channels x peers, a few hundred MiB at scale) and the
@@ -124,12 +127,27 @@ def layer_saved_bytes(layer: Layer, plan: ParallelPlan) -> float:
 
 def layer_activation_bytes(layer: Layer, plan: ParallelPlan) -> float:
     """Bytes the layer keeps per micro-batch under plan.recompute: everything it saves (none), less
-    the attention core's s² terms (selective), or only its input (full)."""
+    the attention core's s² terms (selective, core_attn), its input and the outputs of the ops the
+    per-op policy saves (selective, op: workload/op_checkpoint.py), or only its input (full)."""
     if not layer.recomputable or plan.recompute == "none":
         return layer_saved_bytes(layer, plan)
+    if plan.recompute == "selective" and plan.selective_recompute == "op":
+        return op_checkpoint(layer, plan.tp, plan.etp).saved_bytes
     if plan.recompute == "selective":
         return layer_saved_bytes(layer, plan) - selective_dropped_bytes(layer)
     return layer.input_bytes
+
+
+def recompute_working_bytes(layer: Layer, plan: ParallelPlan) -> float:
+    """Bytes the backward rebuilds for one layer at a time: under full recompute and torchtitan's
+    per-op policy the whole layer reruns inside its checkpoint, so its saved tensors exist again
+    while its backward runs (layer_saved_bytes); Megatron's attention-core recompute rebuilds only
+    the core's, already counted as kept. 0 for a layer that is not recomputed."""
+    if not layer.recomputable:
+        return 0.0
+    if plan.recompute == "full" or (plan.recompute == "selective" and plan.selective_recompute == "op"):
+        return layer_saved_bytes(layer, plan)
+    return 0.0
 
 
 def memory_per_rank(graph: Graph, plan: ParallelPlan, stage: int = 0) -> MemoryBreakdown:
@@ -165,8 +183,7 @@ def memory_per_rank(graph: Graph, plan: ParallelPlan, stage: int = 0) -> MemoryB
     for layer, n in layers:
         per = layer_activation_bytes(layer, plan)
         acts += per * n
-        if plan.recompute == "full" and layer.recomputable:
-            working = max(working, layer_saved_bytes(layer, plan))
+        working = max(working, recompute_working_bytes(layer, plan))
     acts = acts * in_flight_micro_batches(plan, stage) + working
     return MemoryBreakdown(weights, grads, optimizer, acts, RUNTIME_BYTES)
 

@@ -181,3 +181,17 @@ torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py ${MODEL_ARGS[@]} ${TRAINING_ARGS
     assert (job.spec.num_layers, job.spec.hidden, job.spec.vocab) == (24, 2048, 50304)
     assert (job.layout["micro_batch"], job.layout["global_batch"], job.layout["precision"]) == (4, 512, "bf16")
     assert {"--rampup-batch-size", "--data-path", "--save"} <= set(job.ignored)
+
+
+def test_torchtitan_selective_is_the_per_op_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A torchtitan job runs under the torchtitan stack, whose selective recompute is its per-op
+    policy; an integer selective_ac_option (full AC of every n-th block, torchtitan's default '2')
+    is refused rather than read as another policy."""
+    assert main(["estimate", "--torchtitan", str(TT / "llama3_8b.toml"), "--n-gpus", "64", "--hardware",
+                 "h100-sxm5-80gb", "--json", "--calibration", "none"]) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert (plan["recompute"], plan["selective_recompute"]) == ("selective", "op")
+    bad = tmp_path / "x.toml"
+    bad.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[activation_checkpoint]\nmode = "selective"\n')
+    with pytest.raises(SpecError, match=r"selective_ac_option.*'2'.*'op'"):
+        load_torchtitan(bad, n_gpus=8)

@@ -36,6 +36,18 @@ the commits in EVIDENCE_COMMITS):
                    Bridge's performance recipes set ddp.grad_reduce_in_fp32 = False), else the
                    precision's (4 B fp32 main grads)
 
+    selective      what recompute 'selective' reruns (ParallelPlan.selective_recompute,
+                   workload/op_checkpoint.py): `core_attn`, Megatron's attention core (Megatron-Core
+                   recompute_modules default ["core_attn"]), for every stack but torchtitan; `op` for
+                   torchtitan, whose selective AC in its Llama recipes is the per-op policy
+                   (train_configs/llama3_8b.toml:55 selective_ac_option = 'op' @ 6b03ffa3, Dec 2024, and
+                   models/llama3/train_configs/llama3_8b.toml:57 @ e7c0cae, Jun 2025; at HEAD the
+                   only selective policy, SelectiveAC in torchtitan/distributed/activation_checkpoint.py
+                   :185-287): matmul outputs saved but every second matmul of a block, SDPA and the
+                   tp reduce-scatter saved, everything else rerun. The torchtitan default of Dec 2024
+                   to Jun 2025 without a toml ('2': full AC of every second layer, config_manager.py:524
+                   @ 6b03ffa3, :440 @ e7c0cae) is not modelled: the runs name 'op'.
+
     cuda_graphs    the transformer layers captured in CUDA graphs: one host launch per layer and
                    pass (ParallelPlan.cuda_graphs). No stack turns it on by default: Megatron-Bridge's
                    recipes set cuda_graph_impl "none" in 219 of 229 places (src/megatron/bridge/recipes,
@@ -98,6 +110,7 @@ from perfmodel.errors import PerfmodelError
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.precision import recipe_precision
 from perfmodel.workload.graph import AttentionImpl
+from perfmodel.workload.op_checkpoint import SelectiveRecompute
 
 # the commits the evidence strings cite (fetched from GitHub)
 EVIDENCE_COMMITS = {
@@ -129,6 +142,7 @@ class Framework:
     fp8_recipe: str | None = None
     cuda_graphs: bool = False
     grad_reduce_bytes: int | None = None  # bytes per gradient element held and reduced (None: the precision's)
+    selective: SelectiveRecompute = "core_attn"  # what recompute 'selective' reruns (module docstring)
 
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
@@ -179,7 +193,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "F.cross_entropy (torchtitan/components/loss.py pred.float()); float8 through torchao Float8Linear "
               "with dynamic scaling from the current tensor's amax (components/quantization/float8.py; tensorwise "
               "in the Dec-2024 benchmarks, rowwise now), casts as separate kernels in eager mode.",
-              fsdp="per-param", fp8_recipe="current"),
+              fsdp="per-param", fp8_recipe="current", selective="op"),
     Framework("composer", "flash", "eager", False,
               "llm-foundry (Composer): MPT attn_config attn_impl flash in its training yamls (its published "
               "benchmark tables ran submit_benchmarks.py's --attn_impl default 'triton', the 2022-23 Triton "
@@ -211,7 +225,8 @@ def framework(name: str | None) -> Framework:
 def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
     """The plan with the stack's mechanisms (see the module docstring), its FSDP layout and, where
     the plan names none, its MoE dispatcher; a mechanism the plan already turned on stays on, and a
-    recipe the plan names stays. The attention kernel is the stack's unless the plan names one."""
+    recipe the plan names stays. The attention kernel and the meaning of selective recompute are the
+    stack's unless the plan names them."""
     update: dict[str, object] = {}
     if plan.moe_dispatcher is None:
         update["moe_dispatcher"] = fw.moe_dispatcher
@@ -229,6 +244,8 @@ def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
         update["fused_cross_entropy"] = True
     if fw.grad_reduce_bytes and plan.grad_reduce_bytes is None:
         update["grad_reduce_bytes"] = fw.grad_reduce_bytes
+    if "selective_recompute" not in plan.model_fields_set and plan.selective_recompute != fw.selective:
+        update["selective_recompute"] = fw.selective
     if fw.cuda_graphs and not plan.cuda_graphs:
         update["cuda_graphs"] = True
     if fw.fp8_recipe and plan.fp8_recipe is None and recipe_precision(fw.fp8_recipe) == plan.precision:

@@ -34,6 +34,7 @@ from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.ranks import group_stride
 from perfmodel.parallel.split import EDGE_KINDS
 from perfmodel.workload.graph import Comm, Layer, Op
+from perfmodel.workload.op_checkpoint import op_checkpoint
 
 HOST_FWD_S_PER_KERNEL = 8.1e-3 / 182  # see module docstring: B200 Llama-3.2-1B eager forward
 HOST_BWD_S_PER_KERNEL = (48.8e-3 - 2 * 8.1e-3) / 278  # eager fwd+bwd with checkpointing
@@ -299,6 +300,24 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
     cb += amax_b
     rec = plan.recompute if layer.recomputable else "none"
     r_gpu = fwd if rec == "full" else core if rec == "selective" else 0.0
+    per_op = op_checkpoint(layer, plan.tp, plan.etp) if rec == "selective" and plan.selective_recompute == "op" else None
+    r_op_comm = 0.0
+    if per_op is not None:
+        # torchtitan's per-op policy (workload/op_checkpoint.py): the forward ops and matmuls it does
+        # not save, and the collectives it does not save, rerun before the backward
+        r_gpu, kcore, r_gemm, r_tp = 0.0, 0, 0.0, 0.0
+        for op in per_op.recomputed:
+            t = op_cost(acc, op, "fwd", plan.fp8_recipe_name, fused).time_s
+            r_gpu += t
+            kcore += op.kernels
+            r_gemm += t if op.kind == "gemm" and not op.grouped else 0.0
+        for c in per_op.comms:
+            t = comm_s(system, plan, c) * c.fwd
+            if c.group == "tp" and plan.overlap_tp_comm:
+                r_tp += t  # pipelined with the rerun GEMMs, as in the forward
+            else:
+                r_op_comm += t
+        r_op_comm += max(0.0, r_tp - r_gemm)
     plain_f, plain_b = a2a["disp_f"] + a2a["comb_f"], a2a["disp_b"] + a2a["comb_b"]
     if plain_f + plain_b > 0.0:
         # Megatron-Core's combined 1F1B (overlap_moe_expert_parallel_comm): a paired forward and
@@ -323,7 +342,7 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
     if rec == "full":
         r_comm, r_host = cf, kf * hf
     elif rec == "selective":
-        r_comm, r_host = 0.0, kcore * hf
+        r_comm, r_host = r_op_comm, kcore * hf
     else:
         r_comm = r_host = 0.0
     return LayerTime(fwd_gpu_s=fwd, bwd_gpu_s=bwd, recompute_gpu_s=r_gpu, fwd_comm_s=cf, bwd_comm_s=cb,

@@ -26,6 +26,7 @@ from perfmodel.parallel.split import EDGE_KINDS, chunk_layers, stage_layers
 from perfmodel.workload.graph import Graph, Layer
 from perfmodel.workload.hyper_connections import streams
 from perfmodel.workload.moe import MoEOptions
+from perfmodel.workload.op_checkpoint import op_checkpoint
 from perfmodel.workload.spec import ModelSpec
 
 ACT_BYTES = 2  # bf16 activations cross stage boundaries
@@ -73,6 +74,8 @@ def _with_recompute(graph: Graph, plan: ParallelPlan, model: float, per_graph: f
             continue
         if plan.recompute == "full":
             recomputed += layer.fwd_model_flop * layer.count
+        elif plan.recompute == "selective" and plan.selective_recompute == "op":
+            recomputed += sum(o.mflop for o in op_checkpoint(layer).recomputed) * layer.count
         elif plan.recompute == "selective":
             recomputed += sum(o.mflop for o in layer.ops if o.attn_core) * layer.count
     return model, model + recomputed * per_graph

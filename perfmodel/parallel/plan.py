@@ -11,6 +11,7 @@ from perfmodel.errors import LayoutError
 from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.split import pipeline_split
 from perfmodel.workload.graph import AttentionImpl
+from perfmodel.workload.op_checkpoint import SelectiveRecompute
 from perfmodel.workload.spec import ModelSpec
 
 Recompute = Literal["none", "selective", "full"]
@@ -44,6 +45,10 @@ class ParallelPlan(BaseModel):
     global_batch: int = Field(1, gt=0, description="sequences per optimizer step")
     seq_len: int | None = Field(None, gt=0, description="defaults to the workload's")
     recompute: Recompute = "none"
+    selective_recompute: SelectiveRecompute = Field("core_attn", description=(
+        "what recompute 'selective' reruns (workload/op_checkpoint.py): core_attn (Megatron: the attention core) "
+        "or op (torchtitan's per-op policy: saves matmul outputs but every second one, attention and "
+        "reduce-scatters; reruns the rest); the training stack selects it"))
     precision: registry.PrecisionName = Field(registry.DEFAULT_PRECISION, description=(
         "GEMM precision, one of perfmodel/precision.py PRECISIONS (or an alias)"))
     optimizer: Literal["adam", "adamw", "adam8bit", "sgd", "adafactor", "muon"] = Field(

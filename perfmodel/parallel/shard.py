@@ -269,6 +269,8 @@ def _split_op(model_id: str, layer: str, op: Op, share: OpShare, tp: int, sp: bo
         bytes=share.whole_bytes + (op.bytes - share.whole_bytes) / tp,
         weight_params=share.whole_params + (op.weight_params - share.whole_params) / tp,
         saved_bytes=whole_saved + (op.saved_bytes - whole_saved) / tp, split=share.split)
+    if op.out_bytes >= 0 and share.split in ("column", "heads"):
+        kw["out_bytes"] = op.out_bytes / tp
     if share.split == "column":
         kw["n"] = op.n // tp
     elif share.split == "row":

@@ -42,15 +42,19 @@ from perfmodel.engines.stages import (
     tied_embedding_sync_s,
 )
 from perfmodel.hardware.catalog import System
-from perfmodel.memory import RUNTIME_BYTES, layer_activation_bytes, layer_saved_bytes, memory_per_rank, memory_stages
+from perfmodel.memory import (
+    RUNTIME_BYTES,
+    layer_activation_bytes,
+    memory_per_rank,
+    memory_stages,
+    recompute_working_bytes,
+)
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.schedules import SCHEDULES
 from perfmodel.parallel.split import stage_layers
 from perfmodel.planning.space import RECOMPUTES, SCHEDULE_LIST
 from perfmodel.workload.graph import Graph
 from perfmodel.workload.spec import ModelSpec
-
-FULL = RECOMPUTES.index("full")
 
 
 @dataclass(frozen=True)
@@ -185,8 +189,7 @@ class Evaluator:
                 "dense": np.array([layer.params - layer.expert_params for layer in g.layers]),
                 "expert": np.array([layer.expert_params for layer in g.layers]),
                 "act": np.array([layer_activation_bytes(layer, plan) for layer in g.layers]),
-                "work": np.array([layer_saved_bytes(layer, plan) if rec == FULL and layer.recomputable else 0.0
-                                  for layer in g.layers]),
+                "work": np.array([recompute_working_bytes(layer, plan) for layer in g.layers]),
             }
         return self._layers[key]
 

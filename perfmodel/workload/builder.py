@@ -312,7 +312,7 @@ def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision:
         d = spec.dhead
         qkv_n = (hl + 2 * kvl) * d
         ops.append(_replace(_gemm("qkv_proj", T, qkv_n, h, precision, bias=bias, saved=saved_in, split="column"),
-                            norm_input=True))
+                            norm_input=True, mm_parts=(hl * d, kvl * d, kvl * d)))
         params = h * qkv_n + (qkv_n if bias else 0)
         d_qk, d_v, q_out = d, d, hl * d
         rope_el = T * (hl + kvl) * d
@@ -339,7 +339,8 @@ def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision:
         ops.append(Op("flash_attention", "attention", flop=exec_fwd, bytes=io, model_flop=full_fwd,
                       saved_bytes=saved, bwd_flop_factor=2.5, bwd_bytes_factor=2.5, kernels=1, bwd_kernels=3,
                       attn_core=True, causal=causal, heads=hl, head_dim=d_qk, seq_q=sq, seq_kv=skv, precision=precision,
-                      split="heads", attention_kernel=attn_impl))
+                      split="heads", attention_kernel=attn_impl,
+                      out_bytes=b * sq * hl * d_v * ACT_BYTES + b * hl * sq * 4))
     else:
         # unfused (Megatron before FlashAttention): baddbmm, fused scale-mask-softmax, dropout, bmm
         scores = b * hl * sq * skv
@@ -383,7 +384,7 @@ def _ffn_ops(spec: ModelSpec, T: int, width: int, ax: Axes, precision: str, name
     act = _elementwise(f"{name}_act", T * f, 2 if gated else 1, 1, 8, saved=T * up_n * ACT_BYTES)
     # a dense FC1 reads the pre-MLP norm's output directly (an MoE layer's norm also feeds the router)
     fc1 = _replace(_gemm(f"{name}_fc1", T, up_n, h, precision, bias=bias, saved=saved_in, split="column"),
-                   norm_input=name == "mlp")
+                   norm_input=name == "mlp", mm_parts=(f, f) if gated else ())
     ops = [fc1, act,
            _gemm(f"{name}_fc2", T, h, f, precision, bias=bias, split="row")]
     params = h * up_n + up_n * (1 if bias else 0) + f * h + (h if bias else 0)

@@ -156,7 +156,8 @@ def csa_attention_ops(spec: ModelSpec, r: int, b: int, s: int, T: int, tp: int, 
     ops.append(Op("sparse_attention", "attention", flop=per_key * b * (win_pairs + cmp_pairs),
                   model_flop=per_key * b * s * slots, bytes=io, saved_bytes=saved, bwd_flop_factor=2.5,
                   bwd_bytes_factor=2.5, kernels=1, bwd_kernels=3, attn_core=True, causal=False, heads=hl,
-                  head_dim=d, seq_q=s, seq_kv=slots, precision=precision))
+                  head_dim=d, seq_q=s, seq_kv=slots, precision=precision,
+                  out_bytes=b * s * hl * d * ACT_BYTES + b * hl * s * FP32))
     ops += [_elementwise("o_rope", T * hl * rd, 3),
             _linear("o_group_proj", T, a.o_lora_rank, H * d // a.o_groups, precision, batch=gl),
             _linear("out_proj", T, h, gl * a.o_lora_rank, precision)]

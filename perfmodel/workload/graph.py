@@ -82,6 +82,14 @@ class Op:
     # the GEMM's input is a norm's output (Megatron-Core's TELayerNormColumnParallelLinear: QKV and
     # the dense FC1), so a stack that fuses the norm into the linear quantizes it in the norm kernel
     norm_input: bool = False
+    # the output widths (N on this rank), in call order, of the separate matmuls a stack that keeps
+    # the projections as separate Linear modules runs for this one GEMM: torchtitan's Llama wq, wk,
+    # wv for the fused QKV GEMM and w1, w3 for the gated FC1 (torchtitan @ 6b03ffa3
+    # models/llama/model.py:189, :253); () = one matmul. Per-op checkpointing counts matmuls by it
+    mm_parts: tuple[int, ...] = ()
+    # bytes of the forward's output tensors; -1 = derived (a GEMM's m·n·batch·repeat at 2 B, else
+    # unknown). A fused attention kernel's are its output and its fp32 log-sum-exp
+    out_bytes: float = -1.0
 
     @property
     def wgrad_factor(self) -> float:

@@ -17,7 +17,10 @@ Read (torchtitan's JobConfig sections and field names):
   pipeline_parallel_schedule), context_parallel_degree, expert_parallel_degree,
   expert_tensor_parallel_degree; FSDP (shard > 1) is ZeRO-3, DDP (replicate > 1) ZeRO-0, and both
   at once (HSDP) is refused; sequence parallelism comes with torchtitan's tensor parallelism.
-- [activation_checkpoint] mode none / selective / full.
+- [activation_checkpoint] mode none / selective / full; selective with selective_ac_option "op"
+  (torchtitan's per-op policy, workload/op_checkpoint.py; the estimate runs under the torchtitan
+  framework, which selects it). An integer option (full AC of every n-th block, torchtitan's
+  config_manager default "2") is refused: perfmodel does not model a per-layer mix.
 """
 
 from __future__ import annotations
@@ -113,6 +116,11 @@ def torchtitan_job(cfg: dict[str, Any], n_gpus: int | None = None) -> Torchtitan
     mode = _get(cfg, "activation_checkpoint", "mode", "selective")
     if mode not in ("none", "selective", "full"):
         raise SpecError("activation_checkpoint.mode", f"{mode!r}", "none, selective or full")
+    option = str(_get(cfg, "activation_checkpoint", "selective_ac_option", "2"))
+    if mode == "selective" and option != "op":
+        raise SpecError("activation_checkpoint.selective_ac_option",
+                        f"{option!r} (default '2'): full activation checkpointing of every n-th block is not modelled",
+                        "'op' (the per-op policy), or mode 'full' / 'none'")
     converters = _get(cfg, "model", "converters", []) or []
     fp8 = "float8" in converters or bool(_get(cfg, "float8", "enable_float8_linear", False)) or "float8" in cfg.get(
         "quantize", {})
