@@ -407,6 +407,12 @@ def kernel_reference(impl: str) -> Accelerator | None:
     return None
 
 
+def _kernel_counts(pts: tuple[AttentionPt, ...]) -> str:
+    """'flash2 24, flash3 7': the kernels of a curve and their point counts."""
+    kernels = sorted({p[0] for p in pts})
+    return ", ".join(f"{k} {sum(p[0] == k for p in pts)}" for k in kernels)
+
+
 def mamf16_flop_per_s(acc: Accelerator) -> float | None:
     """The part's maximum achievable 16-bit matmul rate (bf16, else fp16), or None without one."""
     for p in registry.PRECISIONS.values():
@@ -423,7 +429,7 @@ def attention_curve(acc: Accelerator) -> AttentionCurve | None:
     own = _own_attention_points(acc)
     if own:
         srcs = sorted({p.source for p in acc.calibration.attention})
-        return AttentionCurve(own, f"measured: {len(own)} fused-attention fwd+bwd points ({', '.join(srcs)})")
+        return AttentionCurve(own, f"measured: fused-attention fwd+bwd points {_kernel_counts(own)} ({', '.join(srcs)})")
     mine = mamf16_flop_per_s(acc)
     if mine is None:
         return None
@@ -437,7 +443,7 @@ def attention_curve(acc: Accelerator) -> AttentionCurve | None:
     _, peer, theirs, pts = min(cands)
     scale = mine / theirs
     return AttentionCurve(tuple((k, c, d, n, r * scale) for k, c, d, n, r in pts),
-                          f"fallback: {peer}'s fused-attention curve x 16-bit MAMF ratio {scale:.3g} "
+                          f"fallback: {peer}'s fused-attention curve ({_kernel_counts(pts)}) x 16-bit MAMF ratio {scale:.3g} "
                           f"(same generation {acc.generation})")
 
 
