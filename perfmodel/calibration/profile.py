@@ -26,8 +26,8 @@ from perfmodel.calibration.parameters import KNOBS, REGISTRY, Knob, split_key
 from perfmodel.compute.ops import FLASH_FALLBACK_RATIO
 from perfmodel.errors import PerfmodelError
 from perfmodel.estimate import Estimate
+from perfmodel.hardware.attention import attention_curve
 from perfmodel.hardware.catalog import System
-from perfmodel.hardware.derating import attention_curve
 from perfmodel.hardware.network import NetworkLevel
 from perfmodel.hardware.specs import Accelerator
 from perfmodel.parallel.plan import ParallelPlan

@@ -16,7 +16,7 @@ GEMM   t = ((F/R)^p + (B/W)^p)^(1/p) + t0                                       
        the nearest of its generation, vendor, kind or any accelerator (MI325X: MI300X's 0.511).
 Attn   FlashAttention fwd+bwd rate measured by (head_dim, seq_len, causal), interpolated in
        log(seq_len), or the curve of a same-generation part scaled by the 16-bit MAMF ratio
-       (hardware/derating.attention_curve); a head smaller than any measured one at
+       (hardware/attention.attention_curve); a head smaller than any measured one at
        d / (d + 20) of the rate relative to the measured head (a softmax share worth 20 head
        dims per score: FA2 charts, 64 against 128 is 0.88); without
        points in the generation 0.60 x R (FA2 on A100 reaches 187/271 = 0.69 of MAMF at
@@ -55,7 +55,8 @@ from functools import lru_cache
 
 from perfmodel import precision as registry
 from perfmodel.compute.fp8_recipes import Fp8Recipe, gemm_cast_work, recipe_for
-from perfmodel.hardware.derating import AttentionPt, attention_curve, kernel_launch_s, kernel_reference, mamf_ratio
+from perfmodel.hardware.attention import AttentionPt, attention_curve, kernel_reference
+from perfmodel.hardware.derating import kernel_launch_s, mamf_ratio
 from perfmodel.hardware.specs import Accelerator
 from perfmodel.workload.graph import Op
 
@@ -230,7 +231,7 @@ def attention_rate_flop_per_s(acc: Accelerator, head_dim: int, seq_len: int, cau
                               kernel: str = "flash") -> float:
     """Achieved fused-attention fwd+bwd FLOP/s (executed FLOPs: causal counted half) of the
     implementation `kernel` (flash / fused / flash1: AttentionCurve.kernel_points): the part's
-    curve, or its generation's (hardware/derating.attention_curve), else a ratio of the GEMM rate;
+    curve, or its generation's (hardware/attention.attention_curve), else a ratio of the GEMM rate;
     a kernel the curve lacks (flash1 on H100) at the FA2-class rate x kernel_ratio."""
     curve = attention_curve(acc)
     if curve is not None:

@@ -56,13 +56,7 @@ kernel rates a real model's forward reaches, 0.64 on B200) is carried only withi
 (1.0) and says so, since carrying B200's figure to other generations would be a guess.
 CPUs are peers only of CPUs.
 
-The fused-attention rate is a curve, (causal, head_dim, seq_len) -> fwd+bwd FLOP/s. A part without
-FlashAttention points of its own takes the curve of a part of its generation that has them (the
-same kernels on the same tensor cores), scaled by the ratio of their 16-bit MAMFs: an H100 run at
-500 W or an H200 runs H100 SXM5's FA2 curve, a GB200 / B300 / GB300 B200's FA4 points. Forward and
-backward points measured separately (FA4 on B200) combine into one fwd+bwd rate at the
-FlashAttention FLOP convention (backward 2.5x forward): r = 3.5 / (1/r_fwd + 2.5/r_bwd). A
-generation without any attention measurement keeps the ratio fallback of compute/ops.
+The fused-attention curve a part without its own points carries is hardware/attention.py.
 
 Every value comes with a provenance string: "measured: ..." or "fallback: ...", which the
 Estimate shows per cost term.
@@ -84,7 +78,6 @@ if TYPE_CHECKING:
     from perfmodel.hardware.catalog import System
 
 LEVELS = ("generation", "vendor", "kind", "any accelerator")
-ATTENTION_BWD_FLOP_FACTOR = 2.5  # FlashAttention's FLOP convention (specs.AttentionPoint docstring)
 GENERIC_MAMF_RATIO = 0.80  # only when no accelerator in the catalogue measured a MAMF: Bekman's
 #                            MAMF/peak 0.87 (A100), 0.80 (H100), 0.76 (H200), rounded mean
 DEFAULT_LAUNCH_S = 2.5e-6  # only when no peer measured one: gpu-benches A100 fit (2.555 us)
@@ -333,118 +326,11 @@ def best_published_mfu(acc: Accelerator) -> tuple[float, str] | None:
     return None
 
 
-# -- the attention curve --------------------------------------------------------------------------
-AttentionPt = tuple[str, bool, int, int, float]  # (kernel, causal, head_dim, seq_len, fwd+bwd FLOP/s)
-# FlashAttention generations, oldest first: the kernel an attention implementation reads
-# (compute/ops.attention_rate_flop_per_s) is picked from these by name
-FLASH_KERNELS = ("flash2", "flash3", "flash4")
-# the kernel whose points `flash1` (a FlashAttention-1-era kernel) reads: the 2022-23 Triton
-# FlashAttention, measured beside FA2 in the FA2 README's A100 chart; flash-attn 1.x CUDA reads
-# within 0.85-1.2 of it there (FlashAttention bars)
-FLASH1_KERNEL = "triton"
+def _attention_provenance(acc: Accelerator) -> str | None:
+    from perfmodel.hardware.attention import attention_curve  # it reads this module's MAMF rule
 
-
-@dataclass(frozen=True, slots=True)
-class AttentionCurve:
-    """Fused-attention fwd+bwd rates by (kernel, causal, head_dim, seq_len), and where they come from."""
-
-    points: tuple[AttentionPt, ...]
-    provenance: str
-
-    def kernel_points(self, impl: str) -> tuple[AttentionPt, ...]:
-        """The points of the kernel an attention implementation runs: `fused` the newest
-        FlashAttention generation measured, `flash` FlashAttention-2 where measured, else the
-        newest (Blackwell measured FA4 only), `flash1` the FLASH1_KERNEL points (empty where not
-        measured: compute/ops.kernel_ratio carries its ratio). Points of other kernels (a CPU's
-        sdpa) serve flash and fused."""
-        if impl == "flash1":
-            return tuple(p for p in self.points if p[0] == FLASH1_KERNEL)
-        known = [k for k in FLASH_KERNELS if any(p[0] == k for p in self.points)]
-        if not known:
-            return tuple(p for p in self.points if p[0] != FLASH1_KERNEL)
-        pick = known[-1] if impl == "fused" or "flash2" not in known else "flash2"
-        return tuple(p for p in self.points if p[0] == pick)
-
-
-def _own_attention_points(acc: Accelerator) -> tuple[AttentionPt, ...]:
-    """The part's fwd+bwd points, plus:
-    - one per (kernel, source, causal, head_dim, seq_len) measured only as a forward and a
-      backward: 1 + b FLOPs over the two times, b = ATTENTION_BWD_FLOP_FACTOR;
-    - a causal point where a kernel has a non-causal fwd+bwd point but no causal one: the
-      non-causal rate times the kernel's own causal / non-causal forward ratio at that head and
-      length, from a source that measured both (FA3 on H100: backward published non-causal only)."""
-    pts = acc.calibration.attention
-    out: dict[tuple[str, bool, int, int], float] = {
-        (p.kernel, p.causal, p.head_dim, p.seq_len): p.achieved_flop_per_s for p in pts if p.direction == "fwd_bwd"}
-    fwd = {(p.kernel, p.source, p.causal, p.head_dim, p.seq_len): p.achieved_flop_per_s for p in pts if p.direction == "fwd"}
-    bwd = {(p.kernel, p.source, p.causal, p.head_dim, p.seq_len): p.achieved_flop_per_s for p in pts if p.direction == "bwd"}
-    b = ATTENTION_BWD_FLOP_FACTOR
-    for k in sorted(fwd.keys() & bwd.keys()):
-        out.setdefault((k[0], *k[2:]), (1.0 + b) / (1.0 / fwd[k] + b / bwd[k]))
-    for (kern, causal, d, n), r in sorted(out.items()):
-        if causal or (kern, True, d, n) in out:
-            continue
-        ratios = sorted(fwd[(kern, src, True, d, n)] / fwd[(kern, src, False, d, n)]
-                        for (k2, src, c2, d2, n2) in fwd if (k2, c2, d2, n2) == (kern, True, d, n)
-                        and (kern, src, False, d, n) in fwd)
-        if ratios:
-            out[(kern, True, d, n)] = r * ratios[0]
-    return tuple((*k, v) for k, v in sorted(out.items()))
-
-
-@lru_cache(maxsize=8)
-def kernel_reference(impl: str) -> Accelerator | None:
-    """The first catalogue part (by id) that measured both the kernel `impl` reads and
-    FlashAttention-2, whose ratio carries to other parts; None for FA2-or-later kernels."""
-    from perfmodel.hardware.catalog import load_catalog
-
-    if impl != "flash1":
-        return None
-    for _, acc in sorted(load_catalog().accelerators.items()):
-        pts = _own_attention_points(acc)
-        if any(p[0] == FLASH1_KERNEL for p in pts) and any(p[0] == "flash2" for p in pts):
-            return acc
-    return None
-
-
-def _kernel_counts(pts: tuple[AttentionPt, ...]) -> str:
-    """'flash2 24, flash3 7': the kernels of a curve and their point counts."""
-    kernels = sorted({p[0] for p in pts})
-    return ", ".join(f"{k} {sum(p[0] == k for p in pts)}" for k in kernels)
-
-
-def mamf16_flop_per_s(acc: Accelerator) -> float | None:
-    """The part's maximum achievable 16-bit matmul rate (bf16, else fp16), or None without one."""
-    for p in registry.PRECISIONS.values():
-        if p.bits == 16 and p.matrix_format in acc.supported_precisions:
-            return acc.matrix_peak_flop_per_s(p.matrix_format) * mamf_ratio(acc, p.matrix_format).value
-    return None
-
-
-@lru_cache(maxsize=512)
-def attention_curve(acc: Accelerator) -> AttentionCurve | None:
-    """The part's own attention points, else the curve of the same-generation peer with points
-    whose 16-bit MAMF is nearest, times mamf16(part) / mamf16(peer); None when no part of the
-    generation measured attention."""
-    own = _own_attention_points(acc)
-    if own:
-        srcs = sorted({p.source for p in acc.calibration.attention})
-        return AttentionCurve(own, f"measured: fused-attention fwd+bwd points {_kernel_counts(own)} ({', '.join(srcs)})")
-    mine = mamf16_flop_per_s(acc)
-    if mine is None:
-        return None
-    cands = []
-    for p in _level_peers(acc, _peers(acc), "generation"):
-        theirs, pts = mamf16_flop_per_s(p), _own_attention_points(p)
-        if pts and theirs:
-            cands.append((abs(math.log(mine / theirs)), p.id, theirs, pts))
-    if not cands:
-        return None
-    _, peer, theirs, pts = min(cands)
-    scale = mine / theirs
-    return AttentionCurve(tuple((k, c, d, n, r * scale) for k, c, d, n, r in pts),
-                          f"fallback: {peer}'s fused-attention curve ({_kernel_counts(pts)}) x 16-bit MAMF ratio {scale:.3g} "
-                          f"(same generation {acc.generation})")
+    curve = attention_curve(acc)
+    return curve.provenance if curve is not None else None
 
 
 def accelerator_provenance(acc: Accelerator, precision: str) -> dict[str, str]:
@@ -454,8 +340,8 @@ def accelerator_provenance(acc: Accelerator, precision: str) -> dict[str, str]:
     out = {
         "gemm_rate": mamf_ratio(acc, fmt).provenance,
         "in_model_efficiency": in_model_efficiency(acc).provenance,
-        "attention_rate": (curve.provenance if (curve := attention_curve(acc)) is not None
-                           else "fallback: 0.60 x the GEMM rate (FA2 / MAMF on A100 at head_dim 64)"),
+        "attention_rate": (_attention_provenance(acc)
+                           or "fallback: 0.60 x the GEMM rate (FA2 / MAMF on A100 at head_dim 64)"),
         "hbm_bandwidth": hbm_ratio(acc).provenance,
         "elementwise_bandwidth": (f"measured: typical memory-bound ops ({cal.elementwise_achieved.source})"
                                   if cal.elementwise_achieved else "fallback: the HBM streaming bandwidth"),
@@ -469,21 +355,15 @@ def accelerator_provenance(acc: Accelerator, precision: str) -> dict[str, str]:
 
 
 __all__ = [
-    "FLASH1_KERNEL",
-    "FLASH_KERNELS",
     "POWER_PAIRS",
-    "AttentionCurve",
     "Derived",
     "PowerPair",
     "accelerator_provenance",
-    "attention_curve",
     "best_published_mfu",
     "estimate_context",
     "hbm_ratio",
     "in_model_efficiency",
     "kernel_launch_s",
-    "kernel_reference",
-    "mamf16_flop_per_s",
     "mamf_ratio",
     "peer_median",
     "power_exponent",

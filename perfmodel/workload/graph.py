@@ -40,7 +40,7 @@ CommGroup = Literal["tp", "cp", "ep", "etp", "dp", "pp"]
 # the chip (`fused`: FA3 on Hopper, FA4 on Blackwell: what Transformer Engine's fused attention and
 # cuDNN run), a FlashAttention-1-era fused kernel (`flash1`: flash-attn 1.x or the 2022-23 Triton
 # kernel), or unfused baddbmm + softmax + bmm (`unfused`); compute/ops.ATTENTION_KERNEL_RATE and
-# hardware/derating.AttentionCurve.kernel_points hold the fused kernels' rates
+# hardware/attention.AttentionCurve.kernel_points hold the fused kernels' rates
 AttentionImpl = Literal["flash", "fused", "flash1", "unfused"]
 ATTENTION_IMPLS: tuple[str, ...] = get_args(AttentionImpl)
 TpSplit = Literal["", "column", "row", "heads", "inner"]  # inner: element-wise between a column and its row
