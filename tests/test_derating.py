@@ -28,32 +28,33 @@ def _acc(acc_id: str):
     return load_catalog().accelerator(acc_id)
 
 
-def test_mi325x_takes_the_mi300x_ratio():
-    """Same CDNA 3 compute die and ROCm stack: 668.4 / 1307.4 = 0.511 of the same 1307.4 peak,
-    not 0.80 (which made it 1.56x faster than the MI300X), scaled by the power rule to its
-    1000 W against the MI300X's 750 W: x (1000/750)^a, a = the mean of AMD's measured bf16 and
-    fp16 exponents (843/708 and 794/654 TFLOP/s at 1000 vs 750 W)."""
+def test_mi325x_measured_mamf_and_what_the_power_rule_had_carried():
+    """MI325X has its own torch.mm MAMF now (784.9 TFLOP/s, Bekman, the same tool as MI300X's
+    668.4): measured, not carried. Before it was, the power rule carried MI300X's 668.4 / 1307.4
+    x (1000/750)^a, a = the mean of AMD's measured bf16 and fp16 exponents (843/708 and 794/654 at
+    1000 vs 750 W): 0.615, within 2.5 % of the 0.600 measured since. Its HBM ratio is still MI300X's."""
     mi325, mi300 = _acc("mi325x"), _acc("mi300x")
+    assert mamf_ratio(mi325, "bf16").value == pytest.approx(784.9 / 1307.4)
+    assert mamf_ratio(mi325, "bf16").provenance == "measured: bf16 MAMF (ml-eng-mamf)"
+    assert gemm_rate_flop_per_s(mi325, "bf16") == pytest.approx(784.9 * T)
     a = (math.log(843 / 708) + math.log(794 / 654)) / 2 / math.log(1000 / 750)
-    gain = (1000 / 750) ** a
-    assert gain == pytest.approx(1.2024, abs=1e-4)  # AMD measured 843 / 708 = 1.191 (bf16), 794 / 654 = 1.214 (fp16)
-    assert mamf_ratio(mi325, "bf16").value == pytest.approx(668.4 / 1307.4 * gain)
-    assert gemm_rate_flop_per_s(mi325, "bf16") == pytest.approx(668.4 * T * gain)
-    assert gemm_rate_flop_per_s(mi325, "bf16") == pytest.approx(gemm_rate_flop_per_s(mi300, "bf16") * gain)
+    carried = mamf_ratio(mi300, "bf16").value * (1000 / 750) ** a
+    assert carried == pytest.approx(0.615, abs=5e-4)
+    assert carried / mamf_ratio(mi325, "bf16").value == pytest.approx(1.0, abs=0.025)
     assert hbm_ratio(mi325).value == pytest.approx(4.09 / 5.3)  # MI300X BabelStream triad / datasheet
-    assert "same generation cdna3" in mamf_ratio(mi325, "bf16").provenance
+    assert "same generation cdna3" in hbm_ratio(mi325).provenance
 
 
 def test_blackwell_parts_take_the_median_of_measured_blackwell():
-    """B300 / GB300: the median of B200 1745/2250 and GB200 1822/2500, each carried by the power
-    rule (x clock_peer / clock_part x (tdp_part / tdp_peer)^a, a = ln(1822/1745) / ln(1.2) from
-    the same pair), and the generation's whole-model efficiency (B200, 0.64)."""
+    """B300 measured its own MAMF (1769 / 2250, Bekman); GB300 takes the median of B200 1745/2250,
+    B300 1769/2250 and GB200 1822/2500, each carried by the power rule (x clock_peer / clock_part x
+    (tdp_part / tdp_peer)^a, a = ln(1822/1745) / ln(1.2) from the B200 / GB200 pair), and the
+    generation's whole-model efficiency (B200, 0.64)."""
     a = math.log(1822.0 / 1745.0) / math.log(1.2)
-
-    def carried(w: float, mhz: float) -> float:
-        return (1745.0 / 2250 * 1856 / mhz * (w / 1000) ** a + 1822.0 / 2500 * 2062 / mhz * (w / 1200) ** a) / 2
-
-    for acc_id, ratio in (("b300", carried(1100, 1856)), ("gb300", carried(1400, 2008))):
+    carried = statistics.median([1745.0 / 2250 * 1856 / 2008 * (1400 / 1000) ** a,
+                                 1769.0 / 2250 * 1856 / 2008 * (1400 / 1100) ** a,
+                                 1822.0 / 2500 * 2062 / 2008 * (1400 / 1200) ** a])
+    for acc_id, ratio in (("b300", 1769.0 / 2250), ("gb300", carried)):
         acc = _acc(acc_id)
         assert mamf_ratio(acc, "bf16").value == pytest.approx(ratio)
         assert in_model_efficiency(acc).value == pytest.approx(0.64)
@@ -87,24 +88,25 @@ def test_no_fallback_beats_every_measured_part():
 def test_estimate_says_what_is_measured():
     plan = perfmodel.ParallelPlan(tp=8, global_batch=8)
     h100 = perfmodel.estimate("llama3-8b", "h100-sxm5-80gb", plan)
-    mi325 = perfmodel.estimate("llama3-8b", "mi325x", plan)
+    gb300 = perfmodel.estimate("llama3-8b", "gb300", plan)
     assert h100.provenance["gemm_rate"].startswith("measured")
     assert h100.provenance["hbm_bandwidth"].startswith("measured")
-    assert mi325.provenance["gemm_rate"].startswith("fallback")
-    assert {"gemm_rate", "hbm_bandwidth", "kernel_launch"} <= set(mi325.fallback_terms)
+    assert gb300.provenance["gemm_rate"].startswith("fallback")
+    assert {"gemm_rate", "hbm_bandwidth", "kernel_launch"} <= set(gb300.fallback_terms)
     assert "gemm_rate" not in h100.fallback_terms
-    assert mi325.to_dict()["provenance"] == mi325.provenance
-    assert "gemm_rate              fallback: MAMF/peak = median 0.615 of mi300x 0.511 x (1000/750 W)^0.64" in mi325.summary()
+    assert gb300.to_dict()["provenance"] == gb300.provenance
+    assert ("gemm_rate              fallback: MAMF/peak = median 0.776 of b200 0.776 x (1856/2008 MHz) x "
+            "(1400/1000 W)^0.237 = 0.776") in gb300.summary()
 
 
 def test_cli_json_and_compare_show_provenance(capsys):
-    assert main(["estimate", "llama3-8b", "--hardware", "mi325x", "--n-gpus", "8", "--tp", "8",
+    assert main(["estimate", "llama3-8b", "--hardware", "gb300", "--n-gpus", "8", "--tp", "8",
                  "--global-batch", "8", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["provenance"]["gemm_rate"].startswith("fallback")
-    df = compare("llama3-8b", ["h100-sxm5-80gb", "mi325x"], 8, 64, 1e9)
+    df = compare("llama3-8b", ["h100-sxm5-80gb", "gb300"], 8, 64, 1e9)
     rows = df.set_index("candidate")
-    assert "gemm_rate" in rows.loc["mi325x", "fallback_terms"]
+    assert "gemm_rate" in rows.loc["gb300", "fallback_terms"]
     assert "gemm_rate" not in rows.loc["h100-sxm5-80gb", "fallback_terms"]
 
 
