@@ -309,3 +309,24 @@ def test_fit_moves_the_moe_dispatch_efficiency_where_runs_exchange_tokens(tmp_pa
     assert v["moe_dispatch"] < 0.75
     assert v["moe_dispatch"] * v["scale_out_collective"] == pytest.approx(0.9 * 0.5, rel=0.10)
     assert res.before["mape"] > 0.2 and res.after["mape"] < 0.03
+
+
+def test_host_per_kernel_pools_accelerator_hosts_only():
+    """A CPU run's host factor is host_generation[host-cpu] alone (its dispatching thread shares
+    the cores that compute); host_per_kernel multiplies GPU runs only. With host_per_kernel 2 and
+    host_generation[host-cpu] 1.5: an A100 run's host knob is 2 x (its generation's 1), a CPU
+    run's 1.5. The fit's membership matrix says the same."""
+    from perfmodel.calibration.fit import Problem
+    from perfmodel.calibration.parameters import BY_NAME
+
+    prof = Profile("t", {"host_per_kernel": 2.0, "host_generation[host-cpu]": 1.5})
+    a100, cpu = _a100().accelerator, resolve_system("host-cpu", None, 1)[0].accelerator
+    assert prof.knobs(a100)["host"] == pytest.approx(2.0)
+    assert prof.knobs(cpu)["host"] == pytest.approx(1.5)
+    assert not BY_NAME["host_per_kernel"].applies(cpu) and BY_NAME["host_per_kernel"].applies(a100)
+    assert BY_NAME["gemm_in_model"].applies(cpu)  # the GEMM pool stays shared
+    rows = [r for r in read_fit_rows([ROOT / "validation" / "runs_cpu.csv"])][:2]
+    prob = Problem(rows)
+    k = prob.keys.index("host_per_kernel")
+    assert prob.member[:, KNOBS.index("host"), k].sum() == 0
+    assert prob.member[:, KNOBS.index("host"), prob.keys.index("host_generation[host-cpu]")].sum() == len(rows)
