@@ -243,3 +243,22 @@ def test_a_plan_that_names_its_attention_kernel_keeps_it_under_a_stack():
             assert main([*args, "--attention", att]) == 0
         out[att] = json.loads(buf.getvalue())["step_time_s"]
     assert out["fused"] < out["flash"]  # FA3 on Hopper is faster than FA2
+
+
+def test_torchtitan_float8_runs_compiled_so_its_casts_are_fused():
+    """torchtitan's float8 path is run under torch.compile, which 'fuses the float8 scaling/casting
+    kernels' (components/quantization/float8.md): an fp8 plan under torchtitan gets fused casts and
+    is faster than the same plan with the casts as separate kernels; bf16 is untouched."""
+    from perfmodel.calibration.frameworks import apply_framework, framework
+
+    plan = perfmodel.ParallelPlan(dp=8, global_batch=16, micro_batch=2, precision="fp8")
+    assert apply_framework(plan, framework("torchtitan")).fp8_fused_casts
+    fused = perfmodel.estimate("llama3-8b", "h100-sxm5-80gb", plan, calibration="none", framework="torchtitan")
+    eager = perfmodel.estimate("llama3-8b", "h100-sxm5-80gb", plan, calibration="none", framework="pytorch")
+    assert fused.plan.fp8_fused_casts and not eager.plan.fp8_fused_casts
+    bf16 = plan.model_copy(update={"precision": "bf16"})
+    assert apply_framework(bf16, framework("torchtitan")).fp8_fused_casts  # a flag; bf16 has no casts to fuse
+    a = perfmodel.estimate("llama3-8b", "h100-sxm5-80gb", bf16, calibration="none", framework="torchtitan")
+    b = perfmodel.estimate("llama3-8b", "h100-sxm5-80gb", bf16.model_copy(update={"fp8_fused_casts": False}),
+                           calibration="none", framework="pytorch")
+    assert a.breakdown_s["compute_fwd_s"] == pytest.approx(b.breakdown_s["compute_fwd_s"], rel=1e-12)

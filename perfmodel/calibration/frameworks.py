@@ -192,8 +192,11 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "_fully_shard/_fsdp_collectives.py); async TP is opt-in; the loss upcasts the logits and runs "
               "F.cross_entropy (torchtitan/components/loss.py pred.float()); float8 through torchao Float8Linear "
               "with dynamic scaling from the current tensor's amax (components/quantization/float8.py; tensorwise "
-              "in the Dec-2024 benchmarks, rowwise now), casts as separate kernels in eager mode.",
-              fsdp="per-param", fp8_recipe="current", selective="op"),
+              "in the Dec-2024 benchmarks, rowwise now); its float8 runs compiled: 'torch.compile fuses the float8 "
+              "scaling/casting kernels ... required for competitive performance' (components/quantization/"
+              "float8.md:33; mx.py:73-75 warns without it), and every published Float8 row ran torch.compile "
+              "(benchmarks/llama3_h100_202412_torchtitan.md tables 1-5), so its fp8 / fp4 casts are fused.",
+              fsdp="per-param", fp8_recipe="current", selective="op", fused_casts=True),
     Framework("composer", "flash", "eager", False,
               "llm-foundry (Composer): MPT attn_config attn_impl flash in its training yamls (its published "
               "benchmark tables ran submit_benchmarks.py's --attn_impl default 'triton', the 2022-23 Triton "
