@@ -44,6 +44,7 @@ Sources (Transformer Engine recipe API, transformer_engine.common.recipe):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -225,6 +226,13 @@ def format_bits(fmt: str) -> int:
     return FORMAT_BITS[f]
 
 
+def reference_16bit_format(supported: Iterable[str]) -> str | None:
+    """The first 16-bit matrix format (bf16, else fp16) among a chip's `supported` precisions: the
+    reference an in-model efficiency is measured against and the unit attention curves carry by."""
+    have = set(supported)
+    return next((p.matrix_format for p in PRECISIONS.values() if p.bits == 16 and p.matrix_format in have), None)
+
+
 def peak_formats(name: str) -> tuple[str, ...]:
     """The spec formats that serve a peak lookup for a precision or a number format, in order."""
     fmt = matrix_format(name)
@@ -294,5 +302,6 @@ __all__ = [
     "precision_names",
     "recipe_names",
     "recipe_precision",
+    "reference_16bit_format",
     "widest_first",
 ]

@@ -199,7 +199,7 @@ def _adjusted_accelerator(acc: Accelerator, gemm: float, attention: float, memor
         r = attention / gemm_applied
         curve = attention_curve(acc)
         if not cal["attention"] and curve is not None:
-            # a curve carried from the generation (hardware/derating.py) takes the knob as the
+            # a curve carried from the generation (hardware/attention.py) takes the knob as the
             # measured ones do: written out as this part's points
             cal["attention"] = [{"kernel": k, "direction": "fwd_bwd", "causal": c, "head_dim": d, "seq_len": n,
                                  "achieved": f"{v:.6e} FLOP/s", "source": curve.provenance} for k, c, d, n, v in curve.points]

@@ -119,8 +119,7 @@ def low_precision_in_model_efficiency(acc: Accelerator, precision: str) -> float
     if e >= 1.0 or registry.canonical(precision) is None or not registry.get(precision).quantized:
         return e
     # the 16-bit reference the in-model efficiency was measured against: the first the chip runs
-    ref = next((p.matrix_format for p in registry.PRECISIONS.values()
-                if p.bits == 16 and p.matrix_format in acc.supported_precisions), None)
+    ref = registry.reference_16bit_format(acc.supported_precisions)
     if ref is None:
         return e
     r_low, r_ref = mamf_ratio(acc, gemm_precision(precision)).value, mamf_ratio(acc, ref).value

@@ -102,10 +102,8 @@ def _kernel_counts(pts: tuple[AttentionPt, ...]) -> str:
 
 def mamf16_flop_per_s(acc: Accelerator) -> float | None:
     """The part's maximum achievable 16-bit matmul rate (bf16, else fp16), or None without one."""
-    for p in registry.PRECISIONS.values():
-        if p.bits == 16 and p.matrix_format in acc.supported_precisions:
-            return acc.matrix_peak_flop_per_s(p.matrix_format) * mamf_ratio(acc, p.matrix_format).value
-    return None
+    fmt = registry.reference_16bit_format(acc.supported_precisions)
+    return acc.matrix_peak_flop_per_s(fmt) * mamf_ratio(acc, fmt).value if fmt else None
 
 
 @lru_cache(maxsize=512)
@@ -132,8 +130,6 @@ def attention_curve(acc: Accelerator) -> AttentionCurve | None:
     return AttentionCurve(tuple((k, c, d, n, r * scale) for k, c, d, n, r in pts),
                           f"fallback: {peer}'s fused-attention curve ({_kernel_counts(pts)}) x 16-bit MAMF ratio {scale:.3g} "
                           f"(same generation {acc.generation})")
-
-
 
 
 __all__ = [
