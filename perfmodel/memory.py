@@ -203,12 +203,13 @@ def peak_memory(graph: Graph, plan: ParallelPlan) -> MemoryBreakdown:
     return out
 
 
-def fit_message(graph: Graph, plan: ParallelPlan, hbm_bytes: float) -> str | None:
+def fit_message(graph: Graph, plan: ParallelPlan, hbm_bytes: float, need_bytes: float | None = None) -> str | None:
     """None when the peak fits in `hbm_bytes`; else 'does not fit: X per GPU > Y of HBM' with
     what the plan would need under the first stronger recompute that fits (or under full
     recompute, and that it is still over), so a run that needs recompute says so instead of
-    reading as impossible: '... (with full recompute 60.3 GB)'."""
-    need = peak_memory(graph, plan).total_bytes
+    reading as impossible: '... (with full recompute 60.3 GB)'. `need_bytes`: the plan's peak
+    when the caller already has it (peak_memory otherwise)."""
+    need = peak_memory(graph, plan).total_bytes if need_bytes is None else need_bytes
     if need <= hbm_bytes:
         return None
     msg = f"does not fit: {fmt(need, 'B')} per GPU > {fmt(hbm_bytes, 'B')} of HBM"

@@ -102,7 +102,7 @@ def finish(inp: StepInputs, engine: str, step_time_s: float, breakdown_s: dict[s
     spec, plan, graph, acc = inp.spec, inp.plan, inp.graph, inp.system.accelerator
     msgs = list(inp.messages)
     mem = peak_memory(graph, plan)
-    over = fit_message(graph, plan, acc.hbm_bytes)
+    over = fit_message(graph, plan, acc.hbm_bytes, mem.total_bytes)
     if over is not None:
         msgs.append(over)
     model_flop, hw_flop = model_flop_per_step(spec, plan) if spec is not None else graph_flop_per_step(inp.whole or graph, plan)
