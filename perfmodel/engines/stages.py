@@ -23,13 +23,12 @@ from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.ranks import expert_dp_stride, group_stride
 from perfmodel.parallel.shard import RankLayout, moe_options, shard, unsharded_graph
 from perfmodel.parallel.split import EDGE_KINDS, chunk_layers, stage_layers
-from perfmodel.workload.graph import Graph, Layer
+from perfmodel.workload.graph import ACT_BYTES, Graph, Layer
 from perfmodel.workload.hyper_connections import streams
 from perfmodel.workload.moe import MoEOptions
 from perfmodel.workload.op_checkpoint import op_checkpoint
 from perfmodel.workload.spec import ModelSpec
 
-ACT_BYTES = 2  # bf16 activations cross stage boundaries
 # NCCL runs one CTA per channel on an SM of its own ("NCCL CTAs won't share an SM with compute
 # kernels", NVIDIA/nccl#689 / #1656), and a ring collective on an 8-GPU NVSwitch node with one NIC
 # per GPU runs about 16 channels (2 per NIC: NVIDIA/nccl#438, sjeaugey). While a DP collective

@@ -51,8 +51,7 @@ from functools import lru_cache
 from perfmodel.errors import LayoutError
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.workload.builder import build_graph
-from perfmodel.workload.graph import Comm, CpExchange, Graph, Layer, LayerLayout, MoEExchange, Op, OpShare
-from perfmodel.workload.moe import ACT_BYTES as MOE_ACT_BYTES
+from perfmodel.workload.graph import ACT_BYTES, Comm, CpExchange, Graph, Layer, LayerLayout, MoEExchange, Op, OpShare
 from perfmodel.workload.moe import COUNT_BYTES, MoEOptions
 from perfmodel.workload.spec import ModelSpec
 
@@ -163,15 +162,15 @@ def moe_comms(x: MoEExchange, tp: int, ep: int, etp: int) -> tuple[Comm, ...]:
         sent, d_el, overlap = x.sent_elems, x.dispatch_bytes_per_elem, x.overlap
         rt = x.routing  # the plan's dispatcher decides what travels (comm/collectives.ep_exchange_time_s)
         if ep > 1:
-            if d_el < MOE_ACT_BYTES:  # fp8 forward dispatch; its backward (the combine's gradient) is bf16
+            if d_el < ACT_BYTES:  # fp8 forward dispatch; its backward (the combine's gradient) is bf16
                 out += [Comm("moe_dispatch", "all_to_all", "ep", sent * d_el, 1, 0, overlap, "shared_fc1", rt),
-                        Comm("moe_dispatch_grad", "all_to_all", "ep", sent * MOE_ACT_BYTES, 0, 1, overlap, "shared_fc1", rt)]
+                        Comm("moe_dispatch_grad", "all_to_all", "ep", sent * ACT_BYTES, 0, 1, overlap, "shared_fc1", rt)]
             else:
-                out.append(Comm("moe_dispatch", "all_to_all", "ep", sent * MOE_ACT_BYTES, 1, 1, overlap, "shared_fc1", rt))
-            out.append(Comm("moe_combine", "all_to_all", "ep", sent * MOE_ACT_BYTES, 1, 1, overlap, "shared_fc2", rt))
+                out.append(Comm("moe_dispatch", "all_to_all", "ep", sent * ACT_BYTES, 1, 1, overlap, "shared_fc1", rt))
+            out.append(Comm("moe_combine", "all_to_all", "ep", sent * ACT_BYTES, 1, 1, overlap, "shared_fc2", rt))
         if etp > 1:  # routed: the dispatcher decides (flex sends to the etp ranks in its exchange)
             out += [Comm("moe_etp_allgather", "all_gather", "etp", sent * etp * d_el, 1, 1, routing=rt),
-                    Comm("moe_etp_reducescatter", "reduce_scatter", "etp", sent * etp * MOE_ACT_BYTES, 1, 1, routing=rt)]
+                    Comm("moe_etp_reducescatter", "reduce_scatter", "etp", sent * etp * ACT_BYTES, 1, 1, routing=rt)]
     return tuple(out)
 
 

@@ -29,13 +29,11 @@ from perfmodel import precision as registry
 from perfmodel.errors import LayoutError
 from perfmodel.workload import hyper_connections as hc
 from perfmodel.workload.compressed_attention import csa_attention_ops, csa_params
-from perfmodel.workload.graph import ATTENTION_IMPLS, Axes, Comm, CpExchange, Graph, Layer, LayerLayout, Op, TpSplit
+from perfmodel.workload.graph import ACT_BYTES, ATTENTION_IMPLS, Axes, Comm, CpExchange, Graph, Layer, LayerLayout, Op, TpSplit
 from perfmodel.workload.latent_moe import latent_params
 from perfmodel.workload.moe import MoEOptions, moe_block
 from perfmodel.workload.spec import ModelSpec
 from perfmodel.workload.ssm import mamba2_ops, mamba2_params
-
-ACT_BYTES = 2  # bf16/fp16 activations; fp8 GEMMs still keep bf16 activations between ops
 
 
 class _Unsharded:

@@ -34,10 +34,9 @@ from __future__ import annotations
 
 from perfmodel import precision as registry
 from perfmodel.errors import LayoutError
-from perfmodel.workload.graph import Comm, Op
+from perfmodel.workload.graph import ACT_BYTES, Comm, Op
 from perfmodel.workload.spec import ModelSpec
 
-ACT_BYTES = 2
 FP32 = 4
 
 

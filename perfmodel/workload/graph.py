@@ -39,8 +39,11 @@ CommGroup = Literal["tp", "cp", "ep", "etp", "dp", "pp"]
 # generation with no FA2 measurement its newest), the newest FlashAttention generation measured on
 # the chip (`fused`: FA3 on Hopper, FA4 on Blackwell: what Transformer Engine's fused attention and
 # cuDNN run), a FlashAttention-1-era fused kernel (`flash1`: flash-attn 1.x or the 2022-23 Triton
-# kernel), or unfused baddbmm + softmax + bmm (`unfused`); compute/ops.ATTENTION_KERNEL_RATE and
-# hardware/attention.AttentionCurve.kernel_points hold the fused kernels' rates
+# kernel), or unfused baddbmm + softmax + bmm (`unfused`); hardware/attention.AttentionCurve.kernel_points
+# picks the fused kernels' measured rates
+# bytes per activation element between ops: bf16 / fp16 (fp8 GEMMs cast at their inputs and keep
+# bf16 activations between ops); every workload module and the pipeline's stage boundaries read it
+ACT_BYTES = 2
 AttentionImpl = Literal["flash", "fused", "flash1", "unfused"]
 ATTENTION_IMPLS: tuple[str, ...] = get_args(AttentionImpl)
 TpSplit = Literal["", "column", "row", "heads", "inner"]  # inner: element-wise between a column and its row

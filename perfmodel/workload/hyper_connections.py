@@ -19,10 +19,9 @@ the activation is n·h wide.
 
 from __future__ import annotations
 
-from perfmodel.workload.graph import Op
+from perfmodel.workload.graph import ACT_BYTES, Op
 from perfmodel.workload.spec import ModelSpec
 
-ACT_BYTES = 2
 FP32 = 4
 
 

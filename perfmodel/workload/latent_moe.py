@@ -20,10 +20,8 @@ Super (h 4096, l 1024) a quarter of a standard MoE of the same expert width.
 from __future__ import annotations
 
 from perfmodel import precision as registry
-from perfmodel.workload.graph import Op
+from perfmodel.workload.graph import ACT_BYTES, Op
 from perfmodel.workload.spec import ModelSpec
-
-ACT_BYTES = 2
 
 
 def _projection(name: str, tokens: int, n: int, k: int, precision: str) -> Op:

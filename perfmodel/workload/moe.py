@@ -49,11 +49,10 @@ from dataclasses import dataclass
 
 from perfmodel import precision as registry
 from perfmodel.errors import LayoutError
-from perfmodel.workload.graph import MoEExchange, Op
+from perfmodel.workload.graph import ACT_BYTES, MoEExchange, Op
 from perfmodel.workload.latent_moe import latent_projections
 from perfmodel.workload.spec import ModelSpec
 
-ACT_BYTES = 2
 FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128  # e4m3 value + an fp32 scale per 1x128 tile (DeepSeek-V3 §3.3.2)
 COUNT_BYTES = 8  # int64 per-expert token counts
 

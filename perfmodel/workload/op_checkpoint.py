@@ -50,11 +50,10 @@ from functools import lru_cache
 from typing import Literal, get_args
 
 from perfmodel import precision as registry
-from perfmodel.workload.graph import Comm, Layer, Op
+from perfmodel.workload.graph import ACT_BYTES, Comm, Layer, Op
 
 SelectiveRecompute = Literal["core_attn", "op"]
 SELECTIVE_RECOMPUTES: tuple[str, ...] = get_args(SelectiveRecompute)
-ACT_BYTES = 2  # bf16 activations (workload/builder.ACT_BYTES)
 ROUTER_OP = "router"  # the MoE router GEMM (workload/moe.py), force-recomputed
 SAVED_KINDS = ("attention", "bmm")  # SDPA / fused attention kernels, aten.bmm (unfused attention)
 SAVED_COMMS = ("reduce_scatter", "all_to_all")  # _c10d_functional reduce_scatter_tensor, all_to_all_single

@@ -20,10 +20,9 @@ cp rank scans the whole sequence for H/(tp·cp) heads), and back before out_proj
 
 from __future__ import annotations
 
-from perfmodel.workload.graph import Axes, Op
+from perfmodel.workload.graph import ACT_BYTES, Axes, Op
 from perfmodel.workload.spec import ModelSpec
 
-ACT_BYTES = 2
 SSD_FWD_KERNELS = 5  # mamba_ssm chunk_cumsum, bmm_chunk (CBᵀ), chunk_state, state_passing, chunk_scan
 SSD_BWD_KERNELS = 8  # their backward counterparts plus the dB / dC / ddt reductions
 
