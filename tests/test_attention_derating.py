@@ -79,6 +79,36 @@ def test_the_attention_knob_reaches_carried_curves_and_the_fallback(acc_id):
     assert attention_rate_flop_per_s(gemm_only, 128, 4096, True, "bf16") == pytest.approx(base, rel=1e-6)
 
 
+@pytest.mark.parametrize("acc_id", ["a100-sxm4-80gb", "h100-sxm5-80gb", "h200-sxm-141gb", "b200"])
+def test_the_flash1_knob_scales_the_triton_kernel_only(acc_id):
+    """flash1_kernel multiplies the Triton kernel's rate and nothing else: on A100 80GB its own
+    chart points (causal hd 128 at 2k: 68 TFLOP/s -> 102 at 1.5), elsewhere the FA2-class curve x
+    the A100 Triton / FA2 ratio written out as the part's Triton points; FA2 and the newest kernel
+    keep their rates."""
+    s = resolve_system(acc_id, None, 8)[0]
+    fast = system_with_knobs(s, {**ONE, "flash1": 1.5}).accelerator
+    for n in (2048, 8192):
+        base = attention_rate_flop_per_s(s.accelerator, 128, n, True, "bf16", "flash1")
+        assert attention_rate_flop_per_s(fast, 128, n, True, "bf16", "flash1") == pytest.approx(1.5 * base, rel=0.03)
+        for kernel in ("flash", "fused"):
+            assert attention_rate_flop_per_s(fast, 128, n, True, "bf16", kernel) == pytest.approx(
+                attention_rate_flop_per_s(s.accelerator, 128, n, True, "bf16", kernel), rel=1e-6)
+    if acc_id == "a100-sxm4-80gb":
+        assert attention_rate_flop_per_s(fast, 128, 2048, True, "bf16", "flash1") == pytest.approx(102e12, rel=1e-6)
+
+
+def test_composer_runs_the_triton_kernel_its_benchmarks_ran():
+    """llm-foundry's benchmark sweep ran MPT with attn_impl 'triton' (submit_benchmarks.py default):
+    the composer stack selects `flash1`, and a plan that names its kernel keeps it."""
+    from perfmodel.calibration.frameworks import apply_framework, framework
+    from perfmodel.parallel.plan import ParallelPlan
+
+    plan = ParallelPlan(dp=8, global_batch=64, micro_batch=1, seq_len=2048)
+    assert apply_framework(plan, framework("composer")).attention_impl == "flash1"
+    named = ParallelPlan(dp=8, global_batch=64, micro_batch=1, seq_len=2048, attention_impl="flash")
+    assert apply_framework(named, framework("composer")).attention_impl == "flash"
+
+
 def test_fa3_on_h100_combines_tritonbench_forward_and_backward():
     """flash_v3 non-causal hd 128 at 8k: forward 638.6, backward 561.4 TFLOP/s ->
     3.5 / (1/638.6 + 2.5/561.4) = 581.5; causal takes FA3's own forward causal / non-causal ratio

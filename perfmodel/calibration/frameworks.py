@@ -197,12 +197,13 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "float8.md:33; mx.py:73-75 warns without it), and every published Float8 row ran torch.compile "
               "(benchmarks/llama3_h100_202412_torchtitan.md tables 1-5), so its fp8 / fp4 casts are fused.",
               fsdp="per-param", fp8_recipe="current", selective="op", fused_casts=True),
-    Framework("composer", "flash", "eager", False,
-              "llm-foundry (Composer): MPT attn_config attn_impl flash in its training yamls (its published "
-              "benchmark tables ran submit_benchmarks.py's --attn_impl default 'triton', the 2022-23 Triton "
-              "kernel, at b2a43a147 / 5e85bd62d; kept on flash: with `flash1`, the Triton kernel's measured "
-              "curve, the fit pins attention_in_model at its bound 1.2 and leave-one-source-out worsens, "
-              "docs/CALIBRATION.md), eager; FSDP1 "
+    Framework("composer", "flash1", "eager", False,
+              "llm-foundry (Composer) as its published benchmark tables ran it: MPT with attn_config attn_impl "
+              "'triton' (scripts/train/benchmarking/submit_benchmarks.py --attn_impl default 'triton' and "
+              "yamls/pretrain/mpt-*.yaml at b2a43a147 / 5e85bd62d; sweep.sh never overrides it), i.e. "
+              "llmfoundry/models/layers/flash_attn_triton.py, the 2022-23 Triton FlashAttention kernel on "
+              "triton_pre_mlir: `flash1`. llm-foundry moved its yamls to attn_impl 'flash' in March 2024 "
+              "(c26309de5); a plan that names `--attention flash` models that. Eager; FSDP1 "
               "(FullyShardedDataParallel, FlatParameter) with limit_all_gathers and BACKWARD_POST prefetch "
               "(composer FSDPConfig defaults)."),
     Framework("pytorch", "flash", "eager", False,

@@ -23,10 +23,10 @@ import yaml
 
 from perfmodel.calibration.frameworks import Framework, host_dispatch_factor
 from perfmodel.calibration.parameters import KNOBS, REGISTRY, Knob, split_key
-from perfmodel.compute.ops import FLASH_FALLBACK_RATIO
+from perfmodel.compute.ops import FLASH_FALLBACK_RATIO, kernel_ratio
 from perfmodel.errors import PerfmodelError
 from perfmodel.estimate import Estimate
-from perfmodel.hardware.attention import attention_curve
+from perfmodel.hardware.attention import FLASH1_KERNEL, attention_curve
 from perfmodel.hardware.catalog import System
 from perfmodel.hardware.network import NetworkLevel
 from perfmodel.hardware.specs import Accelerator
@@ -181,7 +181,8 @@ def save_profile(prof: Profile, path: Path | str, table: list[dict[str, Any]] | 
 _SRC = "fitted by perfmodel fit (calibration profile), not measured"  # a citation: the spec models accept it
 
 
-def _adjusted_accelerator(acc: Accelerator, gemm: float, attention: float, memory_bound: float, host: float) -> Accelerator:
+def _adjusted_accelerator(acc: Accelerator, gemm: float, attention: float, flash1: float, memory_bound: float,
+                          host: float) -> Accelerator:
     d = acc.model_dump()
     cal = d["calibration"]
     gemm_applied = 1.0
@@ -194,7 +195,7 @@ def _adjusted_accelerator(acc: Accelerator, gemm: float, attention: float, memor
     if gemm != 1.0:
         gemm_applied = min(gemm, 1.0)
         cal["in_model_efficiency"] = {"value": gemm_applied, "source": _SRC, "direction": None, "note": None}
-    if attention != 1.0 or gemm_applied != 1.0:
+    if attention != 1.0 or gemm_applied != 1.0 or flash1 != 1.0:
         # the attention rate is read times in_model_efficiency: divide it out so attention gets its own knob
         r = attention / gemm_applied
         curve = attention_curve(acc)
@@ -203,9 +204,17 @@ def _adjusted_accelerator(acc: Accelerator, gemm: float, attention: float, memor
             # measured ones do: written out as this part's points
             cal["attention"] = [{"kernel": k, "direction": "fwd_bwd", "causal": c, "head_dim": d, "seq_len": n,
                                  "achieved": f"{v:.6e} FLOP/s", "source": curve.provenance} for k, c, d, n, v in curve.points]
+        if flash1 != 1.0 and curve is not None and not curve.kernel_points("flash1"):
+            # a part without Triton points runs `flash1` at its FA2-class curve x the Triton / FA2
+            # ratio of the part that measured both (compute/ops.kernel_ratio): written out as this
+            # part's Triton points, so the kernel's factor reaches them
+            cal["attention"] = list(cal["attention"]) + [
+                {"kernel": FLASH1_KERNEL, "direction": "fwd_bwd", "causal": c, "head_dim": d, "seq_len": n,
+                 "achieved": f"{v * kernel_ratio('flash1', d, n, c):.6e} FLOP/s", "source": curve.provenance}
+                for _, c, d, n, v in curve.kernel_points("flash")]
         for pt in cal["attention"]:
             v = parse_quantity(pt["achieved"], "flop_per_s", "calibration.attention.achieved")
-            pt["achieved"] = f"{v * r:.6e} FLOP/s"
+            pt["achieved"] = f"{v * r * (flash1 if pt.get('kernel') == FLASH1_KERNEL else 1.0):.6e} FLOP/s"
         if curve is None:
             # no attention measurement in the generation: the ratio fallback takes the knob the same way
             base = (acc.calibration.attention_fallback_ratio.si("dimensionless")
@@ -250,11 +259,11 @@ def system_with_knobs(system: System, k: dict[Knob, float]) -> System:
         return system
     # memo keyed on the source objects' identity; the entry holds the source too, so an id is
     # never reused while its entry lives
-    acc_key = (id(system.accelerator), k["gemm"], k["attention"], k["memory_bound"], k["host"])
+    acc_key = (id(system.accelerator), k["gemm"], k["attention"], k["flash1"], k["memory_bound"], k["host"])
     hit = _ADJ.get(acc_key)
     if hit is None or hit[0] is not system.accelerator:
         hit = _ADJ[acc_key] = (system.accelerator, _adjusted_accelerator(
-            system.accelerator, k["gemm"], k["attention"], k["memory_bound"], k["host"]))
+            system.accelerator, k["gemm"], k["attention"], k["flash1"], k["memory_bound"], k["host"]))
     acc = hit[1]
     levels = system.levels
     if k["scale_up"] != 1.0 or k["scale_out"] != 1.0:
