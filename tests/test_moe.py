@@ -490,3 +490,28 @@ def test_flex_sends_to_the_expert_tensor_parallel_ranks_in_its_exchange() -> Non
     assert comm_s(s8, plan, c["moe_etp_allgather"]) > 0
     rows = 8 * 13 / 28
     assert comm_s(s8, flex, c["moe_dispatch"]) == pytest.approx(8.4e-6 + 7 / 8 * T * h * 2 * rows / (450e9 * 0.82), rel=1e-9)
+
+
+@pytest.mark.parametrize(("update", "fix"), [
+    ({"ep": 1}, "ep > 1"),
+    ({"recompute": "full"}, "recompute none or selective"),
+    ({"pp": 2, "vp": 1, "dp": 4, "ep": 4}, "vp > 1"),
+    ({"moe_shared_expert_overlap": True}, "turn one off"),
+])
+def test_a2a_overlap_where_megatron_core_refuses_it_is_an_error(update, fix) -> None:
+    """Megatron-Core asserts overlap_moe_expert_parallel_comm only with ep > 1, without full
+    recompute, with the interleaved schedule when pp > 1 and without the shared-expert overlap
+    (transformer_config.py __post_init__): such a plan is refused, naming the fix."""
+    base = {"dp": 8, "ep": 8, "global_batch": 64, "micro_batch": 1, "seq_len": 4096, "moe_a2a_overlap": True}
+    ParallelPlan(**base)  # the layout Megatron-Core runs
+    with pytest.raises(LayoutError, match="moe_a2a_overlap") as e:
+        ParallelPlan(**{**base, **update})
+    assert fix in str(e.value)
+
+
+def test_cli_refuses_a2a_overlap_without_expert_parallelism(capsys) -> None:
+    from perfmodel.cli import main
+
+    assert main(["estimate", "mixtral-8x7b", "--n-gpus", "8", "--dp", "8", "--moe-a2a-overlap"]) == 2
+    err = capsys.readouterr().err
+    assert "ep > 1" in err and "Traceback" not in err

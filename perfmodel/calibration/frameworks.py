@@ -82,7 +82,7 @@ src/megatron/bridge/perf_recipes/ at HEAD) and what megatron-core selects from t
                    runs format has no column for it:
                    not selected; a plan turns it on (--moe-a2a-overlap) where its recipe does. Megatron-Core
                    accepts it only with ep > 1, without full recompute, and with pp > 1 only under the
-                   interleaved schedule (transformer_config.py:3007-3032).
+                   interleaved schedule (transformer_config.py:3007-3032); ParallelPlan refuses the others.
     CUDA graphs    per recipe: transformer_engine scope attn / moe_router / moe_preprocess in many, full
                    iteration in the 26.06+ MXFP8 ones (together with the 1F1B overlap), none in others.
     forced load    moe_router_force_load_balancing=True in every MoE performance recipe of every release

@@ -153,9 +153,25 @@ class ParallelPlan(BaseModel):
             allowed = list(registry.get(self.precision).recipes) or "none (16/32-bit GEMMs)"
             raise LayoutError(f"fp8_recipe {self.fp8_recipe!r} runs precision {registry.recipe_precision(self.fp8_recipe)}, "
                               f"not {self.precision}; recipes for {self.precision}: {allowed}")
+        if self.moe_a2a_overlap:
+            self._check_a2a_overlap()
         if self.sequence_parallel and self.tp == 1:
             object.__setattr__(self, "sequence_parallel", False)
         return self
+
+    def _check_a2a_overlap(self) -> None:
+        """Megatron-Core refuses overlap_moe_expert_parallel_comm outside these layouts
+        (megatron/core/transformer/transformer_config.py, __post_init__): a plan that asks for it
+        there describes a run that cannot start, so it is an error, not an overlap."""
+        why = "moe_a2a_overlap (Megatron-Core overlap_moe_expert_parallel_comm)"
+        if self.ep == 1:
+            raise LayoutError(f"{why} needs expert parallelism: ep > 1 (got ep 1)")
+        if self.recompute == "full":
+            raise LayoutError(f"{why} runs without full recomputation: recompute none or selective (got full)")
+        if self.pp > 1 and self.vp == 1:
+            raise LayoutError(f"{why} with pp {self.pp} > 1 needs the interleaved schedule: vp > 1 (got vp 1)")
+        if self.moe_shared_expert_overlap:
+            raise LayoutError(f"{why} and moe_shared_expert_overlap exclude each other; turn one off")
 
     def validate_for(self, spec: ModelSpec, n_gpus: int | None = None) -> list[str]:
         """Check the plan against a model (and GPU count); return notes on what was assumed."""
