@@ -42,9 +42,10 @@ def test_forward_and_backward_points_combine_at_the_flash_flop_convention():
     assert attention_rate_flop_per_s(b200, 128, 8192, True, "bf16") == pytest.approx(combined * 0.64, rel=1e-9)
     noncausal = 3.5 / (1 / 1534.8e12 + 2.5 / 1247.5e12)
     assert attention_rate_flop_per_s(b200, 128, 8192, False, "bf16") == pytest.approx(noncausal * 0.64, rel=1e-9)
-    # GB300 has no points: B200's, times the 16-bit MAMF ratio (GB300's own carried from its peers)
+    # GB300 has no points: B200's, times the 16-bit MAMF ratio 2106.8 / 1745.0 (both measured)
     gb300 = _acc("gb300")
     scale = mamf16_flop_per_s(gb300) / mamf16_flop_per_s(b200)
+    assert scale == pytest.approx(2106.8 / 1745.0)
     assert attention_rate_flop_per_s(gb300, 128, 8192, True, "bf16") == pytest.approx(
         combined * scale * gb300.in_model_efficiency, rel=1e-9)
 

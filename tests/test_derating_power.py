@@ -90,16 +90,22 @@ def test_h100_at_500w_takes_the_700w_ratios_scaled_down():
 
 
 def test_clock_term_and_blackwell_parts():
-    """GB300 (1400 W, peaks at 2008 MHz): from B200 0.7756 x 1856/2008 x 1.4^a and from GB200
-    0.7288 x 2062/2008 x (1400/1200)^a, which agree (a comes from that pair, the clocks are the peaks per SM)."""
+    """A GB300 without its own measurement (1400 W, peaks at 2008 MHz): from B200 0.7756 x
+    1856/2008 x 1.4^a and from GB200 0.7288 x 2062/2008 x (1400/1200)^a, which agree (a comes from
+    that pair, the clocks are the peaks per SM); the catalogue's GB300 (measured 2106.8 / 2500, same
+    clock and power) carries unscaled. With four peers the median is the mean of the middle two."""
     b200, gb200 = 1745.0 / 2250, 1822.0 / 2500
     from_b200 = b200 * (1856 / 2008) * (1400 / 1000) ** A_BLACKWELL_16
     from_gb200 = gb200 * (2062 / 2008) * (1400 / 1200) ** A_BLACKWELL_16
     assert from_b200 == pytest.approx(from_gb200, rel=2e-4)  # the yaml clocks are rounded to the MHz
-    from_b300 = 1769.0 / 2250 * (1856 / 2008) * (1400 / 1100) ** A_BLACKWELL_16  # B300 measured since
-    gb300 = mamf_ratio(_acc("gb300"), "bf16")
-    assert gb300.value == pytest.approx(sorted([from_b200, from_b300, from_gb200])[1])
-    assert "b200 0.776 x (1856/2008 MHz) x (1400/1000 W)^0.237 = 0.776" in gb300.provenance
+    from_b300 = 1769.0 / 2250 * (1856 / 2008) * (1400 / 1100) ** A_BLACKWELL_16
+    from_gb300 = 2106.8 / 2500
+    unmeasured = mamf_ratio(_variant("gb300", "gb300-unmeasured"), "bf16")
+    middle = sorted([from_b200, from_b300, from_gb200, from_gb300])[1:3]
+    assert unmeasured.value == pytest.approx(sum(middle) / 2)
+    assert "b200 0.776 x (1856/2008 MHz) x (1400/1000 W)^0.237 = 0.776" in unmeasured.provenance
+    assert ", gb300 0.843 (same generation blackwell" in unmeasured.provenance  # same clock and power: unscaled
+    assert mamf_ratio(_acc("gb300"), "bf16").provenance == "measured: bf16 MAMF (aic-gemm)"
     # B300 (B200's clocks, 1100 W): the rule had carried 0.793 of the peak; measured 1769 / 2250 = 0.786
     carried_b300 = (b200 * 1.1 ** A_BLACKWELL_16 + gb200 * (2062 / 1856) * (1100 / 1200) ** A_BLACKWELL_16) / 2
     assert carried_b300 == pytest.approx(mamf_ratio(_acc("b300"), "bf16").value, rel=0.01)

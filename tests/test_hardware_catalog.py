@@ -159,6 +159,30 @@ def test_blackwell_peaks_are_half_the_sparse_datasheet(cat: catalog.Catalog) -> 
     assert b300.matrix_peak_flop_per_s("fp64") == pytest.approx(10e12 / 8)
 
 
+def test_blackwell_ultra_measured_rates(cat: catalog.Catalog) -> None:
+    """GB300's MAMF is the best of aiconfigurator's TRT-LLM sweep on GB300 (bf16 32768x5120x16384
+    in 2.6094 ms, fp8 16384x65536x6144 in 3.5192 ms): 2 m n k / t = 2106.8 and 3749.2 TFLOP/s,
+    0.843 and 0.750 of the 2500 / 5000 dense peaks. Its SM count (152) and B300's (148) are
+    driver reads; the clock stays the one the peaks imply."""
+    gb300, b300 = cat.accelerator("gb300"), cat.accelerator("b300")
+    assert pytest.approx(2106.8 * T, rel=1e-4) == 2 * 32768 * 5120 * 16384 / 2.6094e-3
+    assert pytest.approx(3749.2 * T, rel=1e-4) == 2 * 16384 * 65536 * 6144 / 3.5192e-3
+    cal = gb300.calibration.gemm_max_achievable
+    assert cal["bf16"].si("flop_per_s") == cal["fp16"].si("flop_per_s") == 2106.8 * T
+    assert cal["fp8"].si("flop_per_s") == 3749.2 * T
+    assert {cal[f].source for f in ("bf16", "fp16", "fp8")} == {"aic-gemm"}
+    assert "fp4" not in cal  # the TRT-LLM nvfp4 sweep includes quantization; no raw fp4 GEMM
+    assert cal["bf16"].si("flop_per_s") / gb300.matrix_peak_flop_per_s("bf16") == pytest.approx(0.84272)
+    assert [(g.precision, g.m, g.n, g.k) for g in gb300.calibration.gemm_shapes] == [
+        ("bf16", 32768, 5120, 16384), ("fp8", 16384, 65536, 6144)]
+    assert not gb300.calibration.attention  # no fwd+bwd attention measured on SM103
+    assert (gb300.num_compute_units, gb300.compute_units.source) == (152, "gb300-sm-reports")
+    assert (b300.num_compute_units, b300.compute_units.source) == (148, "quickruncuda")
+    assert gb300.clock.si("hertz", "clock") == 2008e6  # 2.5 PF / (152 x 8192) = 2008 MHz
+    assert pytest.approx(2008e6, rel=1e-3) == 2.5e15 / (152 * 8192)
+    assert b300.calibration.gemm_max_achievable["bf16"].si("flop_per_s") == 1769.0 * T  # Bekman's stays
+
+
 def test_other_vendors_peaks(cat: catalog.Catalog) -> None:
     assert cat.accelerator("mi300x").matrix_peak_flop_per_s("bf16") == pytest.approx(1307.4 * T)
     assert cat.accelerator("mi325x").hbm_Bps == 6e12
