@@ -19,7 +19,7 @@ from perfmodel.cliargs import Parser, add_precision_arg, positive_float, positiv
 from perfmodel.engines.registry import ENGINE_NAMES
 from perfmodel.errors import PerfmodelError, UsageError
 from perfmodel.parallel.schedules import SCHEDULE_NAMES
-from perfmodel.workload.graph import ATTENTION_IMPLS
+from perfmodel.workload.graph import ATTENTION_IMPLS, CP_RINGS
 
 
 def _catalog_args(p: argparse.ArgumentParser) -> None:
@@ -47,6 +47,10 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                         "HybridEP: once per destination node over the network); default: the --framework's")
     g.add_argument("--moe-a2a-overlap", action="store_true",
                    help="MoE: hide the all-to-alls of one micro-batch behind another's compute (combined 1F1B)")
+    g.add_argument("--cp-ring", choices=list(CP_RINGS), default=None,
+                   help="how context-parallel attention exchanges K/V: p2p (Transformer Engine's ring), allgather "
+                        "(PyTorch's context_parallel), allgather-repeat-kv (the same with K/V repeated to the query "
+                        "heads, torchtitan's Llama until Jan 2026); default: the --framework's, else p2p")
     g.add_argument("--sp", "--sequence-parallel", dest="sp", action="store_true", help="sequence parallelism (needs tp > 1)")
     g.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO stage (3 = FSDP full shard)")
     g.add_argument("--micro-batch", type=positive_int, default=1, help="sequences per micro-batch")
@@ -94,6 +98,7 @@ def _plan(a: argparse.Namespace, n_gpus: int):
     return ParallelPlan(dp=dp, tp=a.tp, pp=a.pp, cp=a.cp, ep=a.ep, etp=a.etp, vp=a.vp, sequence_parallel=a.sp,
                         moe_fp8_dispatch=a.moe_fp8_dispatch, moe_shared_expert_overlap=a.moe_shared_overlap,
                         moe_a2a_overlap=a.moe_a2a_overlap, moe_dispatcher=a.moe_dispatcher,
+                        **({"cp_ring": a.cp_ring} if a.cp_ring else {}),
                         **({"moe_imbalance": a.moe_imbalance} if a.moe_imbalance is not None else {}),
                         zero_stage=a.zero, micro_batch=a.micro_batch, global_batch=gb, seq_len=a.seq_len,
                         recompute=a.recompute, precision=a.precision, schedule=a.schedule,

@@ -145,6 +145,7 @@ def _mechanisms(plan: ParallelPlan) -> str:
     on = [name for name, flag in (("tp overlap", plan.overlap_tp_comm), ("p2p overlap", plan.overlap_p2p_comm),
                                   ("fused fp8 casts", plan.fp8_fused_casts), ("fused loss", plan.fused_cross_entropy),
                                   ("cuda graphs", plan.cuda_graphs), ("unfused attention", plan.attention_impl == "unfused"),
-                                  ("FlashAttention-1-era attention", plan.attention_impl == "flash1"))
+                                  ("FlashAttention-1-era attention", plan.attention_impl == "flash1"),
+                                  (f"cp ring {plan.cp_ring}", plan.cp > 1 and plan.cp_ring != "p2p"))
           if flag]
     return f"; {', '.join(on)}" if on else ""

@@ -48,6 +48,22 @@ the commits in EVIDENCE_COMMITS):
                    to Jun 2025 without a toml ('2': full AC of every second layer, config_manager.py:524
                    @ 6b03ffa3, :440 @ e7c0cae) is not modelled: the runs name 'op'.
 
+    cp_ring        how context-parallel attention gets the other ranks' K/V (ParallelPlan.cp_ring,
+                   engines/torch_ring.py). `p2p` (Transformer Engine's AttnFuncWithCPAndKVP2P, which
+                   Megatron-Core runs): K/V chunks of the kv heads passed rank to rank, each hidden behind
+                   the attention on the previous chunk; every stack but torchtitan. torchtitan runs
+                   PyTorch's experimental context_parallel (torchtitan @ 9dec370, the Dec-2024
+                   benchmarks' commit: train.py:269-277 create_context_parallel_ctx per step, utils.py:171-217
+                   set_rotate_method + sdpa_kernel([FLASH, EFFICIENT]); config_manager.py:364-376 rotate method
+                   'allgather' by default; at HEAD distributed/context_parallel/api.py, torch's default rotation): K/V
+                   all-gathered and waited after the first chunk's attention, again in the backward, fp32
+                   output merges per step and fp32 dK/dV sent on at every backward step (torch
+                   _ContextParallelOptions convert_to_f32, enable_load_balance, ALL_GATHER; the dK/dV
+                   rotater ALL_TO_ALL). Its Llama repeats K/V to the query heads before SDPA (models/llama/
+                   model.py:201-209 @ 9dec370, keys = repeat_kv(xk, n_rep)) until "GQA without kv repeats"
+                   (ff0829c, 2026-01-27), which passes enable_gqa and keeps the kv heads: the stack selects
+                   `allgather-repeat-kv`, the code of its published CP benchmarks; a plan for torchtitan
+                   after Jan 2026 states `--cp-ring allgather`.
     cuda_graphs    the transformer layers captured in CUDA graphs: one host launch per layer and
                    pass (ParallelPlan.cuda_graphs). No stack turns it on by default: Megatron-Bridge's
                    recipes set cuda_graph_impl "none" in 219 of 229 places (src/megatron/bridge/recipes,
@@ -109,7 +125,7 @@ from typing import Literal
 from perfmodel.errors import PerfmodelError
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.precision import recipe_precision
-from perfmodel.workload.graph import AttentionImpl
+from perfmodel.workload.graph import AttentionImpl, CpRing
 from perfmodel.workload.op_checkpoint import SelectiveRecompute
 
 # the commits the evidence strings cite (fetched from GitHub)
@@ -143,7 +159,11 @@ class Framework:
     cuda_graphs: bool = False
     grad_reduce_bytes: int | None = None  # bytes per gradient element held and reduced (None: the precision's)
     selective: SelectiveRecompute = "core_attn"  # what recompute 'selective' reruns (module docstring)
+    cp_ring: CpRing = "p2p"  # how context-parallel attention exchanges K/V (module docstring)
 
+
+# PyTorch's context-parallel ring on K/V repeated to the query heads (module docstring, cp_ring)
+TORCHTITAN_CP_RING: CpRing = "allgather-repeat-kv"
 
 FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("megatron-lm", "unfused", "eager", False,
@@ -195,8 +215,10 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "in the Dec-2024 benchmarks, rowwise now); its float8 runs compiled: 'torch.compile fuses the float8 "
               "scaling/casting kernels ... required for competitive performance' (components/quantization/"
               "float8.md:33; mx.py:73-75 warns without it), and every published Float8 row ran torch.compile "
-              "(benchmarks/llama3_h100_202412_torchtitan.md tables 1-5), so its fp8 / fp4 casts are fused.",
-              fsdp="per-param", fp8_recipe="current", selective="op", fused_casts=True),
+              "(benchmarks/llama3_h100_202412_torchtitan.md tables 1-5), so its fp8 / fp4 casts are fused. "
+              "Context parallelism through PyTorch's context_parallel (all-gather rotation, fp32 merges and dK/dV "
+              "rotation) on K/V repeated to the query heads (models/llama/model.py repeat_kv @ 9dec370).",
+              fsdp="per-param", fp8_recipe="current", selective="op", fused_casts=True, cp_ring=TORCHTITAN_CP_RING),
     Framework("composer", "flash1", "eager", False,
               "llm-foundry (Composer) as its published benchmark tables ran it: MPT with attn_config attn_impl "
               "'triton' (scripts/train/benchmarking/submit_benchmarks.py --attn_impl default 'triton' and "
@@ -250,6 +272,8 @@ def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
         update["grad_reduce_bytes"] = fw.grad_reduce_bytes
     if "selective_recompute" not in plan.model_fields_set and plan.selective_recompute != fw.selective:
         update["selective_recompute"] = fw.selective
+    if "cp_ring" not in plan.model_fields_set and plan.cp_ring != fw.cp_ring:
+        update["cp_ring"] = fw.cp_ring
     if fw.cuda_graphs and not plan.cuda_graphs:
         update["cuda_graphs"] = True
     if fw.fp8_recipe and plan.fp8_recipe is None and recipe_precision(fw.fp8_recipe) == plan.precision:

@@ -28,10 +28,12 @@ from functools import lru_cache
 from perfmodel.comm.collectives import collective_time_s, ep_exchange_time_s
 from perfmodel.compute.fp8_recipes import AMAX_BYTES, amax_allreduce_s, recipe_for
 from perfmodel.compute.ops import op_cost
+from perfmodel.engines.torch_ring import torch_ring
 from perfmodel.hardware.catalog import System
 from perfmodel.hardware.specs import Accelerator
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.ranks import group_stride
+from perfmodel.parallel.shard import CP_DKV_ROTATE, CP_KV_ALLGATHER
 from perfmodel.parallel.split import EDGE_KINDS
 from perfmodel.workload.graph import Comm, Layer, Op
 from perfmodel.workload.op_checkpoint import op_checkpoint
@@ -218,7 +220,7 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
     acc = system.accelerator
     fwd = bwd = core = wgrad = 0.0
     kf = kb = kcore = kw = 0
-    attn_compute = 0.0
+    attn_compute = attn_bwd = 0.0  # the attention core's forward and backward seconds
     mlp_f = mlp_b = mlp_w = 0.0  # the routed experts' forward, backward and its weight-gradient part
     prefixes = {c.hide_behind for c in layer.comms if c.overlappable and c.hide_behind}
     behind = {p: [0.0, 0.0] for p in prefixes}  # fwd / bwd seconds of the ops a collective hides behind
@@ -249,6 +251,7 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
             kcore += op.kernels
         if op.kind == "attention" or op.attn_core:
             attn_compute += f
+            attn_bwd += b
         if op.name.startswith(EXPERT_OP_PREFIXES):
             mlp_f += f
             mlp_b += b
@@ -258,8 +261,12 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
     ep_f = ep_b = 0.0  # expert-parallel collectives (ep, etp groups) left exposed so far
     tp_f = tp_b = 0.0  # overlapped tensor-parallel collectives
     a2a = {"disp_f": 0.0, "comb_f": 0.0, "disp_b": 0.0, "comb_b": 0.0}  # under the combined 1F1B
+    ring_s = {CP_KV_ALLGATHER: 0.0, CP_DKV_ROTATE: 0.0}  # PyTorch's context-parallel ring (torch_ring.py)
     for c in layer.comms:
         t = comm_s(system, plan, c)
+        if c.name in ring_s:
+            ring_s[c.name] = t
+            continue
         if plan.moe_a2a_overlap and c.routing is not None:
             # the token exchange (dispatch, combine and their etp all-gather / reduce-scatter);
             # the backward of a combine runs first, that of a dispatch after the experts' backward
@@ -298,6 +305,20 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
     amax_f, amax_b = sp_amax_allreduce_s(system, plan, layer)
     cf += amax_f
     cb += amax_b
+    ring_rerun_s = 0.0  # the ring's forward exposure a core-attention recompute runs again
+    if ring_s[CP_KV_ALLGATHER] > 0.0 and layer.layout is not None and layer.layout.cp is not None:
+        ring = torch_ring(acc, layer.layout.cp, plan.cp, plan.cp_ring, attn_compute, attn_bwd,
+                          ring_s[CP_KV_ALLGATHER], ring_s[CP_DKV_ROTATE])
+        # the merges run on the compute stream after each attention step: part of the attention core
+        fwd += ring.merge_fwd_s
+        core += ring.merge_fwd_s
+        bwd += ring.merge_bwd_s
+        kf += ring.merge_fwd_kernels
+        kcore += ring.merge_fwd_kernels
+        kb += ring.merge_bwd_kernels
+        cf += ring.exposed_fwd_s
+        cb += ring.exposed_bwd_s
+        ring_rerun_s = ring.exposed_fwd_s
     rec = plan.recompute if layer.recomputable else "none"
     r_gpu = fwd if rec == "full" else core if rec == "selective" else 0.0
     per_op = op_checkpoint(layer, plan.tp, plan.etp) if rec == "selective" and plan.selective_recompute == "op" else None
@@ -342,7 +363,8 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
     if rec == "full":
         r_comm, r_host = cf, kf * hf
     elif rec == "selective":
-        r_comm, r_host = r_op_comm, kcore * hf
+        # core_attn reruns the ring's forward call (all-gather and merges); the per-op policy saves it
+        r_comm, r_host = r_op_comm + (ring_rerun_s if per_op is None else 0.0), kcore * hf
     else:
         r_comm = r_host = 0.0
     return LayerTime(fwd_gpu_s=fwd, bwd_gpu_s=bwd, recompute_gpu_s=r_gpu, fwd_comm_s=cf, bwd_comm_s=cb,

@@ -23,7 +23,7 @@ from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.ranks import expert_dp_stride, group_stride
 from perfmodel.parallel.shard import RankLayout, moe_options, shard, unsharded_graph
 from perfmodel.parallel.split import EDGE_KINDS, chunk_layers, stage_layers
-from perfmodel.workload.graph import ACT_BYTES, Graph, Layer
+from perfmodel.workload.graph import ACT_BYTES, CpRing, Graph, Layer
 from perfmodel.workload.hyper_connections import streams
 from perfmodel.workload.moe import MoEOptions
 from perfmodel.workload.op_checkpoint import op_checkpoint
@@ -40,10 +40,10 @@ NCCL_CHANNELS = 16
 
 @lru_cache(maxsize=512)
 def cached_graph(spec: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int, ep: int, sp: bool,
-                 precision: str, attention_impl: str, moe: MoEOptions | None = None) -> Graph:
-    """The builder's graph laid out on one rank of (tp, cp, ep, sp, moe.etp) by parallel/shard.py."""
+                 precision: str, attention_impl: str, moe: MoEOptions | None = None, cp_ring: CpRing = "p2p") -> Graph:
+    """The builder's graph laid out on one rank of (tp, cp, ep, sp, moe.etp, cp_ring) by parallel/shard.py."""
     return shard(unsharded_graph(spec, micro_batch, seq_len, precision, attention_impl),
-                 RankLayout(tp, cp, ep, sp, moe or MoEOptions()))
+                 RankLayout(tp, cp, ep, sp, moe or MoEOptions(), cp_ring))
 
 
 def model_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
@@ -53,7 +53,7 @@ def model_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
 
 def plan_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
     return cached_graph(spec, plan.micro_batch, plan.seq_len or spec.seq_len, plan.tp, plan.cp, plan.ep,
-                        plan.sequence_parallel, plan.precision, plan.attention_impl, moe_options(plan))
+                        plan.sequence_parallel, plan.precision, plan.attention_impl, moe_options(plan), plan.cp_ring)
 
 
 @lru_cache(maxsize=1024)

@@ -10,7 +10,7 @@ from perfmodel import precision as registry
 from perfmodel.errors import LayoutError
 from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.split import pipeline_split
-from perfmodel.workload.graph import AttentionImpl
+from perfmodel.workload.graph import AttentionImpl, CpRing
 from perfmodel.workload.op_checkpoint import SelectiveRecompute
 from perfmodel.workload.spec import ModelSpec
 
@@ -66,6 +66,13 @@ class ParallelPlan(BaseModel):
         "ZeRO-3 parameter layout: flat (FSDP1 FlatParameter, DeepSpeed ZeRO-3: gathered into the buffer the "
         "weights view) or per-param (FSDP2 fully_shard: a copy-out kernel after every all-gather and chunk_cat "
         "before every reduce-scatter, engines/stages.DpCollectives)"))
+    cp_ring: CpRing = Field("p2p", description=(
+        "how context-parallel attention gets the other ranks' K/V: p2p (Transformer Engine's ring: K/V chunks of "
+        "the kv heads passed rank to rank, each hidden behind the attention on the previous chunk), allgather "
+        "(PyTorch's context_parallel: K/V all-gathered behind the first chunk's attention only, again in the "
+        "backward, fp32 merges per step and fp32 dK/dV rotated each backward step; engines/torch_ring.py) or "
+        "allgather-repeat-kv (the same with K/V repeated to the query heads before the attention call); the "
+        "training stack selects it"))
     overlap_tp_comm: bool = Field(False, description="TP collectives overlapped with GEMMs")
     overlap_p2p_comm: bool = Field(False, description=(
         "pipeline sends / receives run asynchronously beside the next chunk's compute (Megatron-Core "

@@ -21,10 +21,15 @@ holds and which collectives the split implies:
     vocab output layer   column-parallel lm_head: the input's gradient all-reduced (backward), under
                          sp the input all-gathered; the cross-entropy's row max, target logit and
                          sum of exps all-reduced in fp32 (forward)
-    cp attention         K and V of the whole sequence all-gathered in a ring (forward once,
-                         backward twice: K/V again and their gradients), hidden behind the
-                         attention core; a sliding window needs only the previous rank's last
-                         `window` rows; chunks aligned to the cp split need nothing
+    cp attention         by the layout's `cp_ring` (graph.CpRing). p2p (Transformer Engine): K and V
+                         of the whole sequence all-gathered in a ring (forward once, backward twice:
+                         K/V again and their gradients), hidden behind the attention core.
+                         allgather (PyTorch's context_parallel, engines/torch_ring.py): K and V of the
+                         heads the model passes all-gathered once in the forward and again in the
+                         backward, and the rank's dK, dV sent to the next rank in fp32 at each of the
+                         cp backward steps; allgather-repeat-kv the same at the query heads.
+                         Either way a sliding window needs only the previous rank's last `window`
+                         rows; chunks aligned to the cp split need nothing
     MoE FFN              load-balancing counts all-reduced over tp; per-expert counts all-gathered
                          over ep, dispatch and combine all-to-alls of the busiest rank's token
                          copies (what they move: LayerLayout.moe); etp all-gather / reduce-scatter
@@ -51,7 +56,18 @@ from functools import lru_cache
 from perfmodel.errors import LayoutError
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.workload.builder import build_graph
-from perfmodel.workload.graph import ACT_BYTES, Comm, CpExchange, Graph, Layer, LayerLayout, MoEExchange, Op, OpShare
+from perfmodel.workload.graph import (
+    ACT_BYTES,
+    Comm,
+    CpExchange,
+    CpRing,
+    Graph,
+    Layer,
+    LayerLayout,
+    MoEExchange,
+    Op,
+    OpShare,
+)
 from perfmodel.workload.moe import COUNT_BYTES, MoEOptions
 from perfmodel.workload.spec import ModelSpec
 
@@ -65,10 +81,11 @@ class RankLayout:
     ep: int = 1
     sp: bool = False
     moe: MoEOptions = field(default_factory=MoEOptions)
+    cp_ring: CpRing = "p2p"  # how cp attention exchanges K/V (graph.CpRing)
 
     @classmethod
     def of(cls, plan: ParallelPlan) -> RankLayout:
-        return cls(plan.tp, plan.cp, plan.ep, plan.sequence_parallel, moe_options(plan))
+        return cls(plan.tp, plan.cp, plan.ep, plan.sequence_parallel, moe_options(plan), plan.cp_ring)
 
     @property
     def degrees(self) -> dict[str, int]:
@@ -137,15 +154,31 @@ def tp_pair_comms(pairs: int, act_bytes: float, sp: bool) -> tuple[Comm, ...]:
     return (Comm("tp_allreduce", "all_reduce", "tp", act_bytes, pairs, pairs),)
 
 
-def cp_attention_comms(x: CpExchange, cp: int) -> tuple[Comm, ...]:
-    """K and V an attention layer fetches from the other cp ranks (module docstring)."""
+# the collectives of PyTorch's context-parallel ring (engines/torch_ring.py reads them by name)
+CP_KV_ALLGATHER = "cp_kv_allgather"
+CP_DKV_ROTATE = "cp_dkv_rotate"
+DKV_BYTES = 4  # PyTorch's ring accumulates and rotates dK / dV in fp32 (convert_to_f32)
+
+
+def cp_attention_comms(x: CpExchange, cp: int, ring: CpRing = "p2p") -> tuple[Comm, ...]:
+    """K and V an attention layer fetches from the other cp ranks (module docstring).
+
+    PyTorch's ring (`allgather`, `allgather-repeat-kv`) with H heads of K and V (the kv heads, or
+    the query heads when the model repeats them), head dims d_k, d_v, b sequences of s tokens:
+        K/V all-gather   b·s·H·(d_k + d_v)·2 B     forward once, backward once
+        dK/dV rotation   b·(s/cp)·H·(d_k + d_v)·4 B, one send to the next rank per backward step (cp)"""
     local_len = x.seq_len // cp
     if x.local and x.chunked and local_len % x.keys == 0:
         return ()  # chunks aligned to the cp split: every key a rank needs is its own
     if x.local and x.keys < local_len:
         # a window reaches back `keys` tokens: only the previous rank's last `keys` K/V rows
         return (Comm("cp_kv_halo", "send_recv", "cp", x.halo_bytes, 1, 2, overlappable=True),)
-    return (Comm("cp_kv_ring", "all_gather", "cp", x.ring_bytes, 1, 2, overlappable=True),)
+    if ring == "p2p":
+        return (Comm("cp_kv_ring", "all_gather", "cp", x.ring_bytes, 1, 2, overlappable=True),)
+    heads = x.q_heads if ring == "allgather-repeat-kv" else x.kv_heads
+    kv_elems = x.micro_batch * x.seq_len * heads * (x.qk_head_dim + x.v_head_dim)
+    return (Comm(CP_KV_ALLGATHER, "all_gather", "cp", kv_elems * ACT_BYTES, 1, 1, overlappable=True),
+            Comm(CP_DKV_ROTATE, "send_recv", "cp", kv_elems / cp * DKV_BYTES, 0, cp, overlappable=True))
 
 
 def moe_comms(x: MoEExchange, tp: int, ep: int, etp: int) -> tuple[Comm, ...]:
@@ -192,7 +225,7 @@ def layer_comms(lo: LayerLayout, layout: RankLayout) -> tuple[Comm, ...]:
     if tp > 1 and lo.tp_region:
         out += tp_pair_comms(lo.tp_pairs, lo.tp_bytes, sp)
     if layout.cp > 1 and lo.cp is not None:
-        out += cp_attention_comms(lo.cp, layout.cp)
+        out += cp_attention_comms(lo.cp, layout.cp, layout.cp_ring)
     for prefix, part in lo.parts:
         out += [replace(c, name=prefix + c.name) for c in layer_comms(part, layout)]
     return tuple(out)
@@ -288,11 +321,11 @@ def unsharded_graph(spec: ModelSpec, micro_batch: int, seq_len: int, precision: 
 
 def sharded_graph(spec: ModelSpec, micro_batch: int = 1, seq_len: int | None = None, tp: int = 1, cp: int = 1,
                   ep: int = 1, sp: bool = False, precision: str = "bf16", attention_impl: str = "flash",
-                  moe: MoEOptions | None = None) -> Graph:
-    """The builder's graph of `spec` on one rank of (tp, cp, ep, sp, moe.etp)."""
+                  moe: MoEOptions | None = None, cp_ring: CpRing = "p2p") -> Graph:
+    """The builder's graph of `spec` on one rank of (tp, cp, ep, sp, moe.etp, cp_ring)."""
     g = unsharded_graph(spec, micro_batch, seq_len or spec.seq_len, precision, attention_impl)
-    return shard(g, RankLayout(tp, cp, ep, sp, moe or MoEOptions()))
+    return shard(g, RankLayout(tp, cp, ep, sp, moe or MoEOptions(), cp_ring))
 
 
-__all__ = ["RankAxes", "RankLayout", "cp_attention_comms", "layer_comms", "moe_comms", "moe_options", "shard", "sharded_graph",
-           "tp_pair_comms", "unsharded_graph"]
+__all__ = ["CP_DKV_ROTATE", "CP_KV_ALLGATHER", "DKV_BYTES", "RankAxes", "RankLayout", "cp_attention_comms", "layer_comms",
+           "moe_comms", "moe_options", "shard", "sharded_graph", "tp_pair_comms", "unsharded_graph"]

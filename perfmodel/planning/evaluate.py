@@ -170,8 +170,9 @@ class Evaluator:
         return apply_framework(plan, self.framework)
 
     def graph(self, tp: int, cp: int, ep: int, sp: int, mb: int) -> Graph:
+        base = self.plan()
         return cached_graph(self.spec, mb, self.seq_len, tp, cp, ep, bool(sp), self.precision, self.attention_impl,
-                            moe_options(self.plan()))
+                            moe_options(base), base.cp_ring)
 
     # -- per shape: one vector entry per graph layer ----------------------------------------------
     def layer_vectors(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int) -> dict[str, np.ndarray]:

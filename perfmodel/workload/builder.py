@@ -452,12 +452,14 @@ def _block(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision: str, at
     pairs = (mixer is not None) + (ffn == "dense") + (moe_tp_region if ffn == "moe" else 0)
     cp_kv = None
     if mixer == "attention":
-        kvl = (ax.heads(spec.num_heads or 1, spec.kv_heads, spec.id)[1] if spec.csa is None
-               else max(1, spec.kv_heads // ax.tp))
+        hl, kvl = ((ax.heads(spec.num_heads or 1, spec.kv_heads, spec.id)) if spec.csa is None
+                   else (max(1, (spec.num_heads or 1) // ax.tp), max(1, spec.kv_heads // ax.tp)))
         dq = spec.dhead if spec.attention != "mla" else (spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim if spec.mla else spec.dhead)
+        dv = spec.mla.v_head_dim if spec.attention == "mla" and spec.mla else spec.dhead
         keys = local_attention_pairs(spec, s)[1] if scope == "local" else s
         cp_kv = CpExchange(ring_bytes=2 * b * s * kvl * dq * ACT_BYTES, halo_bytes=2 * b * keys * kvl * dq * ACT_BYTES,
-                           seq_len=s, keys=keys, local=scope == "local", chunked=spec.attention_chunk is not None)
+                           seq_len=s, keys=keys, local=scope == "local", chunked=spec.attention_chunk is not None,
+                           micro_batch=b, q_heads=hl, kv_heads=kvl, qk_head_dim=dq, v_head_dim=dv)
     layout = LayerLayout(tp_region=True, tp_pairs=pairs, tp_bytes=T * h * ACT_BYTES, cp=cp_kv, cp_all_to_all=cp_a2a,
                          moe=moe_x, model_comms=tuple(csa_comms))
     nsub = (mixer is not None) + (ffn is not None)

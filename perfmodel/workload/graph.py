@@ -47,6 +47,14 @@ ACT_BYTES = 2
 AttentionImpl = Literal["flash", "fused", "flash1", "unfused"]
 ATTENTION_IMPLS: tuple[str, ...] = get_args(AttentionImpl)
 TpSplit = Literal["", "column", "row", "heads", "inner"]  # inner: element-wise between a column and its row
+# how a context-parallel attention layer gets the other ranks' keys and values (parallel/shard.py
+# cp_attention_comms, engines/torch_ring.py): `p2p` passes K/V chunks of the kv heads rank to rank,
+# each hidden behind the attention on the previous chunk (Transformer Engine's
+# AttnFuncWithCPAndKVP2P under Megatron-Core); `allgather` is PyTorch's experimental
+# context_parallel with its default all-gather rotation; `allgather-repeat-kv` the same when the
+# model repeats K/V to the query heads before the attention call (torchtitan's Llama until Jan 2026)
+CpRing = Literal["p2p", "allgather", "allgather-repeat-kv"]
+CP_RINGS: tuple[str, ...] = get_args(CpRing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +201,13 @@ class CpExchange:
     keys: int  # keys one query sees
     local: bool  # sliding-window / chunked attention
     chunked: bool  # chunked attention: chunks aligned to the cp split need nothing
+    # the attention call's shapes on the rank, which PyTorch's context-parallel ring moves and merges
+    # (engines/torch_ring.py): sequences, query and kv heads after tp, key and value head dims
+    micro_batch: int = 1
+    q_heads: int = 1
+    kv_heads: int = 1
+    qk_head_dim: int = 0
+    v_head_dim: int = 0
 
 
 @dataclass(frozen=True)
