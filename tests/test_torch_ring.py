@@ -170,3 +170,18 @@ def test_planner_scores_the_ring_as_estimate_does():
         assert out["step_time_s"][i] == pytest.approx(est.step_time_s, rel=1e-9), plan
         checked += 1
     assert checked > 0
+
+
+def test_cli_names_the_ring_it_ran(capsys: pytest.CaptureFixture[str]):
+    """--cp-ring overrides the stack's choice, and the layout line says which ring ran."""
+    from perfmodel import cli
+
+    args = ["estimate", "llama3-8b", "--hardware", "h100-sxm5-80gb", "--n-gpus", "8", "--cp", "8", "--zero", "3",
+            "--seq-len", "65536", "--recompute", "full", "--framework", "torchtitan", "--calibration", "none"]
+    assert cli.main(args) == 0
+    assert "cp ring allgather-repeat-kv" in capsys.readouterr().out
+    assert cli.main([*args, "--cp-ring", "p2p"]) == 0
+    assert "cp ring" not in capsys.readouterr().out
+    assert cli.main([*args, "--cp-ring", "allgather"]) == 0
+    out = capsys.readouterr().out
+    assert "cp ring allgather" in out and "repeat-kv" not in out
