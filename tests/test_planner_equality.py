@@ -144,5 +144,8 @@ def test_planner_equals_estimate_under_a_framework(fw_name: str, acc: str, workl
         est = perfmodel.estimate(spec, system, plan, calibration="none", framework=fw_name)
         assert out["step_time_s"][i] == pytest.approx(est.step_time_s, rel=REL), plan
     if fw_name == "megatron-core":  # the mechanisms change the interleaved, tp + sp row
+        # (either way: userbuffers at TE's defaults hold 16 SMs from the bulk GEMMs and split the
+        # row-parallel GEMMs in 4, which on GPT-3 1.3B at tp 2 costs more than its small
+        # collectives, engines/userbuffers.py)
         plain = perfmodel.estimate(spec, system, _plan(g, rows[-1], gb, seq, precision), calibration="none")
-        assert out["step_time_s"][rows[-1]] < plain.step_time_s
+        assert out["step_time_s"][rows[-1]] != pytest.approx(plain.step_time_s, rel=1e-4)

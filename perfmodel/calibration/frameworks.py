@@ -13,8 +13,9 @@ the commits in EVIDENCE_COMMITS):
                    applies), `native` (C/CUDA program, no framework dispatch: host cost 0 beyond
                    the kernel launch the GPU side already pays) or `compiled` (XLA / CUDA graphs:
                    one launch for the step)
-    tp_overlap     tensor-parallel collectives hidden behind GEMMs (ParallelPlan.overlap_tp_comm),
-                   where the stack can: tp > 1 with sequence parallelism (userbuffers needs it)
+    tp_overlap     tensor-parallel collectives run beside the GEMMs by Transformer Engine's userbuffers
+                   (ParallelPlan.overlap_tp_comm), at what TE's default configuration costs
+                   (engines/userbuffers.py), where the stack can: tp > 1 with sequence parallelism
     moe_dispatcher the MoE token dispatcher when the plan names none (ParallelPlan.moe_dispatcher):
                    `alltoall` (NCCL all-to-all, a row per routed copy) or `flex` (DeepEP / HybridEP,
                    a row once per destination node over the network)

@@ -29,13 +29,14 @@ from perfmodel.comm.collectives import collective_time_s, ep_exchange_time_s
 from perfmodel.compute.fp8_recipes import AMAX_BYTES, amax_allreduce_s, recipe_for
 from perfmodel.compute.ops import op_cost
 from perfmodel.engines.torch_ring import torch_ring
+from perfmodel.engines.userbuffers import all_gather_bytes_per_element, tp_overlap_s
 from perfmodel.hardware.catalog import System
 from perfmodel.hardware.specs import Accelerator
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.ranks import group_stride
-from perfmodel.parallel.shard import CP_DKV_ROTATE, CP_KV_ALLGATHER
+from perfmodel.parallel.shard import CP_DKV_ROTATE, CP_KV_ALLGATHER, TP_PAIR_COMMS
 from perfmodel.parallel.split import EDGE_KINDS
-from perfmodel.workload.graph import Comm, Layer, Op
+from perfmodel.workload.graph import ACT_BYTES, Comm, Layer, Op
 from perfmodel.workload.op_checkpoint import op_checkpoint
 
 HOST_FWD_S_PER_KERNEL = 8.1e-3 / 182  # see module docstring: B200 Llama-3.2-1B eager forward
@@ -225,7 +226,6 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
     prefixes = {c.hide_behind for c in layer.comms if c.overlappable and c.hide_behind}
     behind = {p: [0.0, 0.0] for p in prefixes}  # fwd / bwd seconds of the ops a collective hides behind
     fused = plan.fp8_fused_casts
-    gemm_f = gemm_b = 0.0  # the layer's dense GEMMs, which overlapped TP collectives pipeline with
     for graph_op in layer.ops:
         fuse_loss = plan.fused_cross_entropy and graph_op.kind == "loss" and graph_op.name.endswith("cross_entropy")
         op = fused_cross_entropy(graph_op) if fuse_loss else graph_op
@@ -237,9 +237,6 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
                 behind[p][1] += b
         fwd += f
         bwd += b
-        if op.kind == "gemm" and not op.grouped:
-            gemm_f += f
-            gemm_b += b
         kf += op.kernels
         kb += op.bwd_kernels
         if op.wgrad_factor > 0 and op.bwd_flop_factor > 0:
@@ -259,7 +256,9 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
                 mlp_w += b * op.wgrad_factor / op.bwd_flop_factor
     cf = cb = 0.0
     ep_f = ep_b = 0.0  # expert-parallel collectives (ep, etp groups) left exposed so far
-    tp_f = tp_b = 0.0  # overlapped tensor-parallel collectives
+    ub = {"all_gather": [0.0, 0.0], "reduce_scatter": [0.0, 0.0]}  # userbuffers pairs: seconds, occurrences
+    userbuffers = plan.overlap_tp_comm and plan.sequence_parallel and acc.kind == "gpu"
+    ag_scale = all_gather_bytes_per_element(layer, plan.fp8_recipe_name) / ACT_BYTES if userbuffers else 1.0
     a2a = {"disp_f": 0.0, "comb_f": 0.0, "disp_b": 0.0, "comb_b": 0.0}  # under the combined 1F1B
     ring_s = {CP_KV_ALLGATHER: 0.0, CP_DKV_ROTATE: 0.0}  # PyTorch's context-parallel ring (torch_ring.py)
     for c in layer.comms:
@@ -291,17 +290,24 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
             cf += t_f * (1 if c.fwd else 0)
             cb += t_b
             continue
-        if c.group == "tp" and plan.overlap_tp_comm:
-            tp_f += t * c.fwd
-            tp_b += t * c.bwd
+        if userbuffers and c.name.endswith(TP_PAIR_COMMS) and c.fwd == c.bwd:
+            if c.kind == "all_gather" and ag_scale != 1.0:  # gathered quantized (engines/userbuffers.py)
+                t = comm_s(system, plan, replace(c, bytes=c.bytes * ag_scale))
+            ub[c.kind][0] += t * c.fwd  # every pair of a layer reduces the same [T, h] activation
+            ub[c.kind][1] += c.fwd
             continue
         cf += t * c.fwd
         cb += t * c.bwd
-    # TE userbuffers splits each all-gather / reduce-scatter into chunks pipelined with the GEMM
-    # that consumes or produces it: the collective hides behind the layer's dense GEMMs, and only
-    # what exceeds them stays exposed (a collective cannot hide behind less compute than itself)
-    cf += max(0.0, tp_f - gemm_f)
-    cb += max(0.0, tp_b - gemm_b)
+    if userbuffers and ub["all_gather"][1]:
+        # Transformer Engine's userbuffers run each pair's all-gathers and reduce-scatters beside the
+        # GEMMs that consume or produce them (engines/userbuffers.py); pairs beyond the layer's
+        # column -> row GEMMs, if any, stay exposed
+        (sum_ag, n_ag), (sum_rs, n_rs) = ub["all_gather"], ub["reduce_scatter"]
+        t_ag, t_rs = sum_ag / n_ag, sum_rs / max(n_rs, 1)
+        ov = tp_overlap_s(acc, layer, plan.tp, t_ag, t_rs, int(min(n_ag, n_rs)))
+        left = t_ag * (n_ag - ov.pairs) + t_rs * (n_rs - ov.pairs)
+        cf += ov.fwd_s + left
+        cb += ov.bwd_s + left
     amax_f, amax_b = sp_amax_allreduce_s(system, plan, layer)
     cf += amax_f
     cb += amax_b

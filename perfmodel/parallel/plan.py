@@ -73,7 +73,9 @@ class ParallelPlan(BaseModel):
         "backward, fp32 merges per step and fp32 dK/dV rotated each backward step; engines/torch_ring.py) or "
         "allgather-repeat-kv (the same with K/V repeated to the query heads before the attention call); the "
         "training stack selects it"))
-    overlap_tp_comm: bool = Field(False, description="TP collectives overlapped with GEMMs")
+    overlap_tp_comm: bool = Field(False, description=(
+        "Transformer Engine userbuffers: the sequence-parallel all-gathers / reduce-scatters run beside the "
+        "GEMMs that consume or produce them, at the cost engines/userbuffers.py gives (needs sequence_parallel)"))
     overlap_p2p_comm: bool = Field(False, description=(
         "pipeline sends / receives run asynchronously beside the next chunk's compute (Megatron-Core "
         "overlap_p2p_comm, interleaved schedule) instead of blocking the compute stream"))
@@ -162,6 +164,11 @@ class ParallelPlan(BaseModel):
                               f"not {self.precision}; recipes for {self.precision}: {allowed}")
         if self.moe_a2a_overlap:
             self._check_a2a_overlap()
+        if self.overlap_tp_comm and self.tp > 1 and not self.sequence_parallel:
+            # Megatron-LM megatron/training/arguments.py:1441-1442; Megatron-Bridge turns it off
+            # (training/comm_overlap.py): userbuffers overlap all-gathers and reduce-scatters only
+            raise LayoutError(f"overlap_tp_comm (Transformer Engine userbuffers) with tp {self.tp} needs "
+                              "sequence_parallel true; turn sequence parallelism on or the overlap off")
         if self.sequence_parallel and self.tp == 1:
             object.__setattr__(self, "sequence_parallel", False)
         return self

@@ -146,11 +146,15 @@ class RankAxes:
 
 # ---- the collectives a split implies ------------------------------------------------------------
 
+# the names of a pair's sequence-parallel collectives (engines/userbuffers.py overlaps them)
+TP_PAIR_COMMS = ("tp_allgather", "tp_reducescatter")
+
+
 def tp_pair_comms(pairs: int, act_bytes: float, sp: bool) -> tuple[Comm, ...]:
     """`pairs` column -> row pairs reducing a [T, h] activation of `act_bytes` (module docstring)."""
     if sp:
-        return (Comm("tp_allgather", "all_gather", "tp", act_bytes, pairs, pairs),
-                Comm("tp_reducescatter", "reduce_scatter", "tp", act_bytes, pairs, pairs))
+        return (Comm(TP_PAIR_COMMS[0], "all_gather", "tp", act_bytes, pairs, pairs),
+                Comm(TP_PAIR_COMMS[1], "reduce_scatter", "tp", act_bytes, pairs, pairs))
     return (Comm("tp_allreduce", "all_reduce", "tp", act_bytes, pairs, pairs),)
 
 
