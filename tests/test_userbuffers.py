@@ -244,3 +244,18 @@ def test_fp8_all_gathers_move_the_quantized_tensor():
     got = layer_time(H100, over, layer)  # delayed scaling: no per-gather amax all-reduce in the layer
     assert (got.fwd_comm_s, got.bwd_comm_s) == pytest.approx((ov.fwd_s, ov.bwd_s), rel=1e-12)
     assert t_ag_fp8 < comm_s(H100, plan, ag)
+
+
+def test_collectives_without_a_gemm_pair_stay_exposed():
+    """A layer whose pair collectives have no column -> row GEMMs to run beside (an imported layer
+    without split GEMMs) exposes them as without the overlap, the all-gather and the reduce-scatter alone."""
+    from perfmodel.workload.graph import Comm, Layer, Op
+
+    op = Op("g", "gemm", flop=2.0 * 4096**3, bytes=3 * 4096 * 4096 * 2, m=4096, n=4096, k=4096, weight_params=4096**2)
+    for comms in ((Comm("tp_allgather", "all_gather", "tp", 2**26, 1, 1),
+                   Comm("tp_reducescatter", "reduce_scatter", "tp", 2**26, 1, 1)),
+                  (Comm("tp_reducescatter", "reduce_scatter", "tp", 2**26, 1, 1),)):
+        layer = Layer("x", "transformer", 1, (op,), comms, params=4096**2, params_full=4096**2)
+        plain, over = layer_time(H100, PLAN, layer), layer_time(H100, OVER, layer)
+        assert (over.fwd_comm_s, over.bwd_comm_s) == pytest.approx((plain.fwd_comm_s, plain.bwd_comm_s), rel=1e-12)
+        assert over.fwd_comm_s > 0

@@ -298,12 +298,12 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
             continue
         cf += t * c.fwd
         cb += t * c.bwd
-    if userbuffers and ub["all_gather"][1]:
+    if ub["all_gather"][1] or ub["reduce_scatter"][1]:
         # Transformer Engine's userbuffers run each pair's all-gathers and reduce-scatters beside the
         # GEMMs that consume or produce them (engines/userbuffers.py); pairs beyond the layer's
         # column -> row GEMMs, if any, stay exposed
         (sum_ag, n_ag), (sum_rs, n_rs) = ub["all_gather"], ub["reduce_scatter"]
-        t_ag, t_rs = sum_ag / n_ag, sum_rs / max(n_rs, 1)
+        t_ag, t_rs = sum_ag / max(n_ag, 1), sum_rs / max(n_rs, 1)
         ov = tp_overlap_s(acc, layer, plan.tp, t_ag, t_rs, int(min(n_ag, n_rs)))
         left = t_ag * (n_ag - ov.pairs) + t_rs * (n_rs - ov.pairs)
         cf += ov.fwd_s + left

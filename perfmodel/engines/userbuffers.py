@@ -28,8 +28,9 @@ and the cost of each, t_c the isolated collective (comm/collectives.py), G the i
                  loses f of its rate for t_c. The ring exchange sends with the copy engines
                  (use_ce: userbuffers/userbuffers.cu:2335-2337 cudaMemcpyAsync, the kernel only
                  signals), so it takes no SMs.
-  ring_exchange  (comm_gemm_overlap.cpp:1044-1190 split_overlap_ag) tp steps: the GEMM runs on the
-                 chunk it holds (m / tp rows) while the next chunk moves to the neighbour; chunk i
+  ring_exchange  (comm_gemm_overlap.cpp:1044-1217 split_overlap_ag, loop :1161) tp steps: the
+                 GEMM runs on the chunk it holds (m / tp rows) while the next chunk moves to the
+                 neighbour; chunk i
                  starts when chunk i-1 is done and has arrived. One step moves 1/tp of the buffer,
                  c = t_ag / (tp - 1) (the ring all-gather's tp - 1 steps), g = one chunk's GEMM:
                      T = max(tp·g, (tp - 1)·c + g)
