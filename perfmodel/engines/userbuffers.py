@@ -30,8 +30,8 @@ and the cost of each, t_c the isolated collective (comm/collectives.py), G the i
                  signals), so it takes no SMs.
   ring_exchange  (comm_gemm_overlap.cpp:1044-1217 split_overlap_ag, loop :1161) tp steps: the
                  GEMM runs on the chunk it holds (m / tp rows) while the next chunk moves to the
-                 neighbour; chunk i
-                 starts when chunk i-1 is done and has arrived. One step moves 1/tp of the buffer,
+                 neighbour; chunk i starts when chunk i-1 is done and has arrived. One step moves
+                 1/tp of the buffer,
                  c = t_ag / (tp - 1) (the ring all-gather's tp - 1 steps), g = one chunk's GEMM:
                      T = max(tp·g, (tp - 1)·c + g)
   pipeline       (comm_gemm_overlap.cpp:611-760 split_overlap_rs) num_splits GEMM chunks of the
