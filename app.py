@@ -405,7 +405,8 @@ def assumptions(cfg: dict[str, Any], plan: Any, est: Any) -> dict[str, Any]:
     return {"sequence length (tokens)": plan.seq_len or spec_of(cfg["workload"]).seq_len,
             "sequence length from": "the sidebar" if plan.seq_len else f"the workload's default ({cfg['workload']})",
             "precision": plan.precision,
-            "training stack": cfg.get("framework") or "none chosen (flash attention, eager dispatch, none of the fusions)",
+            "training stack": cfg.get("framework") or ("none chosen (flash attention, eager dispatch, fused norms / "
+                                                       "activations, none of the stack fusions)"),
             "calibration profile": calibration_text(cfg, est),
             "engine": est.engine}
 

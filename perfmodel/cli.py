@@ -16,6 +16,7 @@ from pathlib import Path
 
 from perfmodel import precision as registry
 from perfmodel.cliargs import Parser, add_precision_arg, positive_float, positive_int, report_error, shape, show_warning
+from perfmodel.compute.eager import ELEMENTWISE_IMPLS
 from perfmodel.engines.registry import ENGINE_NAMES
 from perfmodel.errors import PerfmodelError, UsageError
 from perfmodel.parallel.schedules import SCHEDULE_NAMES
@@ -51,6 +52,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                    help="how context-parallel attention exchanges K/V: p2p (Transformer Engine's ring), allgather "
                         "(PyTorch's context_parallel), allgather-repeat-kv (the same with K/V repeated to the query "
                         "heads, torchtitan's Llama until Jan 2026); default: the --framework's, else p2p")
+    g.add_argument("--elementwise", choices=list(ELEMENTWISE_IMPLS), default=None,
+                   help="norms, activations and RoPE: fused (one kernel each) or eager (chains of ATen kernels, a "
+                        "model in PyTorch ops run without torch.compile); default: the --framework's")
     g.add_argument("--sp", "--sequence-parallel", dest="sp", action="store_true", help="sequence parallelism (needs tp > 1)")
     g.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO stage (3 = FSDP full shard)")
     g.add_argument("--micro-batch", type=positive_int, default=1, help="sequences per micro-batch")
@@ -99,6 +103,7 @@ def _plan(a: argparse.Namespace, n_gpus: int):
                         moe_fp8_dispatch=a.moe_fp8_dispatch, moe_shared_expert_overlap=a.moe_shared_overlap,
                         moe_a2a_overlap=a.moe_a2a_overlap, moe_dispatcher=a.moe_dispatcher,
                         **({"cp_ring": a.cp_ring} if a.cp_ring else {}),
+                        **({"elementwise": a.elementwise} if a.elementwise else {}),
                         **({"moe_imbalance": a.moe_imbalance} if a.moe_imbalance is not None else {}),
                         zero_stage=a.zero, micro_batch=a.micro_batch, global_batch=gb, seq_len=a.seq_len,
                         recompute=a.recompute, precision=a.precision, schedule=a.schedule,

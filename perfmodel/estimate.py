@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from perfmodel import precision as registry
 from perfmodel.memory import MemoryBreakdown
 from perfmodel.parallel.plan import ParallelPlan
 
@@ -142,10 +143,13 @@ class Estimate:
 
 def _mechanisms(plan: ParallelPlan) -> str:
     """The stack mechanisms a plan turns on (perfmodel/calibration/frameworks.py), for the layout line."""
+    low_precision = registry.get(plan.precision).gemm_operand_bytes < 2  # the casts exist only below 16 bits
     on = [name for name, flag in (("tp overlap", plan.overlap_tp_comm), ("p2p overlap", plan.overlap_p2p_comm),
-                                  ("fused fp8 casts", plan.fp8_fused_casts), ("fused loss", plan.fused_cross_entropy),
+                                  ("fused fp8 casts", plan.fp8_fused_casts and low_precision),
+                                  ("fused loss", plan.fused_cross_entropy),
                                   ("cuda graphs", plan.cuda_graphs), ("unfused attention", plan.attention_impl == "unfused"),
                                   ("FlashAttention-1-era attention", plan.attention_impl == "flash1"),
-                                  (f"cp ring {plan.cp_ring}", plan.cp > 1 and plan.cp_ring != "p2p"))
+                                  (f"cp ring {plan.cp_ring}", plan.cp > 1 and plan.cp_ring != "p2p"),
+                                  ("eager element-wise ops", plan.elementwise == "eager"))
           if flag]
     return f"; {', '.join(on)}" if on else ""

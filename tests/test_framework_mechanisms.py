@@ -266,6 +266,18 @@ def test_torchtitan_float8_runs_compiled_so_its_casts_are_fused():
     bf16 = plan.model_copy(update={"precision": "bf16"})
     assert apply_framework(bf16, framework("torchtitan")).fp8_fused_casts  # a flag; bf16 has no casts to fuse
     a = perfmodel.estimate("llama3-8b", "h100-sxm5-80gb", bf16, calibration="none", framework="torchtitan")
-    b = perfmodel.estimate("llama3-8b", "h100-sxm5-80gb", bf16.model_copy(update={"fp8_fused_casts": False}),
-                           calibration="none", framework="pytorch")
+    b = perfmodel.estimate("llama3-8b", "h100-sxm5-80gb",
+                           bf16.model_copy(update={"fp8_fused_casts": False, "elementwise": "fused"}),
+                           calibration="none", framework="pytorch")  # pytorch's eager norms named away
     assert a.breakdown_s["compute_fwd_s"] == pytest.approx(b.breakdown_s["compute_fwd_s"], rel=1e-12)
+
+
+def test_layout_line_names_fp8_casts_only_under_fp8():
+    """torchtitan sets the fused-casts flag on every plan; a bf16 plan has no casts, and the
+    layout line does not claim them."""
+    plan = perfmodel.ParallelPlan(dp=8, global_batch=16, micro_batch=2, seq_len=4096)
+    bf16 = perfmodel.estimate("llama3-8b", "dgx-h100", plan, calibration="none", framework="torchtitan")
+    fp8 = perfmodel.estimate("llama3-8b", "dgx-h100", plan.model_copy(update={"precision": "fp8"}),
+                             calibration="none", framework="torchtitan")
+    assert bf16.plan.fp8_fused_casts and "fused fp8 casts" not in bf16.summary()
+    assert "fused fp8 casts" in fp8.summary()

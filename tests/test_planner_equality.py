@@ -120,7 +120,7 @@ def test_planner_equals_estimate_with_the_stacks_moe_dispatcher() -> None:
     assert checked == 5
 
 
-@pytest.mark.parametrize("fw_name", ["megatron-core", "torchtitan", "llm.c"])
+@pytest.mark.parametrize("fw_name", ["megatron-core", "torchtitan", "llm.c", "pytorch"])
 @pytest.mark.parametrize(("acc", "workload", "n_gpus", "gb", "precision"), [
     ("h100-sxm5-80gb", "llama3-8b", 64, 256, "fp8"), ("a100-sxm4-80gb", "gpt3-1.3b", 32, 128, "bf16")])
 def test_planner_equals_estimate_under_a_framework(fw_name: str, acc: str, workload: str, n_gpus: int, gb: int,

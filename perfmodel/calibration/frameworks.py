@@ -65,6 +65,20 @@ the commits in EVIDENCE_COMMITS):
                    (ff0829c, 2026-01-27), which passes enable_gqa and keeps the kv heads: the stack selects
                    `allgather-repeat-kv`, the code of its published CP benchmarks; a plan for torchtitan
                    after Jan 2026 states `--cp-ring allgather`.
+    elementwise    how norms, activations and rotary embeddings run (ParallelPlan.elementwise,
+                   compute/eager.py): `fused` (one kernel each) where the stack ships fused kernels or
+                   compiles: Megatron-LM (Apex FusedLayerNorm / fused bias-GeLU / bias-dropout-add),
+                   Megatron-Core (Transformer Engine's norms, fused SwiGLU and RoPE: apply_rope_fusion,
+                   bias_activation_fusion in Megatron-Bridge's recipes), llm.c, JAX / XLA, and torchtitan,
+                   whose published runs compiled (every Float8 row and six of eight bf16 rows of
+                   benchmarks/llama3_h100_202412_torchtitan.md ran torch.compile; a plan for an eager
+                   torchtitan run states `--elementwise eager`). `eager` for the stacks that run a model
+                   written in PyTorch ops: pytorch and deepspeed (Hugging Face transformers'
+                   LlamaRMSNorm, apply_rotary_pos_emb, act_fn(gate) * up), composer (eager; MPT's
+                   LayerNorm and GELU are torch's own single kernels, so only RMSNorm / SwiGLU / RoPE
+                   models change). Measured on an H200 (validation/device/h200-2026-12-04): the three
+                   chains cost 2.66 ms more per Llama-3-8B layer at 8k tokens than compiled (2.53
+                   predicted), and a transformers LlamaDecoderLayer runs at the eager prediction.
     cuda_graphs    the transformer layers captured in CUDA graphs: one host launch per layer and
                    pass (ParallelPlan.cuda_graphs). No stack turns it on by default: Megatron-Bridge's
                    recipes set cuda_graph_impl "none" in 219 of 229 places (src/megatron/bridge/recipes,
@@ -115,7 +129,9 @@ src/megatron/bridge/perf_recipes/ at HEAD) and what megatron-core selects from t
 A mechanism a plan already sets stays set: the framework only turns on what the stack does by
 default. FSDP prefetch is ParallelPlan.overlap_fsdp_prefetch, on by default for every stack.
 
-An empty framework means `pytorch` (the documented default stack, today's behaviour).
+An empty framework applies no stack: the plan's own settings, which are `pytorch`'s but for the
+element-wise ops, left fused as the builder makes them (the CPU runs, whose harness writes its own
+eager RMSNorm / RoPE without Hugging Face's fp32 upcast, are predicted this way).
 """
 
 from __future__ import annotations
@@ -123,6 +139,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from perfmodel.compute.eager import ElementwiseImpl
 from perfmodel.errors import PerfmodelError
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.precision import recipe_precision
@@ -161,6 +178,7 @@ class Framework:
     grad_reduce_bytes: int | None = None  # bytes per gradient element held and reduced (None: the precision's)
     selective: SelectiveRecompute = "core_attn"  # what recompute 'selective' reruns (module docstring)
     cp_ring: CpRing = "p2p"  # how context-parallel attention exchanges K/V (module docstring)
+    elementwise: ElementwiseImpl = "fused"  # norms / activations / RoPE fused or as eager ATen chains
 
 
 # PyTorch's context-parallel ring on K/V repeated to the query heads (module docstring, cp_ring)
@@ -205,7 +223,10 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "alltoall for those",
               p2p_overlap=True, fused_casts=True, fused_cross_entropy=True, grad_reduce_bytes=2),
     Framework("deepspeed", "flash", "eager", False,
-              "DeepSpeed with Hugging Face models: attention through torch SDPA (flash backend), eager."),
+              "DeepSpeed with Hugging Face models: attention through torch SDPA (flash backend), eager; the "
+              "models' norms, SwiGLU and RoPE as written in transformers (LlamaRMSNorm upcasts to fp32, "
+              "apply_rotary_pos_emb with rotate_half), one ATen kernel per call.",
+              elementwise="eager"),
     Framework("torchtitan", "flash", "eager", False,
               "torchtitan: SDPA flash attention, eager unless --compile (the default); FSDP2: fully_shard per "
               "transformer block and on the root (torchtitan/distributed/fsdp.py, parallelize.apply_fsdp), whose "
@@ -228,9 +249,13 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "triton_pre_mlir: `flash1`. llm-foundry moved its yamls to attn_impl 'flash' in March 2024 "
               "(c26309de5); a plan that names `--attention flash` models that. Eager; FSDP1 "
               "(FullyShardedDataParallel, FlatParameter) with limit_all_gathers and BACKWARD_POST prefetch "
-              "(composer FSDPConfig defaults)."),
+              "(composer FSDPConfig defaults); MPT's LayerNorm and GELU are torch's fused kernels.",
+              elementwise="eager"),
     Framework("pytorch", "flash", "eager", False,
-              "plain PyTorch DDP / FSDP: F.scaled_dot_product_attention (flash backend), eager dispatch."),
+              "plain PyTorch DDP / FSDP: F.scaled_dot_product_attention (flash backend), eager dispatch; a "
+              "model in PyTorch ops (Hugging Face transformers, nanoGPT-style code): RMSNorm, SwiGLU and RoPE "
+              "as chains of ATen kernels.",
+              elementwise="eager"),
     Framework("llm.c", "fused", "native", False,
               "karpathy/llm.c train_gpt2.cu: cuDNN flash attention (USE_CUDNN), fused classifier, and every "
               "kernel launched from C with no framework dispatch."),
@@ -252,8 +277,8 @@ def framework(name: str | None) -> Framework:
 def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
     """The plan with the stack's mechanisms (see the module docstring), its FSDP layout and, where
     the plan names none, its MoE dispatcher; a mechanism the plan already turned on stays on, and a
-    recipe the plan names stays. The attention kernel and the meaning of selective recompute are the
-    stack's unless the plan names them."""
+    recipe the plan names stays. The attention kernel, the element-wise ops, the context-parallel
+    ring and the meaning of selective recompute are the stack's unless the plan names them."""
     update: dict[str, object] = {}
     if plan.moe_dispatcher is None:
         update["moe_dispatcher"] = fw.moe_dispatcher
@@ -275,6 +300,8 @@ def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
         update["selective_recompute"] = fw.selective
     if "cp_ring" not in plan.model_fields_set and plan.cp_ring != fw.cp_ring:
         update["cp_ring"] = fw.cp_ring
+    if "elementwise" not in plan.model_fields_set and plan.elementwise != fw.elementwise:
+        update["elementwise"] = fw.elementwise
     if fw.cuda_graphs and not plan.cuda_graphs:
         update["cuda_graphs"] = True
     if fw.fp8_recipe and plan.fp8_recipe is None and recipe_precision(fw.fp8_recipe) == plan.precision:

@@ -13,6 +13,7 @@ from functools import lru_cache
 
 from perfmodel.comm.collectives import collective_time_s
 from perfmodel.compute import optimizers
+from perfmodel.compute.eager import with_elementwise
 from perfmodel.compute.fp8_recipes import amax_allreduce_s, delayed_amax_bytes, recipe_for
 from perfmodel.compute.ops import memory_bound_cost
 from perfmodel.engines.costs import LayerTime, layer_time
@@ -40,10 +41,12 @@ NCCL_CHANNELS = 16
 
 @lru_cache(maxsize=512)
 def cached_graph(spec: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int, ep: int, sp: bool,
-                 precision: str, attention_impl: str, moe: MoEOptions | None = None, cp_ring: CpRing = "p2p") -> Graph:
-    """The builder's graph laid out on one rank of (tp, cp, ep, sp, moe.etp, cp_ring) by parallel/shard.py."""
-    return shard(unsharded_graph(spec, micro_batch, seq_len, precision, attention_impl),
-                 RankLayout(tp, cp, ep, sp, moe or MoEOptions(), cp_ring))
+                 precision: str, attention_impl: str, moe: MoEOptions | None = None, cp_ring: CpRing = "p2p",
+                 elementwise: str = "fused") -> Graph:
+    """The builder's graph laid out on one rank of (tp, cp, ep, sp, moe.etp, cp_ring) by parallel/shard.py,
+    its element-wise ops as `elementwise` runs them (compute/eager.py)."""
+    return with_elementwise(spec, shard(unsharded_graph(spec, micro_batch, seq_len, precision, attention_impl),
+                                        RankLayout(tp, cp, ep, sp, moe or MoEOptions(), cp_ring)), elementwise)
 
 
 def model_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
@@ -53,7 +56,8 @@ def model_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
 
 def plan_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
     return cached_graph(spec, plan.micro_batch, plan.seq_len or spec.seq_len, plan.tp, plan.cp, plan.ep,
-                        plan.sequence_parallel, plan.precision, plan.attention_impl, moe_options(plan), plan.cp_ring)
+                        plan.sequence_parallel, plan.precision, plan.attention_impl, moe_options(plan), plan.cp_ring,
+                        plan.elementwise)
 
 
 @lru_cache(maxsize=1024)

@@ -10,7 +10,7 @@ from perfmodel import precision as registry
 from perfmodel.errors import LayoutError
 from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.split import pipeline_split
-from perfmodel.workload.graph import AttentionImpl, CpRing
+from perfmodel.workload.graph import AttentionImpl, CpRing, ElementwiseImpl
 from perfmodel.workload.op_checkpoint import SelectiveRecompute
 from perfmodel.workload.spec import ModelSpec
 
@@ -73,6 +73,11 @@ class ParallelPlan(BaseModel):
         "backward, fp32 merges per step and fp32 dK/dV rotated each backward step; engines/torch_ring.py) or "
         "allgather-repeat-kv (the same with K/V repeated to the query heads before the attention call); the "
         "training stack selects it"))
+    elementwise: ElementwiseImpl = Field("fused", description=(
+        "how norms, activations and rotary embeddings run: fused (one kernel each: Megatron-Core / Transformer "
+        "Engine / Apex kernels or a compiled step) or eager (a model written in PyTorch ops run eagerly, as "
+        "Hugging Face transformers or torchtitan without --compile: RMSNorm, SwiGLU and RoPE as chains of "
+        "ATen kernels over whole tensors; perfmodel/compute/eager.py); the training stack selects it"))
     overlap_tp_comm: bool = Field(False, description=(
         "Transformer Engine userbuffers: the sequence-parallel all-gathers / reduce-scatters run beside the "
         "GEMMs that consume or produce them, at the cost engines/userbuffers.py gives (needs sequence_parallel)"))

@@ -55,6 +55,10 @@ TpSplit = Literal["", "column", "row", "heads", "inner"]  # inner: element-wise 
 # model repeats K/V to the query heads before the attention call (torchtitan's Llama until Jan 2026)
 CpRing = Literal["p2p", "allgather", "allgather-repeat-kv"]
 CP_RINGS: tuple[str, ...] = get_args(CpRing)
+# how the norms, gated activations and RoPE run: as the fused kernels the graph builders cost, or as
+# the eager ATen chains of a model written in PyTorch ops (compute/eager.py)
+ElementwiseImpl = Literal["fused", "eager"]
+ELEMENTWISE_IMPLS: tuple[str, ...] = get_args(ElementwiseImpl)
 
 
 @dataclass(frozen=True, slots=True)
