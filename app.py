@@ -406,7 +406,7 @@ def assumptions(cfg: dict[str, Any], plan: Any, est: Any) -> dict[str, Any]:
             "sequence length from": "the sidebar" if plan.seq_len else f"the workload's default ({cfg['workload']})",
             "precision": plan.precision,
             "training stack": cfg.get("framework") or ("none chosen (flash attention, eager dispatch, fused norms / "
-                                                       "activations, none of the stack fusions)"),
+                                                       "activations, 16-bit weights, none of the stack fusions)"),
             "calibration profile": calibration_text(cfg, est),
             "engine": est.engine}
 

@@ -55,6 +55,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--elementwise", choices=list(ELEMENTWISE_IMPLS), default=None,
                    help="norms, activations and RoPE: fused (one kernel each) or eager (chains of ATen kernels, a "
                         "model in PyTorch ops run without torch.compile); default: the --framework's")
+    g.add_argument("--autocast-weights", action=argparse.BooleanOptionalAction, default=None,
+                   help="fp32 parameters cast to 16 bits by torch.autocast in every matmul, each micro-batch (a plain "
+                        "PyTorch loop); default: the --framework's (pytorch: on)")
     g.add_argument("--sp", "--sequence-parallel", dest="sp", action="store_true", help="sequence parallelism (needs tp > 1)")
     g.add_argument("--zero", type=int, default=0, choices=[0, 1, 2, 3], help="ZeRO stage (3 = FSDP full shard)")
     g.add_argument("--micro-batch", type=positive_int, default=1, help="sequences per micro-batch")
@@ -104,6 +107,7 @@ def _plan(a: argparse.Namespace, n_gpus: int):
                         moe_a2a_overlap=a.moe_a2a_overlap, moe_dispatcher=a.moe_dispatcher,
                         **({"cp_ring": a.cp_ring} if a.cp_ring else {}),
                         **({"elementwise": a.elementwise} if a.elementwise else {}),
+                        **({"autocast_weights": a.autocast_weights} if a.autocast_weights is not None else {}),
                         **({"moe_imbalance": a.moe_imbalance} if a.moe_imbalance is not None else {}),
                         zero_stage=a.zero, micro_batch=a.micro_batch, global_batch=gb, seq_len=a.seq_len,
                         recompute=a.recompute, precision=a.precision, schedule=a.schedule,

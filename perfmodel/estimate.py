@@ -150,6 +150,8 @@ def _mechanisms(plan: ParallelPlan) -> str:
                                   ("cuda graphs", plan.cuda_graphs), ("unfused attention", plan.attention_impl == "unfused"),
                                   ("FlashAttention-1-era attention", plan.attention_impl == "flash1"),
                                   (f"cp ring {plan.cp_ring}", plan.cp > 1 and plan.cp_ring != "p2p"),
-                                  ("eager element-wise ops", plan.elementwise == "eager"))
+                                  ("eager element-wise ops", plan.elementwise == "eager"),
+                                  ("autocast weight casts", plan.autocast_weights and not low_precision
+                                   and plan.precision != "fp32"))
           if flag]
     return f"; {', '.join(on)}" if on else ""

@@ -79,6 +79,11 @@ the commits in EVIDENCE_COMMITS):
                    models change). Measured on an H200 (validation/device/h200-2026-12-04): the three
                    chains cost 2.66 ms more per Llama-3-8B layer at 8k tokens than compiled (2.53
                    predicted), and a transformers LlamaDecoderLayer runs at the eager prediction.
+    autocast_weights  fp32 parameters cast to bf16 by torch.autocast inside each matmul, every
+                   micro-batch (ParallelPlan.autocast_weights, compute/autocast.py): `pytorch` only,
+                   the plain loop of nanoGPT, Lightning's bf16-mixed (the FlashAttention training
+                   scripts) and Hugging Face Trainer with DDP. DeepSpeed's bf16 mode, FSDP with a
+                   bf16 param dtype (composer, torchtitan), Megatron and llm.c hold 16-bit weights.
     cuda_graphs    the transformer layers captured in CUDA graphs: one host launch per layer and
                    pass (ParallelPlan.cuda_graphs). No stack turns it on by default: Megatron-Bridge's
                    recipes set cuda_graph_impl "none" in 219 of 229 places (src/megatron/bridge/recipes,
@@ -131,7 +136,8 @@ default. FSDP prefetch is ParallelPlan.overlap_fsdp_prefetch, on by default for 
 
 An empty framework applies no stack: the plan's own settings, which are `pytorch`'s but for the
 element-wise ops, left fused as the builder makes them (the CPU runs, whose harness writes its own
-eager RMSNorm / RoPE without Hugging Face's fp32 upcast, are predicted this way).
+eager RMSNorm / RoPE without Hugging Face's fp32 upcast, are predicted this way), and the weights,
+held in 16 bits (no autocast casts).
 """
 
 from __future__ import annotations
@@ -179,6 +185,7 @@ class Framework:
     selective: SelectiveRecompute = "core_attn"  # what recompute 'selective' reruns (module docstring)
     cp_ring: CpRing = "p2p"  # how context-parallel attention exchanges K/V (module docstring)
     elementwise: ElementwiseImpl = "fused"  # norms / activations / RoPE fused or as eager ATen chains
+    autocast_weights: bool = False  # fp32 parameters cast by torch.autocast every micro-batch (module docstring)
 
 
 # PyTorch's context-parallel ring on K/V repeated to the query heads (module docstring, cp_ring)
@@ -254,8 +261,10 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
     Framework("pytorch", "flash", "eager", False,
               "plain PyTorch DDP / FSDP: F.scaled_dot_product_attention (flash backend), eager dispatch; a "
               "model in PyTorch ops (Hugging Face transformers, nanoGPT-style code): RMSNorm, SwiGLU and RoPE "
-              "as chains of ATen kernels.",
-              elementwise="eager"),
+              "as chains of ATen kernels; fp32 parameters under torch.autocast (model.float(), autocast(bf16): "
+              "nanoGPT, Lightning's bf16-mixed / 16-mixed, Hugging Face Trainer with DDP), each weight cast in "
+              "its matmul every micro-batch.",
+              elementwise="eager", autocast_weights=True),
     Framework("llm.c", "fused", "native", False,
               "karpathy/llm.c train_gpt2.cu: cuDNN flash attention (USE_CUDNN), fused classifier, and every "
               "kernel launched from C with no framework dispatch."),
@@ -302,6 +311,8 @@ def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
         update["cp_ring"] = fw.cp_ring
     if "elementwise" not in plan.model_fields_set and plan.elementwise != fw.elementwise:
         update["elementwise"] = fw.elementwise
+    if "autocast_weights" not in plan.model_fields_set and plan.autocast_weights != fw.autocast_weights:
+        update["autocast_weights"] = fw.autocast_weights
     if fw.cuda_graphs and not plan.cuda_graphs:
         update["cuda_graphs"] = True
     if fw.fp8_recipe and plan.fp8_recipe is None and recipe_precision(fw.fp8_recipe) == plan.precision:

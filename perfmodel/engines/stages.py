@@ -13,6 +13,7 @@ from functools import lru_cache
 
 from perfmodel.comm.collectives import collective_time_s
 from perfmodel.compute import optimizers
+from perfmodel.compute.autocast import AUTOCAST_PRECISIONS, with_autocast
 from perfmodel.compute.eager import with_elementwise
 from perfmodel.compute.fp8_recipes import amax_allreduce_s, delayed_amax_bytes, recipe_for
 from perfmodel.compute.ops import memory_bound_cost
@@ -42,11 +43,13 @@ NCCL_CHANNELS = 16
 @lru_cache(maxsize=512)
 def cached_graph(spec: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: int, ep: int, sp: bool,
                  precision: str, attention_impl: str, moe: MoEOptions | None = None, cp_ring: CpRing = "p2p",
-                 elementwise: str = "fused") -> Graph:
+                 elementwise: str = "fused", autocast_weights: bool = False) -> Graph:
     """The builder's graph laid out on one rank of (tp, cp, ep, sp, moe.etp, cp_ring) by parallel/shard.py,
-    its element-wise ops as `elementwise` runs them (compute/eager.py)."""
-    return with_elementwise(spec, shard(unsharded_graph(spec, micro_batch, seq_len, precision, attention_impl),
-                                        RankLayout(tp, cp, ep, sp, moe or MoEOptions(), cp_ring)), elementwise)
+    its element-wise ops as `elementwise` runs them (compute/eager.py), with autocast's weight casts
+    when `autocast_weights` and the precision is 16-bit (compute/autocast.py)."""
+    g = with_elementwise(spec, shard(unsharded_graph(spec, micro_batch, seq_len, precision, attention_impl),
+                                     RankLayout(tp, cp, ep, sp, moe or MoEOptions(), cp_ring)), elementwise)
+    return with_autocast(g, autocast_weights and precision in AUTOCAST_PRECISIONS)
 
 
 def model_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
@@ -57,7 +60,7 @@ def model_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
 def plan_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
     return cached_graph(spec, plan.micro_batch, plan.seq_len or spec.seq_len, plan.tp, plan.cp, plan.ep,
                         plan.sequence_parallel, plan.precision, plan.attention_impl, moe_options(plan), plan.cp_ring,
-                        plan.elementwise)
+                        plan.elementwise, plan.autocast_weights)
 
 
 @lru_cache(maxsize=1024)

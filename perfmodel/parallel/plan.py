@@ -78,6 +78,11 @@ class ParallelPlan(BaseModel):
         "Engine / Apex kernels or a compiled step) or eager (a model written in PyTorch ops run eagerly, as "
         "Hugging Face transformers or torchtitan without --compile: RMSNorm, SwiGLU and RoPE as chains of "
         "ATen kernels over whole tensors; perfmodel/compute/eager.py); the training stack selects it"))
+    autocast_weights: bool = Field(False, description=(
+        "parameters held in fp32 and cast to 16 bits by torch.autocast inside every matmul, each micro-batch "
+        "(a plain PyTorch loop: model.float() + torch.autocast), instead of 16-bit weights with the fp32 master "
+        "copy in the optimizer; 6 B per weight forward, 6 B backward, 2 B kept (perfmodel/compute/autocast.py); "
+        "16-bit precisions only; the training stack selects it"))
     overlap_tp_comm: bool = Field(False, description=(
         "Transformer Engine userbuffers: the sequence-parallel all-gathers / reduce-scatters run beside the "
         "GEMMs that consume or produce them, at the cost engines/userbuffers.py gives (needs sequence_parallel)"))

@@ -172,7 +172,7 @@ class Evaluator:
     def graph(self, tp: int, cp: int, ep: int, sp: int, mb: int) -> Graph:
         base = self.plan()
         return cached_graph(self.spec, mb, self.seq_len, tp, cp, ep, bool(sp), self.precision, self.attention_impl,
-                            moe_options(base), base.cp_ring, base.elementwise)
+                            moe_options(base), base.cp_ring, base.elementwise, base.autocast_weights)
 
     # -- per shape: one vector entry per graph layer ----------------------------------------------
     def layer_vectors(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int) -> dict[str, np.ndarray]:
