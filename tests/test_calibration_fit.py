@@ -330,3 +330,29 @@ def test_host_per_kernel_pools_accelerator_hosts_only():
     k = prob.keys.index("host_per_kernel")
     assert prob.member[:, KNOBS.index("host"), k].sum() == 0
     assert prob.member[:, KNOBS.index("host"), prob.keys.index("host_generation[host-cpu]")].sum() == len(rows)
+
+
+def test_fit_reads_a_row_as_validate_does(tmp_path):
+    """An empty `framework` applies no stack in the fit as in `validate` (fused element-wise ops,
+    16-bit weights); a named one applies its mechanisms in both."""
+    from perfmodel.validation.predict import validate_file
+
+    src = ROOT / "validation" / "runs_cpu.csv"
+    with src.open() as f:
+        rows = list(csv.DictReader(f))
+    llama = next(r for r in rows if r["arch"] == "llama" and r["precision"] == "bf16")
+    named = {**llama, "run_id": llama["run_id"] + "-pytorch", "framework": "pytorch"}
+    path = tmp_path / "runs.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=[*rows[0].keys(), "framework"])
+        w.writeheader()
+        w.writerows([{**llama, "framework": ""}, named])
+    empty, stack = read_fit_rows([path])
+    assert (empty.plan.elementwise, empty.plan.autocast_weights) == ("fused", False)
+    assert (stack.plan.elementwise, stack.plan.autocast_weights) == ("eager", True)
+    validate_file(path, tmp_path / "pred.csv", calibration="none")
+    with (tmp_path / "pred.csv").open() as f:
+        pred = {r["run_id"]: float(r["predicted_step_time_s"]) for r in csv.DictReader(f)}
+    for row in (empty, stack):
+        est = perfmodel.estimate(row.spec, row.system, row.plan, calibration="none")
+        assert est.step_time_s == pytest.approx(pred[row.run_id], rel=1e-3)

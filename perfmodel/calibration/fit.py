@@ -80,8 +80,10 @@ def read_fit_rows(paths: list[Path | str], say: Callable[[str], None] = lambda _
                     skipped += 1
                     continue
                 run = row_run(r, workloads)
-                fw = framework(r.get("framework"))
-                rows.append(FitRow(run.run_id, r.get("source") or str(path), run.spec, apply_framework(run.plan, fw),
+                named = r.get("framework") or None
+                fw = framework(named)  # empty: the default stack's host dispatch, which is no stack's (eager)
+                plan = apply_framework(run.plan, fw) if named else run.plan  # as validate: empty applies no stack
+                rows.append(FitRow(run.run_id, r.get("source") or str(path), run.spec, plan,
                                    run.system, fw, measured, run.notes))
             except (PerfmodelError, RowError, ValueError, KeyError):
                 skipped += 1
