@@ -58,7 +58,8 @@ def test_only_plain_pytorch_selects_it(name):
 
 
 def test_step_is_slower_by_the_cast_bytes():
-    """Twelve bytes per matmul weight per micro-batch at the element-wise rate, nothing else."""
+    """Twelve bytes per matmul weight per micro-batch at the element-wise rate, and twelve per
+    parameter for each micro-batch after the first (the fp32 .grad accumulation), nothing else."""
     spec = get_workload("llama3-8b")
     plan = perfmodel.ParallelPlan(seq_len=4096, micro_batch=1, global_batch=4)
     a = perfmodel.estimate(spec, "h200-sxm-141gb", plan, calibration="none")
@@ -66,10 +67,14 @@ def test_step_is_slower_by_the_cast_bytes():
     from perfmodel.hardware.catalog import resolve_system
 
     acc = resolve_system("h200-sxm-141gb", None, 1)[0].accelerator
-    w = sum(matmul_weights(layer) * layer.count for layer in cached_graph(spec, 1, 4096, 1, 1, 1, False, "bf16",
-                                                                          "flash").layers)
-    extra = 4 * 12 * w / acc.elementwise_achieved_Bps
+    layers = cached_graph(spec, 1, 4096, 1, 1, 1, False, "bf16", "flash").layers
+    w = sum(matmul_weights(layer) * layer.count for layer in layers)
+    params = sum(layer.params * layer.count for layer in layers)
+    assert params == pytest.approx(8.03e9, rel=0.01)
+    extra = (4 * 12 * w + 3 * 12 * params) / acc.elementwise_achieved_Bps
     assert b.step_time_s - a.step_time_s == pytest.approx(extra, rel=0.02)
+    assert b.breakdown_s["optimizer_s"] - a.breakdown_s["optimizer_s"] == pytest.approx(
+        3 * 12 * params / acc.elementwise_achieved_Bps, rel=1e-6)
     assert b.memory_per_gpu_bytes > a.memory_per_gpu_bytes
     assert "autocast weight casts" in b.summary()
 
@@ -78,9 +83,10 @@ def test_against_the_h200_measurement():
     """probe2.json: a four-layer Llama-3-8B (vocabulary 128256, 1.92e9 parameters, 1.40e9 of them
     matmul weights), 4 micro-batches of 4096 tokens on an H200. With fp32 parameters under autocast
     the forward (no grad) took 3.3 ms longer than with the model in bf16, and the four micro-batches'
-    forward+backward 33.1 ms longer. The casts alone explain 60 % of the forward and half of the
-    forward+backward (the rest: fp32 gradient accumulation, not charged; fp32 residual stream): the
-    prediction is below the measurement and within a factor 2.2 of it."""
+    forward+backward 33.1 ms longer. The casts explain 60 % of the forward; with the fp32 gradient
+    accumulation the step's extra is within 20 % of the measured one (the rest: the fp32 residual
+    stream behind the fp32 embedding, not charged; the bf16 model's own 6 B accumulation, which
+    perfmodel charges no stack)."""
     rec = {r["mode"]: r for r in json.loads(PROBE.read_text())["autocast"]}
     fwd = rec["fp32+autocast"]["fwd_no_grad_seconds"] - rec["bf16"]["fwd_no_grad_seconds"]
     mb = rec["fp32+autocast"]["micro_batches_seconds"] - rec["bf16"]["micro_batches_seconds"]
@@ -91,10 +97,10 @@ def test_against_the_h200_measurement():
     a = perfmodel.estimate(spec, "h200-sxm-141gb", plan, calibration="none")
     b = perfmodel.estimate(spec, "h200-sxm-141gb", plan.model_copy(update={"autocast_weights": True}), calibration="none")
     pf = (b.breakdown_s["compute_fwd_s"] - a.breakdown_s["compute_fwd_s"]) / 4
-    pfb = (b.breakdown_s["compute_fwd_s"] + b.breakdown_s["compute_bwd_s"]
-           - a.breakdown_s["compute_fwd_s"] - a.breakdown_s["compute_bwd_s"])
+    # the accumulation is charged beside the optimizer; the measured one ran inside the backward
+    pstep = b.step_time_s - a.step_time_s
     assert fwd / 2.2 < pf < fwd
-    assert mb / 2.2 < pfb < mb
+    assert pstep == pytest.approx(mb, rel=0.2)
 
 
 def test_cli_flag(capsys):

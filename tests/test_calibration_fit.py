@@ -216,7 +216,8 @@ def test_cli_fit_then_validate_with_the_profile(tmp_path, capsys):
 
 def test_framework_column_selects_the_attention_kernel(tmp_path):
     """A megatron-lm row is predicted with unfused attention (its s x s scores through HBM: slower),
-    the same row as plain PyTorch with flash; an unknown framework is an error row naming the known ones."""
+    the same row under DeepSpeed with flash (plain PyTorch would add its autocast casts too); an unknown
+    framework is an error row naming the known ones."""
     from perfmodel.validation.predict import predict_row
     from perfmodel.workload.catalog import load_workloads
 
@@ -224,7 +225,7 @@ def test_framework_column_selects_the_attention_kernel(tmp_path):
         row = next(r for r in csv.DictReader(f) if r["run_id"].startswith("bloom"))
     wl = load_workloads()
     meg = predict_row({**row, "framework": "megatron-lm"}, wl, profile=NONE)
-    flash = predict_row({**row, "framework": "pytorch"}, wl, profile=NONE)
+    flash = predict_row({**row, "framework": "deepspeed"}, wl, profile=NONE)
     assert meg["status"] == flash["status"] == "ok"
     assert float(meg["predicted_step_time_s"]) > float(flash["predicted_step_time_s"])
     bad = predict_row({**row, "framework": "nemo-2"}, wl, profile=NONE)

@@ -13,16 +13,19 @@ cast cache lives only as long as the autocast context, one micro-batch. Per weig
 
 as one memory-bound op per layer over its matmul weights on the rank (embeddings are looked up
 in fp32, not cast). Its host work, a cast dispatch inside each matmul's, is in the measured host
-seconds per graph kernel (engines/costs.py), so it adds no graph kernel. Not charged: the fp32
-gradient accumulation of micro-batches after the first (12 B per weight), which a bf16-held eager
-model pays too (6 B) and perfmodel charges no stack.
+seconds per graph kernel (engines/costs.py), so it adds no graph kernel. With gradient
+accumulation, every micro-batch after the first adds its fp32 gradient into each parameter's fp32
+`.grad` (read 4 + 4, write 4 = 12 B per parameter the rank holds a gradient of, all of them, the
+embedding too): charged once per step beside the optimizer (grad_accumulation_s_per_param), since
+it depends on the micro-batch count, which the per-micro-batch graph does not know. A model held in
+bf16 accumulates too (6 B per parameter); no other stack is charged for it.
 
 Measured (validation/device/h200-2026-12-04/probe2.json, H200, torch 2.11, a four-layer
 Llama-3-8B with its 128256-token vocabulary, 1.92 B parameters, 4 micro-batches of 4096 tokens):
 the forward without grad takes 3.3 ms longer with fp32 parameters under autocast than with the
 model held in bf16 (6 B x 1.92e9 / 3.3 ms = 3.5 TB/s, the part's element-wise rate); the four
-micro-batches' forward+backward 33 ms longer (8.3 ms each: 6 + 6 B predicted, the accumulation
-the rest).
+micro-batches' forward+backward 33 ms longer (8.3 ms each); the casts predict 2.0 ms of the
+forward and 4.0 per micro-batch, the accumulation 5.6 ms per micro-batch after the first.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from perfmodel.workload.graph import Graph, Layer, Op
 CAST_FWD_BYTES = 6.0  # per weight element: read fp32, write bf16
 CAST_BWD_BYTES = 6.0  # per weight element: the bf16 weight gradient cast to fp32
 CAST_SAVED_BYTES = 2.0  # per weight element: the bf16 copy kept for the matmul's backward
+GRAD_ACCUMULATE_BYTES = 12.0  # per parameter and micro-batch after the first: fp32 .grad += fp32 grad
 CAST_OP = "autocast_weight_cast"
 AUTOCAST_PRECISIONS = ("bf16", "fp16")  # autocast's 16-bit dtypes; fp8 / fp4 recipes hold their own weight copies
 
@@ -52,6 +56,12 @@ def autocast_layer(layer: Layer) -> Layer:
     return replace(layer, ops=(cast, *layer.ops))
 
 
+def grad_accumulation_s_per_param(elementwise_Bps: float, on: bool) -> float:
+    """Seconds per parameter (holding a gradient on the rank) and micro-batch after the first of
+    the fp32 gradient accumulation under autocast; 0 when `on` is False."""
+    return GRAD_ACCUMULATE_BYTES / elementwise_Bps if on else 0.0
+
+
 def with_autocast(graph: Graph, on: bool) -> Graph:
     """`graph` with each layer's per-micro-batch weight casts when `on` (fp32 parameters under
     torch.autocast); unchanged otherwise."""
@@ -60,4 +70,5 @@ def with_autocast(graph: Graph, on: bool) -> Graph:
     return replace(graph, layers=tuple(autocast_layer(layer) for layer in graph.layers))
 
 
-__all__ = ["AUTOCAST_PRECISIONS", "CAST_BWD_BYTES", "CAST_FWD_BYTES", "CAST_OP", "CAST_SAVED_BYTES", "matmul_weights", "with_autocast"]
+__all__ = ["AUTOCAST_PRECISIONS", "CAST_BWD_BYTES", "CAST_FWD_BYTES", "CAST_OP", "CAST_SAVED_BYTES", "GRAD_ACCUMULATE_BYTES",
+           "grad_accumulation_s_per_param", "matmul_weights", "with_autocast"]

@@ -134,6 +134,13 @@ def param_gather_exposed_s(param_s: Num, fwd_s: Num, layers: Num, overlap: Num) 
                     param_s)
 
 
+def grad_params(zero: Num, dense_params: Num, expert_params: Num, dpcp: Num, edp: Num) -> Num:
+    """Parameters whose gradient this rank holds between micro-batches: ZeRO >= 2 shards them as
+    local_params does the optimizer state."""
+    sharded = zero >= 2
+    return dense_params / _where(sharded, dpcp, 1.0) + expert_params / _where(sharded, _maximum(1.0, edp), 1.0)
+
+
 def local_params(zero: Num, dense_params: Num, expert_params: Num, dpcp: Num, edp: Num) -> Num:
     """Parameters whose optimizer state this rank updates: ZeRO >= 1 shards dense ones over the
     dp·cp ranks, expert ones over their expert-data-parallel group (edp, MoE parallel folding)."""
@@ -155,5 +162,5 @@ def rank_memory_bytes(static_bytes: Num, act_per_mb_bytes: Num, flight: Num, wor
     return static_bytes + act_per_mb_bytes * flight + working_bytes + runtime_bytes
 
 
-__all__ = ["dp_exposed_s", "fsdp_exposed_s", "in_flight", "local_params", "optimizer_step_s", "param_gather_exposed_s",
+__all__ = ["dp_exposed_s", "fsdp_exposed_s", "grad_params", "in_flight", "local_params", "optimizer_step_s", "param_gather_exposed_s",
            "pipeline_s", "rank_memory_bytes"]

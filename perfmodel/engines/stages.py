@@ -49,7 +49,7 @@ def cached_graph(spec: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: i
     when `autocast_weights` and the precision is 16-bit (compute/autocast.py)."""
     g = with_elementwise(spec, shard(unsharded_graph(spec, micro_batch, seq_len, precision, attention_impl),
                                      RankLayout(tp, cp, ep, sp, moe or MoEOptions(), cp_ring)), elementwise)
-    return with_autocast(g, autocast_weights and precision in AUTOCAST_PRECISIONS)
+    return with_autocast(g, autocast_weights and precision in AUTOCAST_PRECISIONS)  # autocast_on(plan)
 
 
 def model_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
@@ -57,10 +57,15 @@ def model_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
     return unsharded_graph(spec, 1, plan.seq_len or spec.seq_len, plan.precision, plan.attention_impl)
 
 
+def autocast_on(plan: ParallelPlan) -> bool:
+    """fp32 parameters under torch.autocast (compute/autocast.py): asked for, on a 16-bit plan."""
+    return plan.autocast_weights and plan.precision in AUTOCAST_PRECISIONS
+
+
 def plan_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
     return cached_graph(spec, plan.micro_batch, plan.seq_len or spec.seq_len, plan.tp, plan.cp, plan.ep,
                         plan.sequence_parallel, plan.precision, plan.attention_impl, moe_options(plan), plan.cp_ring,
-                        plan.elementwise, plan.autocast_weights)
+                        plan.elementwise, autocast_on(plan))
 
 
 @lru_cache(maxsize=1024)
@@ -352,7 +357,7 @@ def delayed_amax_s_per_micro_batch(system: System, plan: ParallelPlan, graph: Gr
 
 
 __all__ = [
-    "ACT_BYTES", "DpCollectives", "StageCost", "cached_graph", "cached_layer_time", "can_overlap", "check_imported",
+    "ACT_BYTES", "DpCollectives", "StageCost", "autocast_on", "cached_graph", "cached_layer_time", "can_overlap", "check_imported",
     "chunk_costs", "comm_contention_fraction", "delayed_amax_s_per_micro_batch", "dp_collectives", "fp8_gemms_per_chunk",
     "graph_flop_per_step", "layers_cost",
     "model_flop_per_step", "model_graph", "moe_options", "optimizer_matrix_s", "optimizer_s_per_param", "p2p_time_s",

@@ -7,10 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from perfmodel.compute.autocast import grad_accumulation_s_per_param
 from perfmodel.compute.ops import gemm_precision
 from perfmodel.engines import closed_forms as cf
 from perfmodel.engines.stages import (
     StageCost,
+    autocast_on,
     check_imported,
     chunk_costs,
     delayed_amax_s_per_micro_batch,
@@ -69,10 +71,14 @@ class StepInputs:
     def optimizer_s(self, rank: int) -> float:
         """Optimizer step of pipeline rank `rank`, with the step's small synchronous collectives:
         the tied-embedding sync, the tp all-reduce of sequence-parallel replicated gradients and
-        the delayed-scaling amax all-reduces (latency-bound, issued per micro-batch and chunk)."""
+        the delayed-scaling amax all-reduces (latency-bound, issued per micro-batch and chunk), and
+        under autocast the fp32 gradient accumulation of the micro-batches after the first."""
         plan, r = self.plan, self.ranks[rank]
         local = cf.local_params(plan.zero_stage, r.dense_params, r.expert_params, plan.dp * plan.cp, plan.edp)
+        accumulate = grad_accumulation_s_per_param(self.system.accelerator.elementwise_achieved_Bps, autocast_on(plan))
         extra = (tied_embedding_sync_s(self.system, plan, self.spec)
+                 + (plan.num_micro_batches - 1) * accumulate
+                 * cf.grad_params(plan.zero_stage, r.dense_params, r.expert_params, plan.dp * plan.cp, plan.edp)
                  + optimizer_matrix_s(self.system, plan, self.spec, self.whole or self.graph, rank)
                  + plan.num_micro_batches * delayed_amax_s_per_micro_batch(self.system, plan, self.graph)
                  + sp_replicated_grad_sync_s(self.system, plan, self.graph, rank))

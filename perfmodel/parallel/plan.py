@@ -81,8 +81,9 @@ class ParallelPlan(BaseModel):
     autocast_weights: bool = Field(False, description=(
         "parameters held in fp32 and cast to 16 bits by torch.autocast inside every matmul, each micro-batch "
         "(a plain PyTorch loop: model.float() + torch.autocast), instead of 16-bit weights with the fp32 master "
-        "copy in the optimizer; 6 B per weight forward, 6 B backward, 2 B kept (perfmodel/compute/autocast.py); "
-        "16-bit precisions only; the training stack selects it"))
+        "copy in the optimizer; 6 B per weight forward, 6 B backward, 2 B kept, and 12 B per parameter for each "
+        "micro-batch after the first, accumulating fp32 gradients (perfmodel/compute/autocast.py); 16-bit "
+        "precisions only; the training stack selects it"))
     overlap_tp_comm: bool = Field(False, description=(
         "Transformer Engine userbuffers: the sequence-parallel all-gathers / reduce-scatters run beside the "
         "GEMMs that consume or produce them, at the cost engines/userbuffers.py gives (needs sequence_parallel)"))

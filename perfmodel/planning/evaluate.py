@@ -26,8 +26,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from perfmodel.calibration.frameworks import Framework, apply_framework
+from perfmodel.compute.autocast import grad_accumulation_s_per_param
 from perfmodel.engines import closed_forms as cf
 from perfmodel.engines.stages import (
+    autocast_on,
     cached_graph,
     cached_layer_time,
     can_overlap,
@@ -354,8 +356,12 @@ class Evaluator:
         folded = g["tp"] * g["dp"] * g["cp"]  # MoE parallel folding: edp = tp·cp·dp/(ep·etp), etp 1 in the grid
         local = cf.local_params(zero, c["worst_dense_params"], c["worst_expert_params"], (g["dp"] * g["cp"]).astype(float),
                                 (folded // g["ep"]).astype(float))
-        opt = cf.optimizer_step_s(local, optimizer_s_per_param(self.system.accelerator, self.optimizer),
-                                  c["optimizer_extra_s"]) + m * c["amax_per_mb_s"]
+        accumulate = grad_accumulation_s_per_param(self.system.accelerator.elementwise_achieved_Bps,
+                                                   autocast_on(self.plan()))
+        held = cf.grad_params(zero, c["worst_dense_params"], c["worst_expert_params"], (g["dp"] * g["cp"]).astype(float),
+                              (folded // g["ep"]).astype(float))
+        opt = (cf.optimizer_step_s(local, optimizer_s_per_param(self.system.accelerator, self.optimizer),
+                                   c["optimizer_extra_s"]) + m * c["amax_per_mb_s"] + (m - 1) * accumulate * held)
         step = np.asarray(pipe + dp_exp + opt)
 
         mem = self._memory(g, uniq, inv, m, pp, vp, sched, zero)
