@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from perfmodel import precision as registry
+from perfmodel.compute.autocast import autocast_applies
 from perfmodel.memory import MemoryBreakdown
 from perfmodel.parallel.plan import ParallelPlan
 
@@ -151,7 +152,6 @@ def _mechanisms(plan: ParallelPlan) -> str:
                                   ("FlashAttention-1-era attention", plan.attention_impl == "flash1"),
                                   (f"cp ring {plan.cp_ring}", plan.cp > 1 and plan.cp_ring != "p2p"),
                                   ("eager element-wise ops", plan.elementwise == "eager"),
-                                  ("autocast weight casts", plan.autocast_weights and not low_precision
-                                   and plan.precision != "fp32"))
+                                  ("autocast weight casts", autocast_applies(plan.autocast_weights, plan.precision)))
           if flag]
     return f"; {', '.join(on)}" if on else ""

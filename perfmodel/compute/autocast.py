@@ -42,6 +42,11 @@ CAST_OP = "autocast_weight_cast"
 AUTOCAST_PRECISIONS = ("bf16", "fp16")  # autocast's 16-bit dtypes; fp8 / fp4 recipes hold their own weight copies
 
 
+def autocast_applies(asked: bool, precision: str) -> bool:
+    """Whether a plan's weights are cast: asked for, on one of autocast's 16-bit precisions."""
+    return asked and precision in AUTOCAST_PRECISIONS
+
+
 def matmul_weights(layer: Layer) -> float:
     """Matmul weight elements of one layer instance on this rank (GEMMs and grouped expert GEMMs)."""
     return sum(o.weight_params for o in layer.ops if o.kind == "gemm" and o.weight_params > 0)
@@ -70,5 +75,15 @@ def with_autocast(graph: Graph, on: bool) -> Graph:
     return replace(graph, layers=tuple(autocast_layer(layer) for layer in graph.layers))
 
 
-__all__ = ["AUTOCAST_PRECISIONS", "CAST_BWD_BYTES", "CAST_FWD_BYTES", "CAST_OP", "CAST_SAVED_BYTES", "GRAD_ACCUMULATE_BYTES",
-           "grad_accumulation_s_per_param", "matmul_weights", "with_autocast"]
+__all__ = [
+    "AUTOCAST_PRECISIONS",
+    "CAST_BWD_BYTES",
+    "CAST_FWD_BYTES",
+    "CAST_OP",
+    "CAST_SAVED_BYTES",
+    "GRAD_ACCUMULATE_BYTES",
+    "autocast_applies",
+    "grad_accumulation_s_per_param",
+    "matmul_weights",
+    "with_autocast",
+]

@@ -134,18 +134,21 @@ def param_gather_exposed_s(param_s: Num, fwd_s: Num, layers: Num, overlap: Num) 
                     param_s)
 
 
-def grad_params(zero: Num, dense_params: Num, expert_params: Num, dpcp: Num, edp: Num) -> Num:
-    """Parameters whose gradient this rank holds between micro-batches: ZeRO >= 2 shards them as
-    local_params does the optimizer state."""
-    sharded = zero >= 2
+def _sharded_params(zero: Num, from_stage: int, dense_params: Num, expert_params: Num, dpcp: Num, edp: Num) -> Num:
+    """Dense parameters over the dp·cp ranks and expert ones over their expert-data-parallel group
+    (edp, MoE parallel folding) from ZeRO stage `from_stage` on, else all of them."""
+    sharded = zero >= from_stage
     return dense_params / _where(sharded, dpcp, 1.0) + expert_params / _where(sharded, _maximum(1.0, edp), 1.0)
+
+
+def grad_params(zero: Num, dense_params: Num, expert_params: Num, dpcp: Num, edp: Num) -> Num:
+    """Parameters whose gradient this rank holds between micro-batches: ZeRO >= 2 shards them."""
+    return _sharded_params(zero, 2, dense_params, expert_params, dpcp, edp)
 
 
 def local_params(zero: Num, dense_params: Num, expert_params: Num, dpcp: Num, edp: Num) -> Num:
-    """Parameters whose optimizer state this rank updates: ZeRO >= 1 shards dense ones over the
-    dp·cp ranks, expert ones over their expert-data-parallel group (edp, MoE parallel folding)."""
-    sharded = zero >= 1
-    return dense_params / _where(sharded, dpcp, 1.0) + expert_params / _where(sharded, _maximum(1.0, edp), 1.0)
+    """Parameters whose optimizer state this rank updates: ZeRO >= 1 shards them."""
+    return _sharded_params(zero, 1, dense_params, expert_params, dpcp, edp)
 
 
 def optimizer_step_s(local: Num, s_per_param: Num, tied_embedding_s: Num = 0.0) -> Num:

@@ -13,7 +13,7 @@ from functools import lru_cache
 
 from perfmodel.comm.collectives import collective_time_s
 from perfmodel.compute import optimizers
-from perfmodel.compute.autocast import AUTOCAST_PRECISIONS, with_autocast
+from perfmodel.compute.autocast import autocast_applies, with_autocast
 from perfmodel.compute.eager import with_elementwise
 from perfmodel.compute.fp8_recipes import amax_allreduce_s, delayed_amax_bytes, recipe_for
 from perfmodel.compute.ops import memory_bound_cost
@@ -49,7 +49,7 @@ def cached_graph(spec: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: i
     when `autocast_weights` and the precision is 16-bit (compute/autocast.py)."""
     g = with_elementwise(spec, shard(unsharded_graph(spec, micro_batch, seq_len, precision, attention_impl),
                                      RankLayout(tp, cp, ep, sp, moe or MoEOptions(), cp_ring)), elementwise)
-    return with_autocast(g, autocast_weights and precision in AUTOCAST_PRECISIONS)  # autocast_on(plan)
+    return with_autocast(g, autocast_applies(autocast_weights, precision))
 
 
 def model_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
@@ -59,7 +59,7 @@ def model_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
 
 def autocast_on(plan: ParallelPlan) -> bool:
     """fp32 parameters under torch.autocast (compute/autocast.py): asked for, on a 16-bit plan."""
-    return plan.autocast_weights and plan.precision in AUTOCAST_PRECISIONS
+    return autocast_applies(plan.autocast_weights, plan.precision)
 
 
 def plan_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
