@@ -46,8 +46,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--moe-dispatcher", choices=["alltoall", "flex"], default=None,
                    help="MoE token dispatcher: alltoall (NCCL all-to-all, a row per routed copy) or flex (DeepEP / "
                         "HybridEP: once per destination node over the network); default: the --framework's")
-    g.add_argument("--moe-a2a-overlap", action="store_true",
-                   help="MoE: hide the all-to-alls of one micro-batch behind another's compute (combined 1F1B)")
+    g.add_argument("--moe-a2a-overlap", action=argparse.BooleanOptionalAction, default=None,
+                   help="MoE: hide the all-to-alls of one micro-batch behind another's compute (combined 1F1B); "
+                        "default: the --framework's (megatron-core: on for mxfp8 where Megatron-Core accepts it)")
     g.add_argument("--cp-ring", choices=list(CP_RINGS), default=None,
                    help="how context-parallel attention exchanges K/V: p2p (Transformer Engine's ring), allgather "
                         "(PyTorch's context_parallel), allgather-repeat-kv (the same with K/V repeated to the query "
@@ -104,7 +105,8 @@ def _plan(a: argparse.Namespace, n_gpus: int):
     gb = a.global_batch or a.micro_batch * dp
     return ParallelPlan(dp=dp, tp=a.tp, pp=a.pp, cp=a.cp, ep=a.ep, etp=a.etp, vp=a.vp, sequence_parallel=a.sp,
                         moe_fp8_dispatch=a.moe_fp8_dispatch, moe_shared_expert_overlap=a.moe_shared_overlap,
-                        moe_a2a_overlap=a.moe_a2a_overlap, moe_dispatcher=a.moe_dispatcher,
+                        moe_dispatcher=a.moe_dispatcher,
+                        **({"moe_a2a_overlap": a.moe_a2a_overlap} if a.moe_a2a_overlap is not None else {}),
                         **({"cp_ring": a.cp_ring} if a.cp_ring else {}),
                         **({"elementwise": a.elementwise} if a.elementwise else {}),
                         **({"autocast_weights": a.autocast_weights} if a.autocast_weights is not None else {}),

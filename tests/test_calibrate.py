@@ -25,6 +25,15 @@ def test_flop_per_cycle_zen4_avx512():
     assert f["bf16"][0] == 64.0
 
 
+def test_flop_per_cycle_zen5_full_width_except_mobile():
+    # Zen 5 server / desktop: two 512-bit FMA pipes, 16 x 2 x 2 = 64; mobile Zen 5 splits as Zen 4
+    turin = {**_facts("AuthenticAMD", "avx2", "fma", "avx512f", "avx512_bf16"), "family": 26, "model": 2}
+    assert host.flop_per_cycle(turin)["fp32"][0] == 64.0
+    assert host.flop_per_cycle(turin)["bf16"][0] == 128.0
+    strix = {**turin, "model": 0x24}
+    assert host.flop_per_cycle(strix)["fp32"][0] == 32.0
+
+
 def test_flop_per_cycle_avx2_and_intel_avx512():
     assert host.flop_per_cycle(_facts("AuthenticAMD", "avx2", "fma"))["fp32"][0] == 8 * 2 * 2
     assert host.flop_per_cycle(_facts("GenuineIntel", "avx2", "fma", "avx512f"))["fp32"][0] == 16 * 2 * 2

@@ -282,3 +282,23 @@ def test_layout_line_names_fp8_casts_only_under_fp8():
                              calibration="none", framework="torchtitan")
     assert bf16.plan.fp8_fused_casts and "fused fp8 casts" not in bf16.summary()
     assert "fused fp8 casts" in fp8.summary()
+
+
+@pytest.mark.parametrize(("update", "on"), [
+    ({}, True),                                           # MXFP8, ep 8, pp 1: the recipes' full-iteration helpers
+    ({"precision": "bf16"}, False),                       # BF16 / FP8-CS: a per-recipe choice, not selected
+    ({"precision": "fp8"}, False),
+    ({"ep": 1}, False),                                   # Megatron-Core refuses it without expert parallelism,
+    ({"recompute": "full"}, False),                       # under full recompute,
+    ({"pp": 2, "ep": 4, "dp": 4}, False),                 # and with pp > 1 outside the interleaved schedule
+    ({"pp": 2, "vp": 2, "ep": 4, "dp": 4}, True),
+    ({"moe_shared_expert_overlap": True}, False),
+    ({"moe_a2a_overlap": False}, False),                  # a plan that says stays as it says
+])
+def test_megatron_core_overlaps_mxfp8_moe_all_to_alls_where_megatron_core_accepts_it(update: dict, on: bool) -> None:
+    from perfmodel.parallel.plan import ParallelPlan
+
+    base = {"dp": 8, "ep": 8, "micro_batch": 1, "global_batch": 64, "seq_len": 4096, "precision": "mxfp8"}
+    plan = ParallelPlan(**{**base, **update})
+    assert apply_framework(plan, framework("megatron-core")).moe_a2a_overlap is on
+    assert apply_framework(plan, framework("torchtitan")).moe_a2a_overlap is bool(update.get("moe_a2a_overlap"))

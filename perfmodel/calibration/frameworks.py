@@ -106,19 +106,23 @@ src/megatron/bridge/perf_recipes/ at HEAD) and what megatron-core selects from t
                    1F1B overlap (transformer_config.py:3040-3041). Not selected (ParallelPlan's default, off).
     fp8 dispatch   no: HybridEP asserts it off (Megatron-LM megatron/core/transformer/moe/fused_a2a.py:327,
                    :402) and no recipe sets moe_dispatch_fwd_dtype (default bf16). Not selected.
-    1F1B a2a       overlap_moe_expert_parallel_comm with delay_wgrad_compute (ParallelPlan.moe_a2a_overlap)
-      overlap      is a per-recipe choice: on in every 26.06 / 26.08 MXFP8 recipe on GB200 / GB300 (perf_
-                   recipes/deepseek/common.py:76-77 _enable_deepseek_full_iteration_mxfp8, qwen/common.py:
-                   58-59, gpt_oss/common.py:48-49; v0.5.0 ..._FP8_MX_V1/V2 moe_a2a_overlap=True), for
-                   DeepSeek-V3 MXFP8 on B200 from 26.04.01 (v0.4.2 DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2),
-                   GPT-OSS BF16 on GB200 in 26.04.01, Qwen3-235B on H100 and B200 in 25.11 (v0.2.0), Qwen3-30B
-                   on H100 in 25.11; off in the others (v0.4.2 deepseek GB300 / GB200 / B300 V1
-                   moe_a2a_overlap=False; the BF16 / FP8-CS recipes at HEAD but GPT-OSS BF16 on GB200).
-                   It depends on the release, the model and the precision, not on the stack, and the
-                   runs format has no column for it:
-                   not selected; a plan turns it on (--moe-a2a-overlap) where its recipe does. Megatron-Core
-                   accepts it only with ep > 1, without full recompute, and with pp > 1 only under the
-                   interleaved schedule (transformer_config.py:3007-3032); ParallelPlan refuses the others.
+    1F1B a2a       overlap_moe_expert_parallel_comm with delay_wgrad_compute (ParallelPlan.moe_a2a_overlap).
+      overlap      Selected for MXFP8 MoE layouts that Megatron-Core accepts (ep > 1, no full recompute,
+                   pp 1 or the interleaved schedule; transformer_config.py:3007-3032), where the plan does
+                   not say: at HEAD (26.08) the MXFP8 MoE recipes turn it on through their full-iteration
+                   helpers (perf_recipes/deepseek/common.py:76-77 _enable_deepseek_full_iteration_mxfp8,
+                   qwen/common.py:58 _enable_hybridep_full_iteration_mxfp8, gpt_oss/common.py:48-49) or
+                   directly (deepseek/b200/deepseek_v3.py:147 DeepSeek-V3 256-GPU B200, qwen/b200 and b300
+                   qwen3_moe.py Qwen3-30B 8-GPU, qwen/gb200 and gb300 Qwen3-235B and Qwen3-30B), and
+                   26.06 (v0.5.0 ..._FP8_MX_V1/V2 moe_a2a_overlap=True) did the same. The exceptions at
+                   HEAD: Qwen3-235B 64-GPU on B200 / B300 (qwen/b200/qwen3_moe.py:154) and DeepSeek-V4
+                   (deepseek/gb200/deepseek_v4.py:105). Other precisions: not selected; it is a per-recipe
+                   choice there (on for Qwen3 FP8-CS on H100, qwen/h100/qwen3_moe.py:41, :160; off in the
+                   BF16 / FP8-CS recipes on Blackwell) and was off in older MXFP8 releases (v0.4.2
+                   DeepSeek GB300 / GB200 / B300 V1), so a plan says --moe-a2a-overlap or
+                   --no-moe-a2a-overlap where its recipe differs. Measured on the judged-only
+                   Megatron-Bridge tables (validation/report/extra): the 26.06 / 26.08 MXFP8 MoE rows
+                   went from +37 / +41 % median (pessimistic) to +4 / +5 %.
     CUDA graphs    per recipe: transformer_engine scope attn / moe_router / moe_preprocess in many, full
                    iteration in the 26.06+ MXFP8 ones (together with the 1F1B overlap), none in others.
     forced load    moe_router_force_load_balancing=True in every MoE performance recipe of every release
@@ -181,6 +185,8 @@ class Framework:
     fused_cross_entropy: bool = False
     fp8_recipe: str | None = None
     cuda_graphs: bool = False
+    # precisions whose MoE layouts get the 1F1B all-to-all overlap unless the plan says (module docstring)
+    moe_a2a_overlap_precisions: tuple[str, ...] = ()
     grad_reduce_bytes: int | None = None  # bytes per gradient element held and reduced (None: the precision's)
     selective: SelectiveRecompute = "core_attn"  # what recompute 'selective' reruns (module docstring)
     cp_ring: CpRing = "p2p"  # how context-parallel attention exchanges K/V (module docstring)
@@ -228,7 +234,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "DeepSeek-V3 MXFP8 on B200 (deepseek/b200/deepseek_v3.py); alltoall is the model bridges' default "
               "(models/*/..._bridge.py) and stays in the H100 and B200 64-GPU Qwen3-235B recipes: --moe-dispatcher "
               "alltoall for those",
-              p2p_overlap=True, fused_casts=True, fused_cross_entropy=True, grad_reduce_bytes=2),
+              p2p_overlap=True, fused_casts=True, fused_cross_entropy=True, grad_reduce_bytes=2,
+              moe_a2a_overlap_precisions=("mxfp8",)),
     Framework("deepspeed", "flash", "eager", False,
               "DeepSpeed with Hugging Face models: attention through torch SDPA (flash backend), eager; the "
               "models' norms, SwiGLU and RoPE as written in transformers (LlamaRMSNorm upcasts to fp32, "
@@ -313,6 +320,9 @@ def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
         update["elementwise"] = fw.elementwise
     if "autocast_weights" not in plan.model_fields_set and plan.autocast_weights != fw.autocast_weights:
         update["autocast_weights"] = fw.autocast_weights
+    if ("moe_a2a_overlap" not in plan.model_fields_set and plan.precision in fw.moe_a2a_overlap_precisions
+            and not plan.moe_a2a_overlap and plan.a2a_overlap_refusal() is None):
+        update["moe_a2a_overlap"] = True
     if fw.cuda_graphs and not plan.cuda_graphs:
         update["cuda_graphs"] = True
     if fw.fp8_recipe and plan.fp8_recipe is None and recipe_precision(fw.fp8_recipe) == plan.precision:

@@ -72,15 +72,20 @@ def flop_per_cycle(facts: dict[str, Any]) -> dict[str, tuple[float, str]]:
 
     fp32: lanes x 2 (FMA = multiply + add) x FMA issues per cycle. Zen 4 (AMD family 25 with
     AVX-512) executes a 512-bit FMA as two halves on its two 256-bit FMA pipes: one zmm FMA per
-    cycle, the same 32 FLOP/cycle as AVX2 on two pipes. Intel server cores with AVX-512 are taken
-    to issue two zmm FMAs per cycle. bf16 with AVX512_BF16: VDPBF16PS does two bf16 products per
+    cycle, the same 32 FLOP/cycle as AVX2 on two pipes. Zen 5 (family 26) has a full 512-bit
+    datapath with two zmm FMA pipes in its server and desktop parts (EPYC 9005 'Turin', models
+    0x00-0x1F; Ryzen 9000, 0x40-0x4F) and keeps Zen 4's split in the mobile ones (models 0x20-0x3F,
+    0x60-0x7F) (AMD's Zen 5 architecture disclosures, Hot Chips 2024). Intel server cores with
+    AVX-512 are taken to issue two zmm FMAs per cycle. bf16 with AVX512_BF16: VDPBF16PS does two bf16 products per
     fp32 lane, so twice the fp32 FLOP per instruction at the same issue rate.
     """
     flags: set[str] = facts["flags"]
     amd = facts["vendor"] == "AuthenticAMD"
+    zen5_full = amd and (facts.get("family") or 0) >= 26 and not (0x20 <= (facts.get("model") or 0) < 0x40
+                                                                   or 0x60 <= (facts.get("model") or 0) < 0x80)
     if "avx512f" in flags:
         lanes = 16
-        issue = 1 if amd else 2
+        issue = 1 if amd and not zen5_full else 2
         isa = "AVX-512"
     elif "avx2" in flags or "avx" in flags:
         lanes, issue, isa = 8, 2, "AVX2"
@@ -90,7 +95,8 @@ def flop_per_cycle(facts: dict[str, Any]) -> dict[str, tuple[float, str]]:
     fp32 = lanes * fma * issue
     why = f"{isa} {lanes} fp32 lanes x {fma} (FMA) x {issue} issue/cycle"
     if amd and "avx512f" in flags:
-        why += " (Zen 4: a 512-bit FMA runs as two halves on two 256-bit FMA pipes)"
+        why += (" (Zen 5: two full-width 512-bit FMA pipes)" if zen5_full
+                else " (Zen 4: a 512-bit FMA runs as two halves on two 256-bit FMA pipes)")
     out = {"fp32": (float(fp32), why)}
     if "avx512_bf16" in flags:
         out["bf16"] = (2.0 * fp32, f"AVX512_BF16 VDPBF16PS: 2 bf16 products per fp32 lane -> 2 x {fp32}")

@@ -188,15 +188,21 @@ class ParallelPlan(BaseModel):
         """Megatron-Core refuses overlap_moe_expert_parallel_comm outside these layouts
         (megatron/core/transformer/transformer_config.py, __post_init__): a plan that asks for it
         there describes a run that cannot start, so it is an error, not an overlap."""
-        why = "moe_a2a_overlap (Megatron-Core overlap_moe_expert_parallel_comm)"
+        why = self.a2a_overlap_refusal()
+        if why is not None:
+            raise LayoutError(f"moe_a2a_overlap (Megatron-Core overlap_moe_expert_parallel_comm) {why}")
+
+    def a2a_overlap_refusal(self) -> str | None:
+        """Why Megatron-Core would refuse the 1F1B all-to-all overlap on this layout, or None."""
         if self.ep == 1:
-            raise LayoutError(f"{why} needs expert parallelism: ep > 1 (got ep 1)")
+            return "needs expert parallelism: ep > 1 (got ep 1)"
         if self.recompute == "full":
-            raise LayoutError(f"{why} runs without full recomputation: recompute none or selective (got full)")
+            return "runs without full recomputation: recompute none or selective (got full)"
         if self.pp > 1 and self.vp == 1:
-            raise LayoutError(f"{why} with pp {self.pp} > 1 needs the interleaved schedule: vp > 1 (got vp 1)")
+            return f"with pp {self.pp} > 1 needs the interleaved schedule: vp > 1 (got vp 1)"
         if self.moe_shared_expert_overlap:
-            raise LayoutError(f"{why} and moe_shared_expert_overlap exclude each other; turn one off")
+            return "and moe_shared_expert_overlap exclude each other; turn one off"
+        return None
 
     def validate_for(self, spec: ModelSpec, n_gpus: int | None = None) -> list[str]:
         """Check the plan against a model (and GPU count); return notes on what was assumed."""

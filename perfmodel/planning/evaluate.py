@@ -177,12 +177,18 @@ class Evaluator:
                             moe_options(base), base.cp_ring, base.elementwise, base.autocast_weights)
 
     # -- per shape: one vector entry per graph layer ----------------------------------------------
-    def layer_vectors(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int) -> dict[str, np.ndarray]:
-        key = (tp, cp, ep, sp, mb, rec)
+    def layer_vectors(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int,
+                      a2a: tuple[int, int, int] | None = None) -> dict[str, np.ndarray]:
+        """`a2a`: (pp, vp, micro-batches) of a layout whose MoE all-to-alls run under the combined
+        1F1B (a2a_overlap_micro_batches), whose exposed share depends on them; None: not overlapped."""
+        key = (tp, cp, ep, sp, mb, rec, a2a)
         if key not in self._layers:
             g = self.graph(tp, cp, ep, sp, mb)
-            plan = self.plan(tp=tp, cp=cp, ep=ep, dp=ep, sequence_parallel=bool(sp), micro_batch=mb,
-                             recompute=RECOMPUTES[rec])
+            shape = {"tp": tp, "cp": cp, "ep": ep, "dp": ep, "sequence_parallel": bool(sp), "micro_batch": mb,
+                     "recompute": RECOMPUTES[rec], "moe_a2a_overlap": a2a is not None}
+            if a2a is not None:
+                shape.update(pp=a2a[0], vp=a2a[1], global_batch=a2a[2] * mb * ep)
+            plan = self.plan(**shape)
             lts = [cached_layer_time(self.system, plan, layer) for layer in g.layers]
             self._layers[key] = {
                 "fwd": np.array([lt.fwd_s for lt in lts]),
@@ -209,12 +215,13 @@ class Evaluator:
         return self._counts[key]
 
     def stages(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int, pp: int, vp: int,
-               split_wgrad: int = 0) -> StageTable:
-        """`split_wgrad`: the schedule runs the weight-gradient phase apart (schedule.defers_wgrad)."""
-        key = (tp, cp, ep, sp, mb, rec, pp, vp, split_wgrad)
+               split_wgrad: int = 0, a2a_m: int = 0) -> StageTable:
+        """`split_wgrad`: the schedule runs the weight-gradient phase apart (schedule.defers_wgrad);
+        `a2a_m`: the micro-batches of a layout under the combined 1F1B, 0 where it is off."""
+        key = (tp, cp, ep, sp, mb, rec, pp, vp, split_wgrad, a2a_m)
         if key in self._stages:
             return self._stages[key]
-        v = self.layer_vectors(tp, cp, ep, sp, mb, rec)
+        v = self.layer_vectors(tp, cp, ep, sp, mb, rec, (pp, vp, a2a_m) if a2a_m else None)
         c = self.stage_counts(self.graph(tp, cp, ep, sp, mb), pp, vp)
         f, b, w = c @ v["fwd"], c @ v["bwd"], c @ v["wgrad"]
         t = f + c @ v["bwd_in"] + w if split_wgrad else f + b
@@ -259,11 +266,11 @@ class Evaluator:
         return self._mem[key]
 
     def layout_costs(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int, pp: int, vp: int, dp: int,
-                     split_wgrad: int) -> LayoutCosts:
-        key = (tp, cp, ep, sp, mb, rec, pp, vp, dp, split_wgrad)
+                     split_wgrad: int, a2a_m: int = 0) -> LayoutCosts:
+        key = (tp, cp, ep, sp, mb, rec, pp, vp, dp, split_wgrad, a2a_m)
         if key in self._costs:
             return self._costs[key]
-        st = self.stages(tp, cp, ep, sp, mb, rec, pp, vp, split_wgrad)
+        st = self.stages(tp, cp, ep, sp, mb, rec, pp, vp, split_wgrad, a2a_m)
         coll_key = ("dp", tp, cp, ep, pp, dp, st.worst_dense_params, st.worst_expert_params, st.worst_layers)
         if coll_key not in self._coll:
             plan = self.plan(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp)
@@ -321,6 +328,17 @@ class Evaluator:
             self._coll[key] = optimizer_matrix_s(self.system, plan, self.spec, self.graph(tp, cp, 1, 0, 1), rank)
         return self._coll[key]
 
+    def a2a_overlap_micro_batches(self, g: dict[str, np.ndarray]) -> np.ndarray:
+        """Per grid row, its micro-batches where the stack runs the MoE all-to-alls under the combined
+        1F1B (frameworks.apply_framework: the precision is one it selects it for, and Megatron-Core
+        accepts the layout: ep > 1, no full recompute, pp 1 or vp > 1), else 0."""
+        base = self.plan()
+        fw = self.framework
+        if fw is None or base.precision not in fw.moe_a2a_overlap_precisions or base.moe_shared_expert_overlap:
+            return np.zeros(len(g["tp"]), dtype=np.int64)
+        on = (g["ep"] > 1) & (g["rec"] != RECOMPUTES.index("full")) & ((g["pp"] == 1) | (g["vp"] > 1))
+        return np.where(on, g["m"], 0).astype(np.int64)
+
     # -- the vectorised pass ---------------------------------------------------------------------
     def evaluate(self, grid: dict[str, np.ndarray], overlap_dp_comm: bool = True,
                  overlap_fsdp_prefetch: bool = True) -> dict[str, np.ndarray]:
@@ -328,7 +346,8 @@ class Evaluator:
         g = grid
         n = len(g["tp"])
         split = np.array([SCHEDULES[name].defers_wgrad for name in SCHEDULE_LIST], dtype=np.int64)[g["sched"]]
-        uniq, inv = unique_rows([g[c] for c in ("tp", "cp", "ep", "sp", "mb", "rec", "pp", "vp", "dp")] + [split])
+        uniq, inv = unique_rows([g[c] for c in ("tp", "cp", "ep", "sp", "mb", "rec", "pp", "vp", "dp")]
+                                + [split, self.a2a_overlap_micro_batches(g)])
         idx = self._cost_rows.lookup([tuple(row) for row in uniq.tolist()], self.layout_costs)
         c = _columns(self._cost_rows.array()[idx[inv]])
 
@@ -371,7 +390,7 @@ class Evaluator:
     def _memory(self, g: dict[str, np.ndarray], uniq: np.ndarray, inv: np.ndarray, m: np.ndarray, pp: np.ndarray,
                 vp: np.ndarray, sched: np.ndarray, zero: np.ndarray) -> np.ndarray:
         """memory.peak_memory over the grid: max over the memory stages (first, second, last)."""
-        idx = self._mem_rows.lookup([tuple(row[:-1]) for row in uniq.tolist()], self.memory_rows)
+        idx = self._mem_rows.lookup([tuple(row[:-2]) for row in uniq.tolist()], self.memory_rows)  # less split, a2a_m
         per = self._mem_rows.array()[idx]  # (distinct, 6, k)
         s = per[inv, zero]  # (n, k): static bytes of the row's ZeRO stage
         a = per[inv, 4:]  # (n, 2, k): activations per micro-batch, working set
