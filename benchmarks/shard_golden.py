@@ -82,7 +82,7 @@ def compute() -> dict[str, Any]:
                 out[f"{wid}|{i}|graph"] = _graph_row(plan_graph(spec, plan))
             except PerfmodelError as e:
                 out[f"{wid}|{i}|graph"] = ["error", str(e)]
-            accs = ("host-cpu",) if spec.family in CPU else ACCELERATORS
+            accs = ("host-cpu-zen4",) if spec.family in CPU else ACCELERATORS  # a fixed CPU: not this machine's
             for acc in accs:
                 for engine in ("analytic", "des") if i % 4 == 0 else ("analytic",):
                     key = f"{wid}|{i}|{acc}|{engine}"

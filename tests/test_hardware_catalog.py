@@ -40,7 +40,8 @@ def cat() -> catalog.Catalog:
 @pytest.mark.parametrize("acc_id", DESIGN_ACCELERATORS + MORE_ACCELERATORS)
 def test_design_accelerator_ids_load(cat: catalog.Catalog, acc_id: str) -> None:
     acc = cat.accelerator(acc_id)
-    assert acc.id == acc_id
+    # host-cpu stands for the spec calibrated on this machine's CPU (catalog.host_cpu_alias)
+    assert acc.id == acc_id or (acc_id == "host-cpu" and acc.kind == "cpu" and acc.id == cat.host_cpu[0])
     assert acc.matrix_peak_flop_per_s("bf16" if "bf16" in acc.matrix_peak else "fp32") > 0
     assert acc.hbm_bytes > 0 and acc.hbm_Bps > 0
 
@@ -101,7 +102,7 @@ def test_every_number_in_this_catalogue_cites_a_references_key(cat: catalog.Cata
     objs = [*cat.accelerators.values(), *cat.nodes.values(), *cat.fabrics.values(), *cat.clusters.values()]
     checked = 0
     for obj in objs:
-        if obj.id in ("host-cpu", "host-node"):  # written by the calibration helper
+        if obj.id.startswith(("host-cpu", "host-node")):  # written by the calibration helper
             continue
         for path, leaf in _sourced_leaves(obj):
             assert leaf.source in obj.references, f"{obj.id}: {path}.source = {leaf.source!r}"
@@ -301,7 +302,7 @@ def test_published_microbenchmarks_are_carried(cat: catalog.Catalog) -> None:
 
 def test_intra_node_curves_are_monotone_and_under_line_rate(cat: catalog.Catalog) -> None:
     for node in cat.nodes.values():
-        if node.id == "host-node":  # measured on this machine by the calibration helper; noisy
+        if node.id.startswith("host-node"):  # measured on a host by the calibration helper; noisy
             continue
         line = node.intra_node.bandwidth.one_way_Bps()
         for c in node.intra_node.curves:
@@ -471,3 +472,50 @@ def test_file_name_must_match_id(mini: Path, monkeypatch: pytest.MonkeyPatch) ->
 def test_sourced_leaf_keeps_its_text() -> None:
     s = Sourced(value="900 GB/s", source="datasheet", direction="bidirectional")
     assert s.one_way_Bps() == 450e9 and s.value == "900 GB/s"
+
+
+# --- host-cpu: the CPU of the machine perfmodel runs on ------------------------------------------
+def _cpu_cat(monkeypatch: pytest.MonkeyPatch, cpu: object) -> catalog.Catalog:
+    monkeypatch.delenv("PERFMODEL_HOST_CPU", raising=False)
+    monkeypatch.setattr(catalog, "this_host_cpu", lambda: cpu)
+    catalog._load.cache_clear()
+    return load_catalog()
+
+
+@pytest.mark.parametrize(("family", "model", "spec"), [(25, 17, "host-cpu-zen4"), (26, 2, "host-cpu-zen5")])
+def test_host_cpu_is_the_spec_calibrated_on_this_machines_cpu(monkeypatch: pytest.MonkeyPatch, family: int, model: int,
+                                                              spec: str) -> None:
+    from perfmodel.hardware.specs import HostCpu
+
+    try:
+        cat = _cpu_cat(monkeypatch, HostCpu(vendor="AuthenticAMD", family=family, model=model))
+        assert cat.accelerator("host-cpu").id == spec
+        assert cat.node("host-node").accelerator == spec
+        system, _ = catalog.resolve_system("host-cpu", None, 2)
+        assert system.accelerator.id == spec and system.node.id == spec.replace("cpu", "node")
+        assert any(f"calibrated as {spec}" in m for m in system.notes)
+    finally:
+        catalog._load.cache_clear()
+
+
+def test_host_cpu_on_an_uncalibrated_machine_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No committed spec has this CPU: the fallback is named in a message, never silently used."""
+    from perfmodel.hardware.specs import HostCpu
+
+    try:
+        cat = _cpu_cat(monkeypatch, HostCpu(vendor="GenuineIntel", family=6, model=143))
+        assert cat.accelerator("host-cpu").id == catalog.HOST_CPU_FALLBACK
+        _, msgs = catalog.resolve_system("host-cpu", None, 1)
+        assert any("no spec is calibrated on this machine's CPU (GenuineIntel family 6 model 143)" in m
+                   and "perfmodel calibrate" in m for m in msgs)
+        # pinned by the environment: runs measured on another machine
+        monkeypatch.setenv("PERFMODEL_HOST_CPU", "host-cpu-zen5")
+        catalog._load.cache_clear()
+        assert load_catalog().accelerator("host-cpu").id == "host-cpu-zen5"
+        monkeypatch.setenv("PERFMODEL_HOST_CPU", "b200")
+        catalog._load.cache_clear()
+        with pytest.raises(SpecError, match="PERFMODEL_HOST_CPU"):
+            load_catalog()
+    finally:
+        monkeypatch.delenv("PERFMODEL_HOST_CPU", raising=False)
+        catalog._load.cache_clear()

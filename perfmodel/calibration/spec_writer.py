@@ -70,6 +70,7 @@ def accelerator_yaml(r: dict[str, Any]) -> dict[str, Any]:
         "kind": "cpu",
         "generation": "host-cpu",
         "reference_node": "host-node",
+        "host_cpu": {"vendor": f["vendor"], "family": f["family"] or 0, "model": f["model"] or 0},
         "references": refs,
         "matrix_peak": peaks,
         "vector_peak": {k: {**v, "note": v["note"] + "; a CPU has no separate matrix unit"} for k, v in peaks.items()},

@@ -117,6 +117,15 @@ class Price(_Strict):
     hourly: Sourced | None = None
 
 
+class HostCpu(_Strict):
+    """The CPU a host spec was calibrated on, as /proc/cpuinfo names it: `host-cpu` resolves to
+    the spec whose CPU is the machine's own (hardware/catalog.py, host_cpu_alias)."""
+
+    vendor: str = Field(min_length=1, description="vendor_id, e.g. AuthenticAMD, GenuineIntel")
+    family: int = Field(ge=0, description="cpu family")
+    model: int = Field(ge=0, description="model")
+
+
 class Accelerator(_Strict):
     id: str
     name: str
@@ -135,6 +144,8 @@ class Accelerator(_Strict):
     tdp: Sourced | None = Field(None, description="board power; None only where the vendor publishes none")
     price: Price | None = None
     reference_node: str | None = Field(None, description="node spec id a run without a system gets")
+    host_cpu: HostCpu | None = Field(None, description="kind cpu: the CPU this spec was calibrated on (perfmodel "
+                                     "calibrate writes it); `host-cpu` resolves to the spec whose CPU the machine has")
     training_precisions: list[TrainingPrecision] | None = Field(
         None, description="GEMM precisions a training run may name on this chip (its matrix units run them "
         "natively; names of perfmodel/precision.py); default: those marked listed_by_format whose format "

@@ -46,10 +46,11 @@ def candidate_ids() -> list[str]:
     """Every id the comparison takes: accelerators (their reference node), nodes, clusters, and
     each node with a default fabric on every other fabric of the catalogue ('node@fabric')."""
     cat = load_catalog()
-    nodes = sorted(n for n, node in cat.nodes.items() if node.accelerator != "host-cpu")
+    # host CPUs (host-cpu and the calibrated host-cpu-* specs it stands for) are no purchase
+    nodes = sorted(n for n, node in cat.nodes.items() if cat.accelerators[node.accelerator].kind != "cpu")
     swaps = [f"{n}{FABRIC_SEP}{f}" for n in nodes for f in sorted(cat.fabrics)
              if cat.nodes[n].default_fabric and f != cat.nodes[n].default_fabric and cat.fabrics[f].kind in ("infiniband", "roce")]
-    return sorted(a for a in cat.accelerators if a != "host-cpu") + nodes + sorted(cat.clusters) + swaps
+    return sorted(a for a, acc in cat.accelerators.items() if acc.kind != "cpu") + nodes + sorted(cat.clusters) + swaps
 
 
 def resolve_candidate(cand: str, n_gpus: int) -> tuple[System, list[str]]:
