@@ -5,8 +5,9 @@
 Sections: the public runs with the shipped calibration profile (exactly `perfmodel validate`: the
 headline, in sample since the profile was fitted on them), the same runs physics only
 (`--calibration none`), the profile's leave-one-source-out table (each source predicted by a fit
-that never saw it: the honest figure), and the CPU runs measured on the machine the committed
-host-cpu spec describes, and the H200 runs measured on a lent GPU (validation/device/), with the
+that never saw it: the honest figure), the CPU runs measured on the machine the committed
+host-cpu-zen4 spec describes and those measured on a second CPU (host-cpu-zen5, never fitted on),
+and the H200 runs measured on a lent GPU (validation/device/), with the
 profile and physics only. Each row's `framework` column selects its stack's mechanisms.
 """
 
@@ -64,7 +65,17 @@ def main(argv: list[str] | None = None) -> int:
     if cpu.exists():
         validate_file(cpu, pred_dir / "cpu.csv")
         text = write_report([cpu], [pred_dir / "cpu.csv"], out / "cpu")
-        sections.append(("CPU runs measured on the host the committed host-cpu spec describes (validation/runs_cpu.csv)", text))
+        sections.append(("CPU runs measured on the AMD EPYC Zen 4 host host-cpu-zen4 describes (validation/runs_cpu.csv)", text))
+
+    zen5 = HERE / "runs_cpu_zen5.csv"
+    if zen5.exists():
+        for cal, name, what in (("default", "cpu_zen5", "shipped calibration profile"),
+                                ("none", "cpu_zen5_physics", "physics only")):
+            validate_file(zen5, pred_dir / f"{name}.csv", calibration=cal)
+            text = write_report([zen5], [pred_dir / f"{name}.csv"], out / name)
+            sections.append((f"CPU runs measured on an AMD EPYC Zen 5 host (host-cpu-zen5), {what} "
+                             "(validation/runs_cpu_zen5.csv; never fitted on: the profile's CPU factors come from the Zen 4 "
+                             "host)", text))
 
     h200 = HERE / "runs_h200_measured.csv"
     if h200.exists():
