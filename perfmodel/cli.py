@@ -240,10 +240,11 @@ def cmd_list(a: argparse.Namespace) -> int:
     for p in problems:
         print(f"perfmodel: warning: left out {p}", file=sys.stderr)
     if a.what in ("hardware", "all"):
-        for acc in cat.accelerators.values():
-            print(f"accelerator  {acc.id:<24} {acc.name}")
-        for node in cat.nodes.values():
-            print(f"node         {node.id:<24} {node.name}")
+        # an alias (host-cpu / host-node: this machine's CPU, hardware/catalog.host_cpu_alias) names its target
+        for key, acc in cat.accelerators.items():
+            print(f"accelerator  {key:<24} " + (acc.name if key == acc.id else f"= {acc.id}: {cat.host_cpu[1].removeprefix('host-cpu: ')}"))
+        for key, node in cat.nodes.items():
+            print(f"node         {key:<24} " + (node.name if key == node.id else f"= {node.id}"))
         for cl in cat.clusters.values():
             print(f"cluster      {cl.id:<24} {cl.name}")
     if a.what in ("workloads", "all"):
