@@ -13,7 +13,7 @@ import yaml
 
 from perfmodel.compute.ops import gemm_fixed_s
 from perfmodel.errors import PrecisionError, SpecError
-from perfmodel.hardware import catalog
+from perfmodel.hardware import catalog, host_cpu
 from perfmodel.hardware.catalog import load_catalog, resolve_system, specs_dir
 from perfmodel.hardware.specs import Accelerator, Sourced
 from perfmodel.units import parse_quantity
@@ -477,7 +477,7 @@ def test_sourced_leaf_keeps_its_text() -> None:
 # --- host-cpu: the CPU of the machine perfmodel runs on ------------------------------------------
 def _cpu_cat(monkeypatch: pytest.MonkeyPatch, cpu: object) -> catalog.Catalog:
     monkeypatch.delenv("PERFMODEL_HOST_CPU", raising=False)
-    monkeypatch.setattr(catalog, "this_host_cpu", lambda: cpu)
+    monkeypatch.setattr(host_cpu, "this_host_cpu", lambda: cpu)
     catalog._load.cache_clear()
     return load_catalog()
 
@@ -504,7 +504,7 @@ def test_host_cpu_on_an_uncalibrated_machine_says_so(monkeypatch: pytest.MonkeyP
 
     try:
         cat = _cpu_cat(monkeypatch, HostCpu(vendor="GenuineIntel", family=6, model=143))
-        assert cat.accelerator("host-cpu").id == catalog.HOST_CPU_FALLBACK
+        assert cat.accelerator("host-cpu").id == host_cpu.HOST_CPU_FALLBACK
         _, msgs = catalog.resolve_system("host-cpu", None, 1)
         assert any("no spec is calibrated on this machine's CPU (GenuineIntel family 6 model 143)" in m
                    and "perfmodel calibrate" in m for m in msgs)

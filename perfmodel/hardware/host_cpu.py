@@ -1,0 +1,67 @@
+"""`host-cpu`: the CPU of the machine perfmodel runs on (docs/DESIGN.md).
+
+The committed host specs are calibrations of particular CPUs (Accelerator.host_cpu: vendor, family
+and model as /proc/cpuinfo names them, written by `perfmodel calibrate`). The id `host-cpu` (and its
+node `host-node`) resolves to the one whose CPU this machine has; where none has it, to
+HOST_CPU_FALLBACK, the CPU validation/runs_cpu.csv and the shipped profile's first CPU rows were
+measured on, and every prediction says so (hardware/catalog.resolve_system). A spec whose id is
+`host-cpu` itself (what `perfmodel calibrate` writes, added with --specs) is used as it is.
+PERFMODEL_HOST_CPU=ID pins the alias (to predict runs measured on another machine).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from perfmodel.errors import SpecError
+from perfmodel.hardware.specs import Accelerator, HostCpu
+
+HOST_CPU, HOST_NODE = "host-cpu", "host-node"
+HOST_CPU_FALLBACK = "host-cpu-zen4"
+
+
+@lru_cache(maxsize=1)
+def this_host_cpu() -> HostCpu | None:
+    """This machine's CPU from /proc/cpuinfo (None where it cannot be read)."""
+    info: dict[str, str] = {}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, val = (t.strip() for t in line.partition(":"))
+        if key in ("vendor_id", "cpu family", "model") and key not in info:
+            info[key] = val
+    try:
+        return HostCpu(vendor=info["vendor_id"], family=int(info["cpu family"]), model=int(info["model"]))
+    except (KeyError, ValueError, ValidationError):
+        return None
+
+
+def describe(cpu: HostCpu | None) -> str:
+    return "unreadable" if cpu is None else f"{cpu.vendor} family {cpu.family} model {cpu.model}"
+
+
+def host_cpu_alias(accelerators: dict[str, Accelerator]) -> tuple[str | None, str, bool]:
+    """(the spec id `host-cpu` stands for, why, whether it was calibrated on this machine's CPU)."""
+    pinned = os.environ.get("PERFMODEL_HOST_CPU")
+    if pinned:
+        if pinned in accelerators and accelerators[pinned].kind == "cpu":
+            return pinned, f"host-cpu: {pinned} (pinned by PERFMODEL_HOST_CPU)", True
+        known = sorted(i for i, a in accelerators.items() if a.kind == "cpu")
+        raise SpecError("PERFMODEL_HOST_CPU", f"{pinned!r} is not a CPU spec", f"one of {known}", "(environment)")
+    me = this_host_cpu()
+    match = sorted(i for i, a in accelerators.items() if a.kind == "cpu" and a.host_cpu is not None and a.host_cpu == me)
+    if match:
+        return match[0], f"host-cpu: this machine's CPU ({describe(me)}), calibrated as {match[0]}", True
+    if HOST_CPU_FALLBACK not in accelerators:
+        return None, "", False
+    fb = accelerators[HOST_CPU_FALLBACK]
+    return HOST_CPU_FALLBACK, (
+        f"host-cpu: no spec is calibrated on this machine's CPU ({describe(me)}); used {HOST_CPU_FALLBACK} "
+        f"({describe(fb.host_cpu)}), whose speed can differ several-fold: run `perfmodel calibrate --out DIR` "
+        f"and pass --specs DIR"), False
