@@ -508,6 +508,15 @@ def test_host_cpu_on_an_uncalibrated_machine_says_so(monkeypatch: pytest.MonkeyP
         _, msgs = catalog.resolve_system("host-cpu", None, 1)
         assert any("no spec is calibrated on this machine's CPU (GenuineIntel family 6 model 143)" in m
                    and "perfmodel calibrate" in m for m in msgs)
+        # the stand-in's prediction is the same number, with an interval as wide as CPUs differ
+        import perfmodel
+
+        plan = perfmodel.ParallelPlan(dp=1, micro_batch=4, global_batch=4, seq_len=256)
+        stand_in = perfmodel.estimate("gpt2-124m", "host-cpu", plan)
+        named = perfmodel.estimate("gpt2-124m", "host-cpu-zen4", plan)
+        assert stand_in.step_time_s == named.step_time_s
+        assert stand_in.step_time_hi_s / stand_in.step_time_s > 2.0 > named.step_time_hi_s / named.step_time_s
+        assert stand_in.step_time_lo_s / stand_in.step_time_s < 0.5 < named.step_time_lo_s / named.step_time_s
         # pinned by the environment: runs measured on another machine
         monkeypatch.setenv("PERFMODEL_HOST_CPU", "host-cpu-zen5")
         catalog._load.cache_clear()

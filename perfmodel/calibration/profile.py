@@ -41,6 +41,10 @@ Z80 = 1.2816  # standard normal quantile of 0.90: an 80 % central interval
 # spread added (log space, 1 sigma) when the fit saw no run of the model family: mechanisms the
 # public set cannot exercise (MoE dispatch, Mamba scans, encoders) are physics without data
 UNSEEN_FAMILY_SIGMA = 0.20
+# spread added (log space, 1 sigma) when another CPU's spec stands in for this machine's (an
+# uncalibrated `host-cpu`, hardware/host_cpu.py): the two measured hosts, an EPYC Zen 4 and a Zen 5,
+# ran the same 28 CPU runs a median 1.9x apart (1.3x to 2.6x; validation/runs_cpu*.csv), ln 1.9
+STAND_IN_HOST_SIGMA = 0.64
 
 
 class ProfileError(PerfmodelError):
@@ -293,13 +297,15 @@ def _quantiles_for(prof: Profile, n_gpus: int) -> tuple[float, float] | None:
 
 
 def step_time_interval(prof: Profile, acc: Accelerator, spec: ModelSpec | None, plan: ParallelPlan,
-                       step_time_s: float, widen: bool = True, framework: str | None = None) -> tuple[float, float] | None:
+                       step_time_s: float, widen: bool = True, framework: str | None = None,
+                       host_stand_in: bool = False) -> tuple[float, float] | None:
     """80 % interval of the step time: the leave-one-source-out residual quantiles q10, q90 of
     log(measured / predicted) for the run's scale (the nearest scale the fit had), widened in
     quadrature where the fit saw neither the accelerator generation (the prior spread of
     gemm_generation) nor the model family, nor the training stack (`framework`, when given: the
     between-source spread of the fit's held-out medians, since the efficiency factors were fitted
-    on other stacks). The interval always contains the point estimate
+    on other stacks), nor, for `host_stand_in`, the CPU the run is on (another CPU's spec stands in:
+    STAND_IN_HOST_SIGMA). The interval always contains the point estimate
     (q10 <= 0 <= q90): where held-out runs of a scale were all slower than predicted, it says so
     by reaching far above the estimate, not by leaving it."""
     q = _quantiles_for(prof, plan.world) if prof.intervals else None
@@ -314,6 +320,8 @@ def step_time_interval(prof: Profile, acc: Accelerator, spec: ModelSpec | None, 
         extra += (Z80 * UNSEEN_FAMILY_SIGMA) ** 2
     if widen and framework and prof.frameworks_seen and framework not in prof.frameworks_seen:
         extra += (Z80 * prof.between_source_sigma) ** 2
+    if widen and host_stand_in:
+        extra += (Z80 * STAND_IN_HOST_SIGMA) ** 2
     if extra:
         lo, hi = -math.sqrt(lo**2 + extra), math.sqrt(hi**2 + extra)
     return step_time_s * math.exp(lo), step_time_s * math.exp(hi)
@@ -327,7 +335,8 @@ def with_interval(est: Estimate, prof: Profile, system: System, spec: ModelSpec 
     from perfmodel.hardware.derating import system_provenance
 
     acc = system.accelerator
-    iv = step_time_interval(prof, acc, spec, est.plan, est.step_time_s, framework=framework)
+    iv = step_time_interval(prof, acc, spec, est.plan, est.step_time_s, framework=framework,
+                            host_stand_in=system.host_stand_in)
     prov = system_provenance(system, est.plan.precision) if est.provenance else {}
     if not prof.physics_only:
         k = prof.knobs(acc)

@@ -311,6 +311,9 @@ class System:
     # by it), and a multiple of the modelled pipeline send/recv seconds
     ep_dispatch_efficiency: float = 1.0
     p2p_time_factor: float = 1.0
+    # `host-cpu` on a machine whose CPU no spec describes: another CPU's spec stands in for it
+    # (hardware/host_cpu.py), and the prediction interval says how far CPUs differ
+    host_stand_in: bool = False
 
     @property
     def num_gpus(self) -> int:
@@ -437,11 +440,13 @@ def resolve_system(accelerator: str | None, system: str | None, n_gpus: int, gpu
         raise UnknownIdError("no accelerator and no system given")
     acc = cat.accelerator(acc_id)
     host_notes: list[str] = []
+    stand_in = False
     if HOST_CPU in (accelerator, system) or system == HOST_NODE:
         target, why, matched = cat.host_cpu
         if target is not None and acc.id == target:
             # which CPU `host-cpu` is here: information where this machine's own, a fallback where not
             (host_notes if matched else msgs).append(why)
+            stand_in = not matched
     if node is None or node.accelerator != acc.id:
         if node is not None:
             msgs.append(f"system {system!r} holds {node.accelerator}, not {acc.id}: used {acc.id}'s reference node")
@@ -470,7 +475,7 @@ def resolve_system(accelerator: str | None, system: str | None, n_gpus: int, gpu
     sysobj = System(
         accelerator=acc, node=node, fabric=fabric, num_nodes=max(1, math.ceil(n_gpus / per_node)),
         gpus_per_node=per_node, levels=levels, name=cluster.id if cluster else node.id,
-        capacity_gpus=capacity, notes=tuple(notes),
+        capacity_gpus=capacity, notes=tuple(notes), host_stand_in=stand_in,
     )
     return sysobj, msgs + notes
 
