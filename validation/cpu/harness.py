@@ -295,11 +295,24 @@ def measure(run: Run, precision: str, warmup: int = 3, budget_s: float = 6.0) ->
                 os.sched_setaffinity(0, set(cores))  # spawned ranks must not inherit one core
     if 0 < len(cores) < run.n_procs:
         raise ValueError(f"run {run.run_id}: {run.n_procs} processes need {run.n_procs} cores, this host has {len(cores)}")
-    with tempfile.TemporaryDirectory() as tmp:
-        out = str(Path(tmp, "times"))
-        mp.spawn(_worker, args=(run, precision, warmup, budget_s, _free_port(), out, cores), nprocs=run.n_procs, join=True)
-        per_rank = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(run.n_procs)]
-    return [max(ts) for ts in zip(*per_rank, strict=False)]
+    for attempt in (1, 2):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = str(Path(tmp, "times"))
+            try:
+                mp.spawn(_worker, args=(run, precision, warmup, budget_s, _free_port(), out, cores), nprocs=run.n_procs,
+                         join=True)
+            except mp.ProcessExitedException as e:
+                # torch 2.14's gloo once aborted a rank at teardown ('terminate called without an active
+                # exception', after the times were written): keep the times if every rank wrote them,
+                # else run the row again once
+                if not all(Path(f"{out}.{r}").exists() for r in range(run.n_procs)):
+                    if attempt == 2:
+                        raise
+                    print(f"{run.run_id}: {e}; running it again", file=sys.stderr)
+                    continue
+            per_rank = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(run.n_procs)]
+        return [max(ts) for ts in zip(*per_rank, strict=False)]
+    raise AssertionError("unreachable")
 
 
 # --- rows ---------------------------------------------------------------------------------------
