@@ -40,15 +40,20 @@ def test_flop_per_cycle_avx2_and_intel_avx512():
     assert "bf16" not in host.flop_per_cycle(_facts("GenuineIntel", "avx2", "fma"))
 
 
-def test_committed_host_specs_parse():
-    """The YAML in hardware_specs/ (written by a full calibration) obeys the strict schema."""
-    for cls, path in ((Accelerator, REPO / "hardware_specs/accelerators/host-cpu.yaml"),
-                      (Node, REPO / "hardware_specs/nodes/host-node.yaml")):
-        if not path.exists():
-            pytest.skip(f"{path} not written yet: run perfmodel calibrate --full --out hardware_specs")
-        obj = parse_model(cls, read_yaml(path), path)
+@pytest.mark.parametrize("cpu", ["zen4", "zen5"])
+def test_committed_host_specs_parse(cpu: str):
+    """The host specs in hardware_specs/ (each written by a full calibration on one CPU) obey the
+    strict schema, name the CPU `host-cpu` matches on, and point at each other."""
+    acc_path = REPO / f"hardware_specs/accelerators/host-cpu-{cpu}.yaml"
+    node_path = REPO / f"hardware_specs/nodes/host-node-{cpu}.yaml"
+    acc = parse_model(Accelerator, read_yaml(acc_path), acc_path)
+    node = parse_model(Node, read_yaml(node_path), node_path)
+    for obj, path in ((acc, acc_path), (node, node_path)):
         _check_sources(obj, obj.references, path)
         assert obj.id == path.stem
+    assert acc.reference_node == node.id and node.accelerator == acc.id
+    assert acc.host_cpu is not None and acc.host_cpu.vendor == "AuthenticAMD"
+    assert (acc.host_cpu.family, acc.host_cpu.model) == {"zen4": (25, 17), "zen5": (26, 2)}[cpu]
 
 
 @pytest.mark.slow
@@ -59,6 +64,7 @@ def test_quick_calibration_writes_valid_specs(tmp_path: Path):
     _check_sources(acc, acc.references, tmp_path)
     _check_sources(node, node.references, tmp_path)
     assert acc.kind == "cpu" and acc.reference_node == node.id == "host-node"
+    assert acc.host_cpu is not None and acc.host_cpu.vendor == r["facts"]["vendor"]  # what host-cpu matches on
     assert node.accelerator == acc.id and node.accelerators_per_node >= 1
     # measured GEMM rates are positive and below the theoretical peak written beside them
     for prec, s in acc.calibration.gemm_max_achievable.items():

@@ -528,3 +528,25 @@ def test_host_cpu_on_an_uncalibrated_machine_says_so(monkeypatch: pytest.MonkeyP
     finally:
         monkeypatch.delenv("PERFMODEL_HOST_CPU", raising=False)
         catalog._load.cache_clear()
+
+
+def test_host_cpu_prefers_this_machines_own_calibration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """What `perfmodel calibrate` wrote to the data directory is this machine, when its CPU matches."""
+    from perfmodel.hardware.specs import HostCpu
+
+    specs = tmp_path / "perfmodel" / "hardware_specs"
+    for kind, src, dst in (("accelerators", "host-cpu-zen5", "host-cpu"), ("nodes", "host-node-zen5", "host-node")):
+        (specs / kind).mkdir(parents=True)
+        text = (specs_dir() / kind / f"{src}.yaml").read_text().replace("host-cpu-zen5", "host-cpu").replace(
+            "host-node-zen5", "host-node")
+        (specs / kind / f"{dst}.yaml").write_text(text)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    try:
+        cat = _cpu_cat(monkeypatch, HostCpu(vendor="AuthenticAMD", family=26, model=2))
+        assert cat.accelerator("host-cpu").id == "host-cpu" and "perfmodel calibrate" in cat.host_cpu[1]
+        assert cat.node("host-node").accelerator == "host-cpu"
+        # measured on another CPU: not this machine, the committed specs decide
+        cat = _cpu_cat(monkeypatch, HostCpu(vendor="AuthenticAMD", family=25, model=17))
+        assert cat.accelerator("host-cpu").id == "host-cpu-zen4"
+    finally:
+        catalog._load.cache_clear()

@@ -44,6 +44,7 @@ from typing import Any
 
 from perfmodel.calibration.host import cpu_facts, measure_clock_hz, wait_for_quiet
 from perfmodel.calibration.spec_writer import accelerator_yaml, dump_spec, fmt_si, node_yaml
+from perfmodel.hardware.host_cpu import user_specs_dir
 
 __all__ = ["default_out_dir", "main", "measure", "run_calibration"]
 
@@ -51,11 +52,9 @@ Progress = Callable[[str], None]
 
 
 def default_out_dir() -> Path:
-    """Where `perfmodel calibrate` writes when no --out is given: the user's data directory
-    ($XDG_DATA_HOME/perfmodel/hardware_specs, else ~/.local/share/perfmodel/hardware_specs), never
-    the repository's committed specs."""
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "perfmodel" / "hardware_specs"
+    """Where `perfmodel calibrate` writes when no --out is given (hardware/host_cpu.user_specs_dir):
+    `host-cpu` reads it there when it was measured on this machine's CPU."""
+    return user_specs_dir()
 
 
 def _stderr_progress(t0: float) -> Progress:

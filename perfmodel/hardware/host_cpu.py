@@ -24,6 +24,14 @@ HOST_CPU, HOST_NODE = "host-cpu", "host-node"
 HOST_CPU_FALLBACK = "host-cpu-zen4"
 
 
+def user_specs_dir() -> Path:
+    """Where `perfmodel calibrate` writes when no --out is given: the user's data directory
+    ($XDG_DATA_HOME/perfmodel/hardware_specs, else ~/.local/share/perfmodel/hardware_specs), never
+    the repository's committed specs."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "perfmodel" / "hardware_specs"
+
+
 @lru_cache(maxsize=1)
 def this_host_cpu() -> HostCpu | None:
     """This machine's CPU from /proc/cpuinfo (None where it cannot be read)."""
@@ -63,5 +71,5 @@ def host_cpu_alias(accelerators: dict[str, Accelerator]) -> tuple[str | None, st
     fb = accelerators[HOST_CPU_FALLBACK]
     return HOST_CPU_FALLBACK, (
         f"host-cpu: no spec is calibrated on this machine's CPU ({describe(me)}); used {HOST_CPU_FALLBACK} "
-        f"({describe(fb.host_cpu)}), whose speed can differ several-fold: run `perfmodel calibrate --out DIR` "
-        f"and pass --specs DIR"), False
+        f"({describe(fb.host_cpu)}), whose speed can differ several-fold: run `perfmodel calibrate` "
+        f"(under a minute) and host-cpu is this machine from then on"), False
