@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from perfmodel import precision as registry
-from perfmodel.compute.autocast import autocast_applies
+from perfmodel.compute.autocast import autocast_on
 from perfmodel.memory import MemoryBreakdown
 from perfmodel.parallel.plan import ParallelPlan
 
@@ -152,6 +152,6 @@ def _mechanisms(plan: ParallelPlan) -> str:
                                   ("FlashAttention-1-era attention", plan.attention_impl == "flash1"),
                                   (f"cp ring {plan.cp_ring}", plan.cp > 1 and plan.cp_ring != "p2p"),
                                   ("eager element-wise ops", plan.elementwise == "eager"),
-                                  ("autocast weight casts", autocast_applies(plan.autocast_weights, plan.precision)))
+                                  ("autocast weight casts", autocast_on(plan)))
           if flag]
     return f"; {', '.join(on)}" if on else ""

@@ -81,8 +81,8 @@ def flop_per_cycle(facts: dict[str, Any]) -> dict[str, tuple[float, str]]:
     """
     flags: set[str] = facts["flags"]
     amd = facts["vendor"] == "AuthenticAMD"
-    zen5_full = amd and (facts.get("family") or 0) >= 26 and not (0x20 <= (facts.get("model") or 0) < 0x40
-                                                                   or 0x60 <= (facts.get("model") or 0) < 0x80)
+    model = facts.get("model") or 0
+    zen5_full = amd and (facts.get("family") or 0) >= 26 and not (0x20 <= model < 0x40 or 0x60 <= model < 0x80)
     if "avx512f" in flags:
         lanes = 16
         issue = 1 if amd and not zen5_full else 2

@@ -31,8 +31,12 @@ forward and 4.0 per micro-batch, the accumulation 5.6 ms per micro-batch after t
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from perfmodel.workload.graph import Graph, Layer, Op
+
+if TYPE_CHECKING:
+    from perfmodel.parallel.plan import ParallelPlan
 
 CAST_FWD_BYTES = 6.0  # per weight element: read fp32, write bf16
 CAST_BWD_BYTES = 6.0  # per weight element: the bf16 weight gradient cast to fp32
@@ -45,6 +49,11 @@ AUTOCAST_PRECISIONS = ("bf16", "fp16")  # autocast's 16-bit dtypes; fp8 / fp4 re
 def autocast_applies(asked: bool, precision: str) -> bool:
     """Whether a plan's weights are cast: asked for, on one of autocast's 16-bit precisions."""
     return asked and precision in AUTOCAST_PRECISIONS
+
+
+def autocast_on(plan: ParallelPlan) -> bool:
+    """Whether `plan`'s weights are cast: fp32 parameters under torch.autocast on a 16-bit plan."""
+    return autocast_applies(plan.autocast_weights, plan.precision)
 
 
 def matmul_weights(layer: Layer) -> float:
@@ -83,6 +92,7 @@ __all__ = [
     "CAST_SAVED_BYTES",
     "GRAD_ACCUMULATE_BYTES",
     "autocast_applies",
+    "autocast_on",
     "grad_accumulation_s_per_param",
     "matmul_weights",
     "with_autocast",

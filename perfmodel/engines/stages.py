@@ -13,7 +13,7 @@ from functools import lru_cache
 
 from perfmodel.comm.collectives import collective_time_s
 from perfmodel.compute import optimizers
-from perfmodel.compute.autocast import autocast_applies, with_autocast
+from perfmodel.compute.autocast import autocast_applies, autocast_on, with_autocast
 from perfmodel.compute.eager import with_elementwise
 from perfmodel.compute.fp8_recipes import amax_allreduce_s, delayed_amax_bytes, recipe_for
 from perfmodel.compute.ops import memory_bound_cost
@@ -55,11 +55,6 @@ def cached_graph(spec: ModelSpec, micro_batch: int, seq_len: int, tp: int, cp: i
 def model_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
     """The unsharded graph of one sequence (FLOP counts, full weight shapes)."""
     return unsharded_graph(spec, 1, plan.seq_len or spec.seq_len, plan.precision, plan.attention_impl)
-
-
-def autocast_on(plan: ParallelPlan) -> bool:
-    """fp32 parameters under torch.autocast (compute/autocast.py): asked for, on a 16-bit plan."""
-    return autocast_applies(plan.autocast_weights, plan.precision)
 
 
 def plan_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
@@ -357,7 +352,7 @@ def delayed_amax_s_per_micro_batch(system: System, plan: ParallelPlan, graph: Gr
 
 
 __all__ = [
-    "ACT_BYTES", "DpCollectives", "StageCost", "autocast_on", "cached_graph", "cached_layer_time", "can_overlap", "check_imported",
+    "ACT_BYTES", "DpCollectives", "StageCost", "cached_graph", "cached_layer_time", "can_overlap", "check_imported",
     "chunk_costs", "comm_contention_fraction", "delayed_amax_s_per_micro_batch", "dp_collectives", "fp8_gemms_per_chunk",
     "graph_flop_per_step", "layers_cost",
     "model_flop_per_step", "model_graph", "moe_options", "optimizer_matrix_s", "optimizer_s_per_param", "p2p_time_s",

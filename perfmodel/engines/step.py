@@ -7,12 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from perfmodel.compute.autocast import grad_accumulation_s_per_param
+from perfmodel.compute.autocast import autocast_on, grad_accumulation_s_per_param
 from perfmodel.compute.ops import gemm_precision
 from perfmodel.engines import closed_forms as cf
 from perfmodel.engines.stages import (
     StageCost,
-    autocast_on,
     check_imported,
     chunk_costs,
     delayed_amax_s_per_micro_batch,

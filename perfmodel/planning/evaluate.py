@@ -26,10 +26,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from perfmodel.calibration.frameworks import Framework, apply_framework
-from perfmodel.compute.autocast import grad_accumulation_s_per_param
+from perfmodel.compute.autocast import autocast_on, grad_accumulation_s_per_param
 from perfmodel.engines import closed_forms as cf
 from perfmodel.engines.stages import (
-    autocast_on,
     cached_graph,
     cached_layer_time,
     can_overlap,
