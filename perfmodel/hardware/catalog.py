@@ -23,8 +23,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from perfmodel.errors import LayoutError, SpecError, UnitWarning, UnknownIdError, quote
-from perfmodel.hardware import host_cpu as _host
-from perfmodel.hardware.host_cpu import HOST_CPU, HOST_NODE, describe, host_cpu_alias, user_specs_dir
+from perfmodel.hardware.host_cpu import HOST_CPU, HOST_NODE, host_cpu_alias, own_calibration
 from perfmodel.hardware.limits import check_quantities
 from perfmodel.hardware.network import NetworkLevel, network_levels
 from perfmodel.hardware.reading import read_yaml
@@ -226,9 +225,14 @@ def _with_host_cpu(cat: Catalog) -> Catalog:
     unless a spec defines `host-cpu` itself."""
     if HOST_CPU in cat.accelerators:
         return cat
-    own = _own_calibration(cat)
+    try:
+        own = own_calibration(load_spec_file)
+    except SpecError as e:
+        cat.problems.append(e)
+        own = None
     if own is not None:
-        return own
+        cat.accelerators[HOST_CPU], cat.nodes[HOST_NODE], why = own
+        return replace(cat, host_cpu=(HOST_CPU, why, True))
     target, why, matched = host_cpu_alias(cat.accelerators)
     if target is None:
         return cat
@@ -237,27 +241,6 @@ def _with_host_cpu(cat: Catalog) -> Catalog:
     if acc.reference_node in cat.nodes and HOST_NODE not in cat.nodes:
         cat.nodes[HOST_NODE] = cat.nodes[acc.reference_node]
     return replace(cat, host_cpu=(target, why, matched))
-
-
-def _own_calibration(cat: Catalog) -> Catalog | None:
-    """The catalogue with `host-cpu` / `host-node` from the user's data directory, where `perfmodel
-    calibrate` measured this machine's CPU (hardware/host_cpu.py); None where it did not (a file that
-    fails to load is recorded in `problems`)."""
-    root = user_specs_dir()
-    acc_path, node_path = root / "accelerators" / f"{HOST_CPU}.yaml", root / "nodes" / f"{HOST_NODE}.yaml"
-    if not (acc_path.is_file() and node_path.is_file()) or os.environ.get("PERFMODEL_HOST_CPU"):
-        return None
-    try:
-        acc, node = load_spec_file(Accelerator, acc_path), load_spec_file(Node, node_path)
-    except SpecError as e:
-        cat.problems.append(e)
-        return None
-    me = _host.this_host_cpu()
-    if acc.host_cpu is None or acc.host_cpu != me or node.accelerator != acc.id:
-        return None
-    cat.accelerators[HOST_CPU], cat.nodes[HOST_NODE] = acc, node
-    why = f"host-cpu: this machine's CPU ({describe(me)}), as `perfmodel calibrate` measured it in {root}"
-    return replace(cat, host_cpu=(HOST_CPU, why, True))
 
 
 def load_catalog() -> Catalog:

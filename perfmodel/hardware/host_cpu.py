@@ -12,13 +12,15 @@ PERFMODEL_HOST_CPU=ID pins the alias (to predict runs measured on another machin
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from perfmodel.errors import SpecError
-from perfmodel.hardware.specs import Accelerator, HostCpu
+from perfmodel.hardware.specs import Accelerator, HostCpu, Node
 
 HOST_CPU, HOST_NODE = "host-cpu", "host-node"
 HOST_CPU_FALLBACK = "host-cpu-zen4"
@@ -52,6 +54,21 @@ def this_host_cpu() -> HostCpu | None:
 
 def describe(cpu: HostCpu | None) -> str:
     return "unreadable" if cpu is None else f"{cpu.vendor} family {cpu.family} model {cpu.model}"
+
+
+def own_calibration(load: Callable[[Any, Path], Any]) -> tuple[Accelerator, Node, str] | None:
+    """The accelerator and node specs `perfmodel calibrate` wrote to user_specs_dir, and why they
+    stand for `host-cpu`, where they were measured on this machine's CPU and no PERFMODEL_HOST_CPU
+    pins the alias; None otherwise. `load(cls, path)` reads a spec file (a bad one raises SpecError)."""
+    root = user_specs_dir()
+    acc_path, node_path = root / "accelerators" / f"{HOST_CPU}.yaml", root / "nodes" / f"{HOST_NODE}.yaml"
+    if not (acc_path.is_file() and node_path.is_file()) or os.environ.get("PERFMODEL_HOST_CPU"):
+        return None
+    acc, node = load(Accelerator, acc_path), load(Node, node_path)
+    me = this_host_cpu()
+    if acc.host_cpu is None or acc.host_cpu != me or node.accelerator != acc.id:
+        return None
+    return acc, node, f"host-cpu: this machine's CPU ({describe(me)}), as `perfmodel calibrate` measured it in {root}"
 
 
 def host_cpu_alias(accelerators: dict[str, Accelerator]) -> tuple[str | None, str, bool]:
