@@ -329,14 +329,20 @@ class Evaluator:
 
     def a2a_overlap_micro_batches(self, g: dict[str, np.ndarray]) -> np.ndarray:
         """Per grid row, its micro-batches where the stack runs the MoE all-to-alls under the combined
-        1F1B (frameworks.apply_framework: the precision is one it selects it for, and Megatron-Core
-        accepts the layout: ep > 1, no full recompute, pp 1 or vp > 1), else 0."""
-        base = self.plan()
-        fw = self.framework
-        if fw is None or base.precision not in fw.moe_a2a_overlap_precisions or base.moe_shared_expert_overlap:
-            return np.zeros(len(g["tp"]), dtype=np.int64)
-        on = (g["ep"] > 1) & (g["rec"] != RECOMPUTES.index("full")) & ((g["pp"] == 1) | (g["vp"] > 1))
-        return np.where(on, g["m"], 0).astype(np.int64)
+        1F1B, else 0: decided per distinct (ep, recompute, pp, vp) by the plan the stack makes of it
+        (frameworks.apply_framework, ParallelPlan.a2a_overlap_refusal), as estimate decides it."""
+        if self.framework is None or self.precision not in self.framework.moe_a2a_overlap_precisions:
+            return np.zeros(len(g["tp"]), dtype=np.int64)  # the stack selects it for no layout of this precision
+        uniq, inv = unique_rows([g["ep"], g["rec"], g["pp"], g["vp"]])
+        on = np.array([self._a2a_overlap(*row) for row in uniq.tolist()])
+        return np.where(on[inv], g["m"], 0).astype(np.int64)
+
+    def _a2a_overlap(self, ep: int, rec: int, pp: int, vp: int) -> bool:
+        key = ("a2a", ep, rec, pp, vp)
+        if key not in self._coll:
+            plan = self.plan(ep=ep, dp=ep, recompute=RECOMPUTES[rec], pp=pp, vp=vp)
+            self._coll[key] = float(plan.moe_a2a_overlap)
+        return bool(self._coll[key])
 
     # -- the vectorised pass ---------------------------------------------------------------------
     def evaluate(self, grid: dict[str, np.ndarray], overlap_dp_comm: bool = True,
