@@ -92,6 +92,9 @@ class Fp8Recipe:
     # cross-rank amax all-reduces (compute/fp8_recipes.py): per fp8_autocast region (delayed), per
     # sequence-parallel all-gather of a quantized operand (current, nvfp4), or none
     amax_reduction: Literal["region", "sp_gather", "none"] = "none"
+    # one scale per tensor: the row-wise quantized data also serves the transposed operand where the
+    # chip runs fp8 GEMMs in any layout (compute/fp8_recipes.py); a block scale runs along one axis only
+    per_tensor_scale: bool = False
 
     @property
     def cast_bytes_per_element(self) -> float:
@@ -105,8 +108,8 @@ class Fp8Recipe:
 
 
 RECIPES: dict[str, Fp8Recipe] = {
-    "delayed": Fp8Recipe("delayed", 1.0, 0.0, amax_pass=False, amax_reduction="region"),
-    "current": Fp8Recipe("current", 1.0, 0.0, amax_pass=True, amax_reduction="sp_gather"),
+    "delayed": Fp8Recipe("delayed", 1.0, 0.0, amax_pass=False, amax_reduction="region", per_tensor_scale=True),
+    "current": Fp8Recipe("current", 1.0, 0.0, amax_pass=True, amax_reduction="sp_gather", per_tensor_scale=True),
     "blockwise": Fp8Recipe("blockwise", 1.0, 4.0 / 128, amax_pass=False),
     "mxfp8": Fp8Recipe("mxfp8", 1.0, 1.0 / 32, amax_pass=False),
     "nvfp4": Fp8Recipe("nvfp4", 0.5, 1.0 / 16, amax_pass=True, hadamard_on_wgrad=True, amax_reduction="sp_gather"),

@@ -302,3 +302,29 @@ def test_megatron_core_overlaps_mxfp8_moe_all_to_alls_where_megatron_core_accept
     plan = ParallelPlan(**{**base, **update})
     assert apply_framework(plan, framework("megatron-core")).moe_a2a_overlap is on
     assert apply_framework(plan, framework("torchtitan")).moe_a2a_overlap is bool(update.get("moe_a2a_overlap"))
+
+
+def test_fused_per_tensor_casts_write_one_copy_where_fp8_gemms_take_any_layout():
+    """Blackwell runs fp8 GEMMs in any layout, so Transformer Engine's per-tensor quantizers skip
+    the transposed copy (csrc/quantizer.cpp): per element the input cast reads 2 B and writes 1 B
+    (not 2), a norm-fused input costs nothing beyond the norm, the output gradient 2 + 1 B. A
+    block-scaled recipe (mxfp8) still writes both copies."""
+    N = 1024
+    delayed, current, mx = RECIPES["delayed"], RECIPES["current"], RECIPES["mxfp8"]
+    assert gemm_cast_work(delayed, N, N, N, 1, bwd=False, fused=True, any_layout=True).bytes == 3 * N * N
+    assert gemm_cast_work(delayed, N, N, N, 1, bwd=False, fused=True).bytes == 4 * N * N
+    assert gemm_cast_work(delayed, N, N, N, 1, bwd=False, fused=True, norm_input=True, any_layout=True).bytes == 0
+    assert gemm_cast_work(delayed, N, N, N, 1, bwd=True, fused=True, any_layout=True).bytes == 3 * N * N
+    # current scaling keeps its amax pass: 2 B more per element and a second kernel
+    cur = gemm_cast_work(current, N, N, N, 1, bwd=True, fused=True, any_layout=True)
+    assert (cur.bytes, cur.kernels) == (5 * N * N, 2)
+    assert gemm_cast_work(mx, N, N, N, 1, bwd=True, fused=True, any_layout=True).bytes == \
+        gemm_cast_work(mx, N, N, N, 1, bwd=True, fused=True).bytes == (2 + 2 * (1 + 1 / 32)) * N * N
+
+
+def test_blackwell_specs_take_fp8_in_any_layout():
+    from perfmodel.hardware.catalog import load_catalog
+
+    cat = load_catalog()
+    assert all(cat.accelerator(a).fp8_any_layout for a in ("b200", "b300", "gb200", "gb300"))
+    assert not any(cat.accelerator(a).fp8_any_layout for a in ("h100-sxm5-80gb", "h200-sxm-141gb"))

@@ -25,6 +25,15 @@ Megatron-Bridge run; `fused=True`), per GEMM and micro-batch:
   amax    a recipe with an amax pass still reads each cast tensor once more (not the norm-fused one)
 (TransformerEngine @ d0067d0, transformer_engine/pytorch/module/{linear,layernorm_linear}.py.)
 
+Chips that run fp8 GEMMs in any operand layout (Blackwell: `Accelerator.fp8_any_layout`) need no
+column-wise copy under a per-tensor recipe (delayed, current): one scale serves the tensor and its
+transpose, so TE's Float8Quantizer / Float8CurrentScalingQuantizer write the row-wise data only
+(csrc/quantizer.cpp: `with_transpose = columnwise_usage && !is_non_tn_fp8_gemm_supported`;
+utils.is_non_tn_fp8_gemm_supported: compute capability 10.x-11.x and 13+). Per fused GEMM that
+drops the second 1 B copy: the input cast writes one copy, a norm-fused input costs nothing extra,
+the output gradient's cast writes one copy. Block-scaled recipes (blockwise, mxfp8, nvfp4) scale
+along the reduction axis, so the transposed operand still needs its own quantized copy.
+
 Amax all-reduces across ranks (Transformer Engine, transformer_engine/pytorch/quantization.py and
 module/linear.py; Megatron-Core fp8_utils.get_fp8_context), charged as latency-bound all-reduces
 through comm/collectives.py (`amax_allreduce_s`):
@@ -74,22 +83,25 @@ class CastWork:
 
 
 def gemm_cast_work(recipe: Fp8Recipe, m: int, n: int, k: int, batch: int, bwd: bool, fused: bool = False,
-                   norm_input: bool = False) -> CastWork:
+                   norm_input: bool = False, any_layout: bool = False) -> CastWork:
     """Bytes, kernels and FLOPs of the quantize casts one GEMM [m,k]x[k,n] (x batch) needs in
     the forward (input and weight) or backward (output gradient twice, input again). `fused`:
     Transformer Engine's fused casts (module docstring); `norm_input`: the GEMM's input comes
-    straight from a norm (LayerNormLinear), which writes it quantized."""
+    straight from a norm (LayerNormLinear), which writes it quantized; `any_layout`: the chip runs
+    fp8 GEMMs in any layout, so a per-tensor recipe's fused casts write one copy (module docstring)."""
     # a 16-point Hadamard transform: a 16 x 16 matrix times each 16-element vector = 2 x 16 FLOP per element
     wgrad_operands = (m * n + m * k) * batch if bwd else 0
     flop = 2.0 * HADAMARD_BLOCK * wgrad_operands if recipe.hadamard_on_wgrad else 0.0
     if fused:
-        two_copies = BF16_BYTES + 2 * (recipe.element_bytes + recipe.scale_bytes_per_element)
+        copies = 1 if any_layout and recipe.per_tensor_scale else 2
+        two_copies = BF16_BYTES + copies * (recipe.element_bytes + recipe.scale_bytes_per_element)
         amax = BF16_BYTES if recipe.amax_pass else 0.0
         extra_kernel = 1 if recipe.amax_pass else 0
         if bwd:  # output gradient, cast-transpose; the input's column-wise copy came from the forward
             return CastWork((two_copies + amax) * m * n * batch, 1 + extra_kernel, flop)
         if norm_input:  # the norm writes the row-wise copy; only the column-wise copy is extra
-            return CastWork((recipe.element_bytes + recipe.scale_bytes_per_element) * m * k * batch, 0, flop)
+            return CastWork((copies - 1) * (recipe.element_bytes + recipe.scale_bytes_per_element) * m * k * batch,
+                            0, flop)
         return CastWork((two_copies + amax) * m * k * batch, 1 + extra_kernel, flop)
     if bwd:
         elems = (2 * m * n + m * k) * batch

@@ -285,7 +285,8 @@ def _with_quantize(acc: Accelerator, c: OpCost, op: Op, bwd: bool, recipe: Fp8Re
     """fp8 / fp4 GEMMs pay the quantize casts of their recipe (perfmodel/compute/fp8_recipes.py:
     bytes per element, an amax pass where the scale needs one, NVFP4's Hadamard transform);
     `fused`: Transformer Engine's fused casts (norm-fused input, weights cast once, cast-transpose)."""
-    work = gemm_cast_work(recipe, op.m, op.n, op.k, op.batch * op.repeat, bwd, fused, op.norm_input)
+    work = gemm_cast_work(recipe, op.m, op.n, op.k, op.batch * op.repeat, bwd, fused, op.norm_input,
+                          acc.fp8_any_layout)
     cast = memory_bound_cost(acc, work.flop, work.bytes, work.kernels)
     return OpCost(c.compute_s, c.memory_s + cast.memory_s, c.fixed_s + cast.fixed_s, c.time_s + cast.time_s, c.bound)
 

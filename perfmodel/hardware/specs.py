@@ -151,6 +151,9 @@ class Accelerator(_Strict):
         "natively; names of perfmodel/precision.py); default: those marked listed_by_format whose format "
         "matrix_peak lists: bf16, fp16 and fp8, fp32 where it lists fp32 or tf32. mxfp8 and nvfp4 (block-scaled "
         "formats) only when listed here.")
+    fp8_any_layout: bool = Field(
+        False, description="the matrix units run fp8 GEMMs with either operand transposed (Blackwell), so a "
+        "per-tensor-scaled fp8 tensor needs no transposed copy (compute/fp8_recipes.py); False: TN only (Hopper, Ada)")
     best_published_mfu: Sourced | None = Field(
         None, description="the highest MFU a published training run reached on this chip's generation; a "
         "prediction above it is flagged (never used to compute one)")
