@@ -13,7 +13,7 @@ from perfmodel.validation.runs import COLUMNS, OUTPUT_COLUMNS
 
 EXTRA = Path(__file__).resolve().parents[1] / "validation" / "runs_published_extra.csv"
 SOURCES = EXTRA.with_name("SOURCES_extra.md")
-PREFIXES = ("mbridge-", "nemo2407-", "torchtitan-")
+PREFIXES = ("mbridge-", "nemo2407-", "torchtitan-", "mleng-")
 
 
 def _rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
