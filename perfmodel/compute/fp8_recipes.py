@@ -93,16 +93,17 @@ def gemm_cast_work(recipe: Fp8Recipe, m: int, n: int, k: int, batch: int, bwd: b
     wgrad_operands = (m * n + m * k) * batch if bwd else 0
     flop = 2.0 * HADAMARD_BLOCK * wgrad_operands if recipe.hadamard_on_wgrad else 0.0
     if fused:
+        # quantized copies per element: row- and column-wise, or one where it serves both (docstring)
         copies = 1 if any_layout and recipe.per_tensor_scale else 2
-        two_copies = BF16_BYTES + copies * (recipe.element_bytes + recipe.scale_bytes_per_element)
+        copy_bytes = recipe.element_bytes + recipe.scale_bytes_per_element
+        cast = BF16_BYTES + copies * copy_bytes  # read the bf16 tensor, write its copies
         amax = BF16_BYTES if recipe.amax_pass else 0.0
         extra_kernel = 1 if recipe.amax_pass else 0
         if bwd:  # output gradient, cast-transpose; the input's column-wise copy came from the forward
-            return CastWork((two_copies + amax) * m * n * batch, 1 + extra_kernel, flop)
-        if norm_input:  # the norm writes the row-wise copy; only the column-wise copy is extra
-            return CastWork((copies - 1) * (recipe.element_bytes + recipe.scale_bytes_per_element) * m * k * batch,
-                            0, flop)
-        return CastWork((two_copies + amax) * m * k * batch, 1 + extra_kernel, flop)
+            return CastWork((cast + amax) * m * n * batch, 1 + extra_kernel, flop)
+        if norm_input:  # the norm writes the row-wise copy; any further copy is the cast's extra work
+            return CastWork((copies - 1) * copy_bytes * m * k * batch, 0, flop)
+        return CastWork((cast + amax) * m * k * batch, 1 + extra_kernel, flop)
     if bwd:
         elems = (2 * m * n + m * k) * batch
         casts = 3
