@@ -199,12 +199,16 @@ def sidebar() -> dict[str, Any] | None:
     schedule = _bound(c1.selectbox, "schedule", "schedule", options=["auto", *SCHEDULE_NAMES],
                       help="; ".join(f"{k}: {SCHEDULE_LABELS.get(k, k)}" for k in ["auto", *SCHEDULE_NAMES]))
     sp = _bound(c2.checkbox, "seq. parallel", "sp", value=True, help="sequence parallelism (needs tp > 1)")
+    offload = _bound(sb.number_input, "activation offload (layers)", "offload", min_value=0, max_value=100_000, value=0,
+                     help="the first N transformer layers' saved activations go to host memory and back over the "
+                          "node's measured host link (Megatron-Core cpu_offloading_num_layers); needs pp 1 and "
+                          "recompute none")
     return dict(page=page, workload=workload, acc=acc, system=None if system == REFERENCE else system, gpus=int(gpus),
                 engine=engine, calibration=calibration, tp=int(tp), pp=int(pp), cp=int(cp), ep=int(ep), vp=int(vp),
                 calibration_label=cal_label, framework=None if stack == NO_STACK else stack,
                 zero=int(zero), mb=int(mb),
                 gb=int(gb), seq=int(seq), recompute=recompute, precision=precision, schedule=schedule, sp=bool(sp),
-                slots=slots)
+                offload=int(offload), slots=slots)
 
 
 CALIBRATIONS = ["default", "none"]
@@ -340,7 +344,7 @@ def build_plan(cfg: dict[str, Any]) -> Any:
         dp=cfg["gpus"] // per_replica, tp=cfg["tp"], pp=cfg["pp"], cp=cfg["cp"], ep=cfg["ep"], vp=cfg["vp"],
         sequence_parallel=cfg["sp"], zero_stage=cfg["zero"], micro_batch=cfg["mb"], global_batch=cfg["gb"],
         seq_len=cfg["seq"] or None, recompute=cfg["recompute"], precision=cfg["precision"],
-        schedule=None if cfg["schedule"] == "auto" else cfg["schedule"],
+        schedule=None if cfg["schedule"] == "auto" else cfg["schedule"], offload_activations=cfg.get("offload", 0),
     )
     plan.validate_for(spec_of(cfg["workload"]), cfg["gpus"])
     return plan

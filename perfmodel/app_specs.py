@@ -21,6 +21,7 @@ TIME_LABELS = {
     "recompute_s": "recompute",
     "tp_ep_cp_comm_s": "TP/EP/CP comm (exposed)",
     "host_overhead_s": "host overhead",
+    "activation_offload_s": "activation offload (exposed)",
     "pp_bubble_s": "pipeline bubble",
     "pp_p2p_s": "pipeline send/recv",
     "dp_comm_exposed_s": "DP comm (exposed)",

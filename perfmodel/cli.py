@@ -65,6 +65,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--global-batch", type=positive_int, default=None, help="sequences per step (default: micro_batch x dp)")
     g.add_argument("--seq-len", type=positive_int, default=None)
     g.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
+    g.add_argument("--offload-activations", type=int, default=0, metavar="N",
+                   help="the first N transformer layers' saved activations go to host memory and back (Megatron-Core "
+                        "cpu_offloading_num_layers; needs pp 1, no recompute; over the node's measured host link)")
     add_precision_arg(g)
     g.add_argument("--schedule", default=None, choices=SCHEDULE_NAMES)
     g.add_argument("--optimizer", default="adam", choices=["adam", "adamw", "adam8bit", "sgd", "adafactor", "muon"],
@@ -112,7 +115,8 @@ def _plan(a: argparse.Namespace, n_gpus: int):
                         **({"autocast_weights": a.autocast_weights} if a.autocast_weights is not None else {}),
                         **({"moe_imbalance": a.moe_imbalance} if a.moe_imbalance is not None else {}),
                         zero_stage=a.zero, micro_batch=a.micro_batch, global_batch=gb, seq_len=a.seq_len,
-                        recompute=a.recompute, precision=a.precision, schedule=a.schedule,
+                        recompute=a.recompute, offload_activations=a.offload_activations,
+                        precision=a.precision, schedule=a.schedule,
                         overlap_dp_comm=not a.no_overlap, overlap_fsdp_prefetch=not a.no_overlap,
                         **({"attention_impl": a.attention} if a.attention else {}), fp8_recipe=a.fp8_recipe,
                         optimizer=a.optimizer)

@@ -20,7 +20,8 @@ class Estimate:
     compute_fwd_s / compute_bwd_s (kernels on the slowest stage, all micro-batches; bwd = dgrad +
     wgrad), recompute_s (forward recomputed before backward), tp_ep_cp_comm_s (exposed tensor-,
     expert- and context-parallel collectives), host_overhead_s (GPU waiting for the host to issue
-    kernels), pp_bubble_s (fill and drain), pp_p2p_s (pipeline sends on the critical path),
+    kernels), activation_offload_s (the GPU waiting for activation-offload copies to and from host
+    memory, engines/offload.py), pp_bubble_s (fill and drain), pp_p2p_s (pipeline sends on the critical path),
     dp_comm_exposed_s (data-parallel collectives not hidden by compute, plus the compute slowed by
     NCCL's SMs while they hide), optimizer_s (optimizer step and embedding gradient sync)."""
 

@@ -20,7 +20,9 @@ keeps only each layer's input plus one layer's working set; selective recompute 
 attention core's s²-sized intermediates (softmax, dropout) and keeps its Q, K, V inputs
 (selective_dropped_bytes), or, as torchtitan's per-op policy (plan.selective_recompute 'op'), keeps
 each layer's input and the outputs of the ops it saves plus one layer's working set
-(workload/op_checkpoint.py). The layers on a stage are Megatron's split
+(workload/op_checkpoint.py). Activation offloading (plan.offload_activations) keeps at most
+L - N of a rank's L transformer layers' saved activations on the GPU (engines/offload.py,
+resident_bytes); the rest wait in host memory (offloaded_bytes). The layers on a stage are Megatron's split
 (perfmodel/parallel/split.py); the peak is taken over MEMORY_STAGES.
 
 Runtime: CUDA context, cuBLAS / NCCL workspaces and allocator slack, RUNTIME_BYTES below.
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 from perfmodel import precision as registry
 from perfmodel.compute.fp8_recipes import recipe_for
 from perfmodel.compute.optimizers import state_bytes_per_param
+from perfmodel.engines.offload import resident_bytes
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.split import stage_layers
@@ -180,15 +183,28 @@ def memory_per_rank(graph: Graph, plan: ParallelPlan, stage: int = 0) -> MemoryB
         weights += 2 * copy_bytes * biggest
     acts = 0.0
     working = 0.0
+    body: list[float] = []  # transformer-layer instances, under activation offloading
     for layer, n in layers:
         per = layer_activation_bytes(layer, plan)
-        acts += per * n
+        if plan.offload_activations and layer.recomputable:
+            body += [per] * int(n)
+        else:
+            acts += per * n
         working = max(working, recompute_working_bytes(layer, plan))
+    if body:
+        acts += resident_bytes(body, plan.offload_activations)
     acts = acts * in_flight_micro_batches(plan, stage) + working
     return MemoryBreakdown(weights, grads, optimizer, acts, RUNTIME_BYTES)
 
 
 _PEAK_CACHE: dict[tuple[ParallelPlan, int], tuple[Graph, MemoryBreakdown]] = {}
+
+
+def offloaded_bytes(graph: Graph, plan: ParallelPlan) -> float:
+    """Host bytes activation offloading fills per micro-batch: the saved activations of the first
+    plan.offload_activations transformer layers (pp 1, one micro-batch in flight)."""
+    body = [layer for layer, n in stage_layers(graph, plan.pp, 0, plan.vp) if layer.recomputable for _ in range(int(n))]
+    return sum(layer_saved_bytes(layer, plan) for layer in body[:plan.offload_activations])
 
 
 def peak_memory(graph: Graph, plan: ParallelPlan) -> MemoryBreakdown:
@@ -214,10 +230,12 @@ def fit_message(graph: Graph, plan: ParallelPlan, hbm_bytes: float, need_bytes: 
         return None
     msg = f"does not fit: {fmt(need, 'B')} per GPU > {fmt(hbm_bytes, 'B')} of HBM"
     stronger = RECOMPUTE_LEVELS[RECOMPUTE_LEVELS.index(plan.recompute) + 1:]
+    # recompute replaces offloading (Megatron-Core takes one or the other, ParallelPlan._check_offload)
+    instead = " and no offload" if plan.offload_activations else ""
     for level in stronger:
-        alt = peak_memory(graph, plan.model_copy(update={"recompute": level})).total_bytes
+        alt = peak_memory(graph, plan.model_copy(update={"recompute": level, "offload_activations": 0})).total_bytes
         if alt <= hbm_bytes:
-            return f"{msg} (with {level} recompute {fmt(alt, 'B')})"
+            return f"{msg} (with {level} recompute{instead} {fmt(alt, 'B')})"
     if stronger:
         return f"{msg} (with full recompute {fmt(alt, 'B')}, still over)"
     return msg

@@ -54,6 +54,7 @@ def step_from_inputs(inp: StepInputs) -> Estimate:
         # a schedule that runs the weight-gradient phase apart loses the host / GPU overlap
         # between the two phases: that difference is host time too
         "host_overhead_s": m * (worst.host_s + t[i_max] - hops - (worst.fwd_s + worst.bwd_s)),
+        "activation_offload_s": m * worst.offload_s,
         "pp_bubble_s": bubble,
         "pp_p2p_s": m * hops,
         "dp_comm_exposed_s": dp_exposed,

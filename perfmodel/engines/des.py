@@ -459,6 +459,7 @@ def _breakdown(res: RankResult, row: list[ChunkCost]) -> dict[str, float]:
         "recompute_s": share * tot.recompute_s,
         "tp_ep_cp_comm_s": share * tot.comm_s,
         "host_overhead_s": share * (tot.host_s + run - tot.t_s),
+        "activation_offload_s": share * tot.offload_s,
         "pp_bubble_s": idle,
         "pp_p2p_s": res.send_wait_s,
         "dp_comm_exposed_s": res.dp_tail_s + res.fsdp_s,

@@ -8,6 +8,7 @@ the closed forms that combine them are in `closed_forms.py`, the schedules in
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -18,9 +19,11 @@ from perfmodel.compute.eager import with_elementwise
 from perfmodel.compute.fp8_recipes import amax_allreduce_s, delayed_amax_bytes, recipe_for
 from perfmodel.compute.ops import memory_bound_cost
 from perfmodel.engines.costs import LayerTime, layer_time
-from perfmodel.errors import LayoutError
+from perfmodel.engines.offload import offload_stall
+from perfmodel.errors import LayoutError, SpecError
 from perfmodel.hardware.catalog import System
 from perfmodel.hardware.specs import Accelerator
+from perfmodel.memory import layer_saved_bytes
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.ranks import expert_dp_stride, group_stride
 from perfmodel.parallel.shard import RankLayout, moe_options, shard, unsharded_graph
@@ -127,13 +130,14 @@ class StageCost:
     dense_params: float = 0.0  # parameters held (data-parallel over dp·cp)
     expert_params: float = 0.0  # expert parameters held (data-parallel over dp·cp/ep)
     layers: float = 0.0  # layer instances
+    offload_s: float = 0.0  # waits for activation-offload copies (engines/offload.py), in fwd_s and bwd_s
 
     def __add__(self, other: StageCost) -> StageCost:
         return StageCost(*(a + b for a, b in zip(self._astuple(), other._astuple(), strict=True)))
 
     def _astuple(self) -> tuple[float, ...]:
         return (self.fwd_s, self.bwd_s, self.bwd_input_s, self.wgrad_s, self.fwd_gpu_s, self.bwd_gpu_s, self.recompute_s, self.comm_s,
-                self.host_s, self.dense_params, self.expert_params, self.layers)
+                self.host_s, self.dense_params, self.expert_params, self.layers, self.offload_s)
 
     @property
     def t_s(self) -> float:
@@ -179,10 +183,37 @@ def chunk_costs(system: System, plan: ParallelPlan, graph: Graph) -> tuple[Stage
     p, v = plan.pp, plan.vp
     memo: dict[int, LayerTime] = {}
     out = tuple(layers_cost(system, plan, chunk_layers(graph, p, v, vs), memo) for vs in range(p * v))
+    if plan.offload_activations:
+        out = (with_offload(system, plan, chunk_layers(graph, p, v, 0), out[0]),)  # pp 1 (ParallelPlan)
     if len(_CHUNK_CACHE) >= _CHUNK_CACHE_SIZE:
         _CHUNK_CACHE.pop(next(iter(_CHUNK_CACHE)))
     _CHUNK_CACHE[key] = (graph, out)
     return out
+
+
+def body_instances(layers: list[tuple[Layer, float]]) -> list[Layer]:
+    """The transformer-layer instances of `layers` in model order (what activation offloading counts)."""
+    return [layer for layer, n in layers if layer.recomputable for _ in range(int(n))]
+
+
+def with_offload(system: System, plan: ParallelPlan, layers: list[tuple[Layer, float]], cost: StageCost) -> StageCost:
+    """`cost` with the forward and backward waits of activation offloading (engines/offload.py)
+    over the node's host link."""
+    link = system.node.host_link
+    if link is None:
+        raise SpecError("host_link", f"node {system.node.id} has no measured host-link bandwidth, which activation "
+                        "offloading moves its tensors over", "host_link: {h2d: ..., d2h: ...} in its node spec "
+                        "(nvbandwidth host_to_device / device_to_host), or offload_activations 0")
+    if system.accelerator.kind != "gpu":
+        raise LayoutError(f"offload_activations {plan.offload_activations}: activation offloading needs a GPU "
+                          f"(got {system.accelerator.id}); allowed: 0")
+    body = body_instances(layers)
+    times = [cached_layer_time(system, plan, layer) for layer in body]
+    stall = offload_stall([t.fwd_s for t in times], [t.bwd_s for t in times],
+                          [layer_saved_bytes(layer, plan) for layer in body], plan.offload_activations,
+                          link.d2h.one_way_Bps("host_link.d2h"), link.h2d.one_way_Bps("host_link.h2d"))
+    return dataclasses.replace(cost, fwd_s=cost.fwd_s + stall.fwd_s, bwd_s=cost.bwd_s + stall.bwd_s,
+                               bwd_input_s=cost.bwd_input_s + stall.bwd_s, offload_s=stall.total_s)
 
 
 def rank_costs(chunks: tuple[StageCost, ...], pp: int) -> tuple[StageCost, ...]:

@@ -28,10 +28,11 @@ from perfmodel.engines.stages import (
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import System
 from perfmodel.hardware.derating import estimate_context
-from perfmodel.memory import fit_message, peak_memory
+from perfmodel.memory import fit_message, offloaded_bytes, peak_memory
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.shard import shard
+from perfmodel.units import fmt
 from perfmodel.workload.graph import Graph
 from perfmodel.workload.spec import ModelSpec
 
@@ -102,6 +103,21 @@ def prepare(spec: ModelSpec | None, system: System, plan: ParallelPlan, messages
                       p2p_time_s(system, plan, graph, spec), whole if spec is None else None)
 
 
+def offload_note(system: System, graph: Graph, plan: ParallelPlan) -> str:
+    """What activation offloading moves and over what; whether the host memory holds it."""
+    link = system.node.host_link
+    assert link is not None  # stages.with_offload refused the plan otherwise
+    host = offloaded_bytes(graph, plan)
+    note = (f"activation offload: {plan.offload_activations} layers, {fmt(host, 'B')} per GPU to host memory at "
+            f"{fmt(link.d2h.one_way_Bps('host_link.d2h'), 'B/s')} out, {fmt(link.h2d.one_way_Bps('host_link.h2d'), 'B/s')} "
+            "back (measured one GPU at a time: GPUs sharing a host uplink get less)")
+    if system.node.host_memory is not None:
+        share = system.node.host_memory.si("bytes", "host_memory") / system.node.accelerators_per_node
+        if host > share:
+            note += f"; more than the host memory per GPU ({fmt(share, 'B')}): the run cannot offload this much"
+    return note
+
+
 def finish(inp: StepInputs, engine: str, step_time_s: float, breakdown_s: dict[str, float],
            timeline: list[dict[str, Any]] | None = None) -> Estimate:
     spec, plan, graph, acc = inp.spec, inp.plan, inp.graph, inp.system.accelerator
@@ -110,6 +126,8 @@ def finish(inp: StepInputs, engine: str, step_time_s: float, breakdown_s: dict[s
     over = fit_message(graph, plan, acc.hbm_bytes, mem.total_bytes)
     if over is not None:
         msgs.append(over)
+    if plan.offload_activations:
+        msgs.append(offload_note(inp.system, graph, plan))
     model_flop, hw_flop = model_flop_per_step(spec, plan) if spec is not None else graph_flop_per_step(inp.whole or graph, plan)
     tokens = (plan.global_batch * (plan.seq_len or spec.seq_len) if spec is not None
               else plan.global_batch * graph.tokens / graph.micro_batch)

@@ -45,7 +45,7 @@ RULES: dict[str, Rule] = {
     "matrix_peak": _RATE, "vector_peak": _RATE, "gemm_max_achievable": _RATE, "achieved": _RATE,
     # bytes/s
     "hbm_bandwidth": _BW, "hbm_achieved": _BW, "elementwise_achieved": _BW, "bandwidth": _BW,
-    "link_bandwidth": _BW, "nic_bandwidth": _BW, "busbw": _BW, "pcie": _BW,
+    "link_bandwidth": _BW, "nic_bandwidth": _BW, "busbw": _BW, "pcie": _BW, "h2d": _BW, "d2h": _BW,
     # bytes
     "hbm_capacity": _SIZE, "l2_cache": _SIZE, "host_memory": _SIZE, "size": _SIZE,
     # seconds

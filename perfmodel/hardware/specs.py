@@ -348,6 +348,14 @@ class Nics(_Strict):
     collective_efficiency: Sourced | None = Field(None, description="achieved busbw / line rate")
 
 
+class HostLink(_Strict):
+    """Copies between one accelerator's memory and pinned host memory (nvbandwidth host_to_device /
+    device_to_host, one GPU at a time): what activation offloading moves its tensors over."""
+
+    h2d: Sourced = Field(description="host to device, per accelerator")
+    d2h: Sourced = Field(description="device to host, per accelerator")
+
+
 class Node(_Strict):
     id: str
     name: str
@@ -362,6 +370,7 @@ class Node(_Strict):
     default_fabric: str | None = Field(None, description="fabric id used when a run names no cluster")
     host_memory: Sourced | None = None
     pcie: Sourced | None = None
+    host_link: HostLink | None = Field(None, description="measured copy bandwidth between an accelerator and host memory")
     price: Price | None = None
     power: Sourced | None = Field(None, description="wall power of the node (or rack) at full load, if published")
     power_accelerators: int | None = Field(
@@ -379,6 +388,10 @@ class Node(_Strict):
             raise SpecError("intra_node.latency", "not positive", "a positive time")
         if self.nics and self.nics.bandwidth.one_way_Bps("nics.bandwidth") <= 0:
             raise SpecError("nics.bandwidth", "not positive", "a positive bandwidth")
+        if self.host_link is not None:
+            for field, s in (("host_link.h2d", self.host_link.h2d), ("host_link.d2h", self.host_link.d2h)):
+                if s.one_way_Bps(field) <= 0:
+                    raise SpecError(field, f"{s.value!r} is not positive", "a positive bandwidth")
         if self.power is not None and self.power.si("watts", "power") <= 0:
             raise SpecError("power", f"{self.power.value!r} is not positive", "a positive power such as 10.2 kW")
         return self

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfmodel import precision as registry
+from perfmodel.engines.offload import check_offload
 from perfmodel.errors import LayoutError
 from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.split import pipeline_split
@@ -49,6 +50,11 @@ class ParallelPlan(BaseModel):
         "what recompute 'selective' reruns (workload/op_checkpoint.py): core_attn (Megatron: the attention core) "
         "or op (torchtitan's per-op policy: saves matmul outputs but every second one, attention and "
         "reduce-scatters; reruns the rest); the training stack selects it"))
+    offload_activations: int = Field(0, ge=0, description=(
+        "transformer layers whose saved activations go to host memory in the forward and come back for the "
+        "backward (Megatron-Core cpu_offloading_num_layers over Transformer Engine's offload scheduler; "
+        "engines/offload.py): the first N layers, over the node's host link; needs pp 1, no recompute and no "
+        "per-layer CUDA graphs"))
     precision: registry.PrecisionName = Field(registry.DEFAULT_PRECISION, description=(
         "GEMM precision, one of perfmodel/precision.py PRECISIONS (or an alias)"))
     optimizer: Literal["adam", "adamw", "adam8bit", "sgd", "adafactor", "muon"] = Field(
@@ -175,6 +181,8 @@ class ParallelPlan(BaseModel):
                               f"not {self.precision}; recipes for {self.precision}: {allowed}")
         if self.moe_a2a_overlap:
             self._check_a2a_overlap()
+        if self.offload_activations:
+            self._check_offload()
         if self.overlap_tp_comm and self.tp > 1 and not self.sequence_parallel:
             # Megatron-LM megatron/training/arguments.py:1441-1442; Megatron-Bridge turns it off
             # (training/comm_overlap.py): userbuffers overlap all-gathers and reduce-scatters only
@@ -191,6 +199,19 @@ class ParallelPlan(BaseModel):
         why = self.a2a_overlap_refusal()
         if why is not None:
             raise LayoutError(f"moe_a2a_overlap (Megatron-Core overlap_moe_expert_parallel_comm) {why}")
+
+    def _check_offload(self) -> None:
+        """Megatron-Core refuses cpu_offloading beside these (NVIDIA/Megatron-LM @ d98e8a64
+        megatron/core/transformer/transformer_config.py:1891-1899, :2800-2801)."""
+        why = None
+        if self.pp > 1:
+            why = f"runs without pipeline parallelism: pp 1 (got pp {self.pp})"
+        elif self.recompute != "none":
+            why = f"runs without activation recomputation: recompute none (got {self.recompute})"
+        elif self.cuda_graphs:
+            why = "runs without per-layer CUDA graphs: cuda_graphs false"
+        if why is not None:
+            raise LayoutError(f"offload_activations {self.offload_activations} (Megatron-Core cpu_offloading) {why}")
 
     def a2a_overlap_refusal(self) -> str | None:
         """Why Megatron-Core would refuse the 1F1B all-to-all overlap on this layout, or None."""
@@ -230,11 +251,16 @@ class ParallelPlan(BaseModel):
             if self.cp > 1 and (s // self.cp) % 2 and spec.causal:
                 notes.append("cp chunks of odd length: load balancing of causal attention assumed anyway")
             notes += self.pipeline_notes(spec.num_layers, spec.id)
+            if self.offload_activations:
+                check_offload(self.offload_activations, spec.num_layers)
         elif self.tp > 1 or self.cp > 1 or self.ep > 1 or self.etp > 1:
             raise LayoutError(f"{spec.family} model {spec.id}: tp/cp/ep/etp need a transformer "
                               f"(got tp {self.tp}, cp {self.cp}, ep {self.ep}, etp {self.etp})")
         else:
             notes += self.pipeline_notes(spec.num_layers, spec.id)
+            if self.offload_activations:
+                raise LayoutError(f"offload_activations {self.offload_activations}: activation offloading is "
+                                  f"Megatron-Core's for transformer layers; {spec.id} is a {spec.family} model; allowed: 0")
         if spec.family == "moe":
             E = spec.num_experts or 1
             if E % self.ep:
