@@ -77,7 +77,8 @@ def flop_per_cycle(facts: dict[str, Any]) -> dict[str, tuple[float, str]]:
     0x00-0x1F; Ryzen 9000, 0x40-0x4F) and keeps Zen 4's split in the mobile ones (models 0x20-0x3F,
     0x60-0x7F) (AMD's Zen 5 architecture disclosures, Hot Chips 2024). Intel server cores with
     AVX-512 are taken to issue two zmm FMAs per cycle. bf16 with AVX512_BF16: VDPBF16PS does two bf16 products per
-    fp32 lane, so twice the fp32 FLOP per instruction at the same issue rate.
+    fp32 lane, so twice the fp32 FLOP per instruction at the same issue rate. Without a bf16
+    instruction, bf16 takes fp32's FLOP per cycle (its operands are widened first).
     """
     flags: set[str] = facts["flags"]
     amd = facts["vendor"] == "AuthenticAMD"
@@ -102,6 +103,10 @@ def flop_per_cycle(facts: dict[str, Any]) -> dict[str, tuple[float, str]]:
         out["bf16"] = (2.0 * fp32, f"AVX512_BF16 VDPBF16PS: 2 bf16 products per fp32 lane -> 2 x {fp32}")
     if "amx_bf16" in flags:
         out["bf16"] = (1024.0, "AMX-BF16 TMUL: 512 bf16 FMA per cycle")
+    if "bf16" not in out:
+        # no bf16 dot-product instruction (AVX2-only cores such as Zen 3): a bf16 GEMM widens its
+        # operands to fp32 and multiplies on the fp32 FMA pipes, so fp32's rate bounds it
+        out["bf16"] = (float(fp32), f"no AVX512_BF16 / AMX: bf16 operands widened to fp32 on the FMA pipes -> {fp32}")
     return out
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from perfmodel.errors import LayoutError
+from perfmodel.parallel.plan import check_offload
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,14 +41,6 @@ class OffloadStall:
     @property
     def total_s(self) -> float:
         return self.fwd_s + self.bwd_s
-
-
-def check_offload(n_offload: int, n_layers: int) -> None:
-    """Megatron-Core's bound (transformer_config.py: 0 <= cpu_offloading_num_layers < num_layers)."""
-    if not 0 <= n_offload < n_layers:
-        raise LayoutError(f"offload_activations {n_offload}: activation offloading takes fewer layers than the "
-                          f"{n_layers} transformer layers on the rank (Megatron-Core cpu_offloading_num_layers); "
-                          f"allowed: 0 to {n_layers - 1}")
 
 
 def offload_stall(fwd_s: Sequence[float], bwd_s: Sequence[float], saved_bytes: Sequence[float], n_offload: int,
@@ -96,4 +88,4 @@ def resident_bytes(saved_bytes: Sequence[float], n_offload: int) -> float:
     return float(best)
 
 
-__all__ = ["OffloadStall", "check_offload", "offload_stall", "resident_bytes"]
+__all__ = ["OffloadStall", "offload_stall", "resident_bytes"]

@@ -7,7 +7,6 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfmodel import precision as registry
-from perfmodel.engines.offload import check_offload
 from perfmodel.errors import LayoutError
 from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.split import pipeline_split
@@ -287,6 +286,15 @@ class ParallelPlan(BaseModel):
         except LayoutError as e:
             raise LayoutError(f"{model_id}: {e}") from None
         return ([note] if note else []) + get_schedule(self.schedule_name).check(self.pp, self.vp, self.num_micro_batches)
+
+
+def check_offload(n_offload: int, n_layers: int) -> None:
+    """Activation offloading's layer count (engines/offload.py) against Megatron-Core's bound
+    (transformer_config.py: 0 <= cpu_offloading_num_layers < num_layers)."""
+    if not 0 <= n_offload < n_layers:
+        raise LayoutError(f"offload_activations {n_offload}: activation offloading takes fewer layers than the "
+                          f"{n_layers} transformer layers on the rank (Megatron-Core cpu_offloading_num_layers); "
+                          f"allowed: 0 to {n_layers - 1}")
 
 
 def _divisors(n: int) -> list[int]:
