@@ -219,23 +219,49 @@ def peak_memory(graph: Graph, plan: ParallelPlan) -> MemoryBreakdown:
     return out
 
 
-def fit_message(graph: Graph, plan: ParallelPlan, hbm_bytes: float, need_bytes: float | None = None) -> str | None:
+def fit_message(graph: Graph, plan: ParallelPlan, hbm_bytes: float, need_bytes: float | None = None,
+                offload_ok: bool = False) -> str | None:
     """None when the peak fits in `hbm_bytes`; else 'does not fit: X per GPU > Y of HBM' with
     what the plan would need under the first stronger recompute that fits (or under full
     recompute, and that it is still over), so a run that needs recompute says so instead of
-    reading as impossible: '... (with full recompute 60.3 GB)'. `need_bytes`: the plan's peak
-    when the caller already has it (peak_memory otherwise)."""
+    reading as impossible: '... (with full recompute 60.3 GB)'; with `offload_ok` (a GPU whose
+    node has a host link) also the fewest offloaded layers that fit, where Megatron-Core would
+    offload (pp 1, no recompute). `need_bytes`: the plan's peak when the caller already has it."""
     need = peak_memory(graph, plan).total_bytes if need_bytes is None else need_bytes
     if need <= hbm_bytes:
         return None
     msg = f"does not fit: {fmt(need, 'B')} per GPU > {fmt(hbm_bytes, 'B')} of HBM"
+    offload = _offload_that_fits(graph, plan, hbm_bytes) if offload_ok else None
+    also = f"; or offloading {offload[0]} layers' activations {fmt(offload[1], 'B')}" if offload else ""
     stronger = RECOMPUTE_LEVELS[RECOMPUTE_LEVELS.index(plan.recompute) + 1:]
     # recompute replaces offloading (Megatron-Core takes one or the other, ParallelPlan._check_offload)
     instead = " and no offload" if plan.offload_activations else ""
     for level in stronger:
         alt = peak_memory(graph, plan.model_copy(update={"recompute": level, "offload_activations": 0})).total_bytes
         if alt <= hbm_bytes:
-            return f"{msg} (with {level} recompute{instead} {fmt(alt, 'B')})"
+            return f"{msg} (with {level} recompute{instead} {fmt(alt, 'B')}{also})"
     if stronger:
-        return f"{msg} (with full recompute {fmt(alt, 'B')}, still over)"
+        return f"{msg} (with full recompute {fmt(alt, 'B')}, still over{also})"
     return msg
+
+
+def _offload_that_fits(graph: Graph, plan: ParallelPlan, hbm_bytes: float) -> tuple[int, float] | None:
+    """(the fewest offloaded layers whose peak fits, that peak), or None where Megatron-Core would
+    not offload this plan or no count fits. The peak falls as the count grows (resident_bytes)."""
+    if plan.pp > 1 or plan.recompute != "none" or plan.cuda_graphs:
+        return None
+    layers = sum(int(n) for layer, n in stage_layers(graph, 1, 0, 1) if layer.recomputable)
+
+    def peak(n: int) -> float:
+        return peak_memory(graph, plan.model_copy(update={"offload_activations": n})).total_bytes
+
+    lo, hi = plan.offload_activations + 1, layers - 1
+    if lo > hi or peak(hi) > hbm_bytes:
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if peak(mid) <= hbm_bytes:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo, peak(lo)

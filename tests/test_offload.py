@@ -116,3 +116,17 @@ def test_a_node_without_a_host_link_says_which_field_is_missing():
     assert system.node.host_link is None
     with pytest.raises(SpecError, match="host_link"):
         analytic_estimate(spec, system, ParallelPlan(dp=8, global_batch=8, offload_activations=4))
+
+
+def test_a_plan_that_does_not_fit_names_the_fewest_offloaded_layers_that_would():
+    """Llama-3-70B, FSDP over 64 GB200, 2 x 8k sequences in fp8 (Megatron-Bridge's recipe offloads
+    40 layers): the message names the smallest count that fits, and that count does fit."""
+    spec = perfmodel.get_workload("llama3-70b")
+    system = perfmodel.resolve_system("gb200", "gb200-nvl72", 64)[0]
+    plan = ParallelPlan(dp=64, zero_stage=3, micro_batch=2, global_batch=256, seq_len=8192, precision="fp8")
+    msg = next(m for m in analytic_estimate(spec, system, plan).messages if m.startswith("does not fit"))
+    n = int(msg.split("or offloading ")[1].split(" layers")[0])
+    fits = analytic_estimate(spec, system, plan.model_copy(update={"offload_activations": n}))
+    short = analytic_estimate(spec, system, plan.model_copy(update={"offload_activations": n - 1}))
+    assert fits.memory.total_bytes <= system.accelerator.hbm_bytes < short.memory.total_bytes
+    assert 30 <= n < 80

@@ -123,7 +123,8 @@ def finish(inp: StepInputs, engine: str, step_time_s: float, breakdown_s: dict[s
     spec, plan, graph, acc = inp.spec, inp.plan, inp.graph, inp.system.accelerator
     msgs = list(inp.messages)
     mem = peak_memory(graph, plan)
-    over = fit_message(graph, plan, acc.hbm_bytes, mem.total_bytes)
+    over = fit_message(graph, plan, acc.hbm_bytes, mem.total_bytes,
+                       offload_ok=acc.kind == "gpu" and inp.system.node.host_link is not None)
     if over is not None:
         msgs.append(over)
     if plan.offload_activations:
