@@ -42,7 +42,7 @@ def test_flop_per_cycle_avx2_and_intel_avx512():
     assert host.flop_per_cycle(_facts("GenuineIntel", "avx2", "fma"))["bf16"][0] == 8 * 2 * 2
 
 
-@pytest.mark.parametrize("cpu", ["zen4", "zen5"])
+@pytest.mark.parametrize("cpu", ["zen3", "zen4", "zen5"])
 def test_committed_host_specs_parse(cpu: str):
     """The host specs in hardware_specs/ (each written by a full calibration on one CPU) obey the
     strict schema, name the CPU `host-cpu` matches on, and point at each other."""
@@ -55,7 +55,7 @@ def test_committed_host_specs_parse(cpu: str):
         assert obj.id == path.stem
     assert acc.reference_node == node.id and node.accelerator == acc.id
     assert acc.host_cpu is not None and acc.host_cpu.vendor == "AuthenticAMD"
-    assert (acc.host_cpu.family, acc.host_cpu.model) == {"zen4": (25, 17), "zen5": (26, 2)}[cpu]
+    assert (acc.host_cpu.family, acc.host_cpu.model) == {"zen3": (25, 1), "zen4": (25, 17), "zen5": (26, 2)}[cpu]
 
 
 @pytest.mark.slow

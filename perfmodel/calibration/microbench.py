@@ -4,7 +4,7 @@
 the CPU (default: a short pass, under a minute; ``--full`` for every shape and size, which waits
 for quiet CPUs and takes about 15 minutes):
 
-* GEMM FLOP/s, fp32 and bf16, over a few shapes (``torch.mm``; FLOP = 2·m·n·k);
+* GEMM FLOP/s, fp32 and bf16, over a few shapes (``torch.mm`` in a Linear's three training layouts; FLOP = 2·m·n·k each);
 * streaming memory bandwidth: copy (2 arrays moved) and triad ``a = b + s·c`` (3 arrays moved),
   arrays 8x larger than the last-level cache;
 * host time of one tiny eager op with autograd (``y = x * 2`` with ``requires_grad``), the CPU
@@ -87,15 +87,26 @@ def _median_time(fn: Callable[[], object], reps: int, warmup: int = 2, min_time_
 
 
 def bench_gemm(shapes: Sequence[tuple[int, int, int]], dtype: Any, reps: int) -> list[dict[str, Any]]:
+    """Each shape as a training Linear runs it: the forward X[m,k] @ W[n,k]^T, the data gradient
+    dY[m,n] @ W and the weight gradient dY^T @ X, each 2·m·n·k FLOP; the point's rate is their
+    total FLOP over their total time. The layouts matter where torch has no native kernel for the
+    dtype: on an AVX2-only CPU (Zen 3, torch 2.14) a bf16 torch.mm of row-major operands runs at
+    1-2 GFLOP/s and the weight-transposed forward at 5-10 (fp32: about 90 either way)."""
     import torch
 
     out = []
     for m, n, k in shapes:
-        a = torch.randn(m, k).to(dtype)
-        b = torch.randn(k, n).to(dtype)
-        c = torch.empty(m, n, dtype=dtype)
-        t = _median_time(functools.partial(torch.mm, a, b, out=c), reps)
-        out.append({"m": m, "n": n, "k": k, "time_s": t, "flop_per_s": 2.0 * m * n * k / t})
+        x = torch.randn(m, k).to(dtype)
+        w = torch.randn(n, k).to(dtype)
+        dy = torch.randn(m, n).to(dtype)
+        times = {
+            "fwd": _median_time(functools.partial(torch.mm, x, w.t()), reps),
+            "dgrad": _median_time(functools.partial(torch.mm, dy, w), reps),
+            "wgrad": _median_time(functools.partial(torch.mm, dy.t(), x), reps),
+        }
+        t = sum(times.values())
+        out.append({"m": m, "n": n, "k": k, "time_s": t / 3, "flop_per_s": 6.0 * m * n * k / t,
+                    **{f"{name}_s": v for name, v in times.items()}})
     return out
 
 
