@@ -56,7 +56,8 @@ REFERENCE = sorted(a.id for a in load_catalog().accelerators.values() if a.refer
 @pytest.mark.parametrize("overlap", [True, False])
 @pytest.mark.parametrize("acc", REFERENCE)
 def test_each_key_moves_the_step_on_every_reference_node(acc: str, overlap: bool) -> None:
-    """llama3-8b (gpt2-124m on the host CPU) in the part's widest-supported 16-bit format, tp inside the scale-up domain, dp across two
+    """llama3-8b (gpt2-124m on the host CPU) in the part's widest-supported 16-bit format (on a CPU the faster of
+    it and fp32), tp inside the scale-up domain, dp across two
     domains (one where the node has no NICs), DP communication overlapped or not.
     The term a key feeds is the part of the step that goes when the resource is made 1000x better.
     Whenever it is over 1 % of the step, a better resource (x2; latency x0.5) makes the step
@@ -71,6 +72,11 @@ def test_each_key_moves_the_step_on_every_reference_node(acc: str, overlap: bool
     # four micro-batches of 2 x 4096 tokens: a loaded step, not one bound by the host issuing kernels
     # (a host-bound step rightly ignores FLOP/s)
     precision = next(p for p in ("bf16", "fp16", "fp32") if p in probe.accelerator.supported_precisions)
+    cal = probe.accelerator.calibration.gemm_max_achievable
+    if probe.accelerator.kind == "cpu" and "fp32" in cal and precision in cal:
+        # a CPU without bf16 instructions (Zen 3) runs bf16 GEMMs ~30x slower than fp32: train in its faster
+        # format, or the step is all GEMM and the keys this test needs feed under 1 % of it
+        precision = max((precision, "fp32"), key=lambda p: cal[p].si("flop_per_s"))
     plan = perfmodel.ParallelPlan(tp=tp, dp=world // tp, micro_batch=2, global_batch=8 * (world // tp), seq_len=4096,
                                   overlap_dp_comm=overlap, overlap_fsdp_prefetch=overlap, precision=precision)
     system, _ = resolve_system(acc, None, world)
@@ -93,9 +99,9 @@ def test_each_key_moves_the_step_on_every_reference_node(acc: str, overlap: bool
             assert t_better < base.step_time_s * (1 - 1e-6), (key, fed, base.step_time_s)
             assert t_worse > base.step_time_s * (1 + 1e-6), key
     assert "flops" in exercised
-    if tp > 1:
+    if tp > 1 and probe.accelerator.kind != "cpu":
+        # on a CPU the gloo tp share follows the host's GEMM speed (under 1 % of the step on Zen 3)
         assert "intra_bw" in exercised
-    if tp > 1:
         assert base.breakdown_s["tp_ep_cp_comm_s"] > 0.01 * base.step_time_s  # what intra_bw feeds
     if not overlap and len(system.levels) > 1 and domain <= 72:
         # the whole gradient all-reduce crosses the NICs (on a TPU pod the ICI ring is the slower part)
