@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from perfmodel import precision as registry
 from perfmodel.compute.fp8_recipes import recipe_for
 from perfmodel.compute.optimizers import state_bytes_per_param
-from perfmodel.engines.offload import resident_bytes
+from perfmodel.engines.offload import body_instances, resident_bytes
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.split import stage_layers
@@ -203,7 +203,7 @@ _PEAK_CACHE: dict[tuple[ParallelPlan, int], tuple[Graph, MemoryBreakdown]] = {}
 def offloaded_bytes(graph: Graph, plan: ParallelPlan) -> float:
     """Host bytes activation offloading fills per micro-batch: the saved activations of the first
     plan.offload_activations transformer layers (pp 1, one micro-batch in flight)."""
-    body = [layer for layer, n in stage_layers(graph, plan.pp, 0, plan.vp) if layer.recomputable for _ in range(int(n))]
+    body = body_instances(stage_layers(graph, plan.pp, 0, plan.vp))
     return sum(layer_saved_bytes(layer, plan) for layer in body[:plan.offload_activations])
 
 
@@ -234,7 +234,7 @@ def fit_message(graph: Graph, plan: ParallelPlan, hbm_bytes: float, need_bytes: 
     offload = _offload_that_fits(graph, plan, hbm_bytes) if offload_ok else None
     also = f"; or offloading {offload[0]} layers' activations {fmt(offload[1], 'B')}" if offload else ""
     stronger = RECOMPUTE_LEVELS[RECOMPUTE_LEVELS.index(plan.recompute) + 1:]
-    # recompute replaces offloading (Megatron-Core takes one or the other, ParallelPlan._check_offload)
+    # recompute replaces offloading (Megatron-Core takes one or the other, ParallelPlan.offload_refusal)
     instead = " and no offload" if plan.offload_activations else ""
     for level in stronger:
         alt = peak_memory(graph, plan.model_copy(update={"recompute": level, "offload_activations": 0})).total_bytes
@@ -248,9 +248,9 @@ def fit_message(graph: Graph, plan: ParallelPlan, hbm_bytes: float, need_bytes: 
 def _offload_that_fits(graph: Graph, plan: ParallelPlan, hbm_bytes: float) -> tuple[int, float] | None:
     """(the fewest offloaded layers whose peak fits, that peak), or None where Megatron-Core would
     not offload this plan or no count fits. The peak falls as the count grows (resident_bytes)."""
-    if plan.pp > 1 or plan.recompute != "none" or plan.cuda_graphs:
+    if plan.offload_refusal() is not None:
         return None
-    layers = sum(int(n) for layer, n in stage_layers(graph, 1, 0, 1) if layer.recomputable)
+    layers = len(body_instances(stage_layers(graph, 1, 0, 1)))
 
     def peak(n: int) -> float:
         return peak_memory(graph, plan.model_copy(update={"offload_activations": n})).total_bytes

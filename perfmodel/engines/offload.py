@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from perfmodel.parallel.plan import check_offload
+from perfmodel.workload.graph import Layer
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,12 @@ class OffloadStall:
     @property
     def total_s(self) -> float:
         return self.fwd_s + self.bwd_s
+
+
+def body_instances(layers: Sequence[tuple[Layer, float]]) -> list[Layer]:
+    """The transformer-layer instances of `layers` ((layer, instances) pairs) in model order: what
+    activation offloading counts and offloads, first to last."""
+    return [layer for layer, n in layers if layer.recomputable for _ in range(int(n))]
 
 
 def offload_stall(fwd_s: Sequence[float], bwd_s: Sequence[float], saved_bytes: Sequence[float], n_offload: int,
@@ -88,4 +95,4 @@ def resident_bytes(saved_bytes: Sequence[float], n_offload: int) -> float:
     return float(best)
 
 
-__all__ = ["OffloadStall", "offload_stall", "resident_bytes"]
+__all__ = ["OffloadStall", "body_instances", "offload_stall", "resident_bytes"]

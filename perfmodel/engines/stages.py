@@ -19,7 +19,7 @@ from perfmodel.compute.eager import with_elementwise
 from perfmodel.compute.fp8_recipes import amax_allreduce_s, delayed_amax_bytes, recipe_for
 from perfmodel.compute.ops import memory_bound_cost
 from perfmodel.engines.costs import LayerTime, layer_time
-from perfmodel.engines.offload import offload_stall
+from perfmodel.engines.offload import body_instances, offload_stall
 from perfmodel.errors import LayoutError, SpecError
 from perfmodel.hardware.catalog import System
 from perfmodel.hardware.specs import Accelerator
@@ -189,11 +189,6 @@ def chunk_costs(system: System, plan: ParallelPlan, graph: Graph) -> tuple[Stage
         _CHUNK_CACHE.pop(next(iter(_CHUNK_CACHE)))
     _CHUNK_CACHE[key] = (graph, out)
     return out
-
-
-def body_instances(layers: list[tuple[Layer, float]]) -> list[Layer]:
-    """The transformer-layer instances of `layers` in model order (what activation offloading counts)."""
-    return [layer for layer, n in layers if layer.recomputable for _ in range(int(n))]
 
 
 def with_offload(system: System, plan: ParallelPlan, layers: list[tuple[Layer, float]], cost: StageCost) -> StageCost:

@@ -200,17 +200,20 @@ class ParallelPlan(BaseModel):
             raise LayoutError(f"moe_a2a_overlap (Megatron-Core overlap_moe_expert_parallel_comm) {why}")
 
     def _check_offload(self) -> None:
-        """Megatron-Core refuses cpu_offloading beside these (NVIDIA/Megatron-LM @ d98e8a64
-        megatron/core/transformer/transformer_config.py:1891-1899, :2800-2801)."""
-        why = None
-        if self.pp > 1:
-            why = f"runs without pipeline parallelism: pp 1 (got pp {self.pp})"
-        elif self.recompute != "none":
-            why = f"runs without activation recomputation: recompute none (got {self.recompute})"
-        elif self.cuda_graphs:
-            why = "runs without per-layer CUDA graphs: cuda_graphs false"
+        why = self.offload_refusal()
         if why is not None:
             raise LayoutError(f"offload_activations {self.offload_activations} (Megatron-Core cpu_offloading) {why}")
+
+    def offload_refusal(self) -> str | None:
+        """Why Megatron-Core would refuse activation offloading on this layout, or None
+        (NVIDIA/Megatron-LM @ d98e8a64 megatron/core/transformer/transformer_config.py:1891-1899, :2800-2801)."""
+        if self.pp > 1:
+            return f"runs without pipeline parallelism: pp 1 (got pp {self.pp})"
+        if self.recompute != "none":
+            return f"runs without activation recomputation: recompute none (got {self.recompute})"
+        if self.cuda_graphs:
+            return "runs without per-layer CUDA graphs: cuda_graphs false"
+        return None
 
     def a2a_overlap_refusal(self) -> str | None:
         """Why Megatron-Core would refuse the 1F1B all-to-all overlap on this layout, or None."""
