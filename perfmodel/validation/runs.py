@@ -22,6 +22,7 @@ from perfmodel import precision as registry
 from perfmodel.errors import PerfmodelError, quote
 from perfmodel.hardware.catalog import System, resolve_system
 from perfmodel.parallel.plan import ParallelPlan
+from perfmodel.validation.match import by_architecture, by_name
 from perfmodel.workload.spec import ModelSpec
 
 COLUMNS = [
@@ -31,6 +32,8 @@ COLUMNS = [
     "recompute", "precision", "accelerator", "n_gpus", "gpus_per_node", "system", "step_time_s",
     "tokens_per_s", "tflops_per_gpu", "mfu", "notes", "framework", "etp",
 ]
+# read when present, never required: the runs files published so far do not carry them
+OPTIONAL_COLUMNS = ["head_dim"]
 OUTPUT_COLUMNS = [
     "run_id", "status", "predicted_step_time_s", "predicted_tokens_per_s", "predicted_tflops_per_gpu",
     "predicted_mfu", "predicted_memory_per_gpu_bytes", "message", "predicted_step_time_lo_s", "predicted_step_time_hi_s",
@@ -50,7 +53,8 @@ ARCH_DEFAULTS: dict[str, dict[str, object]] = {
 }
 ARCH_COLUMNS = {"n_layers": "num_layers", "hidden": "hidden", "ffn_hidden": "ffn_hidden", "n_heads": "num_heads",
                 "n_kv_heads": "num_kv_heads", "vocab": "vocab", "n_experts": "num_experts", "top_k": "top_k",
-                "moe_ffn_hidden": "moe_ffn_hidden", "n_shared_experts": "num_shared_experts", "seq_len": "seq_len"}
+                "moe_ffn_hidden": "moe_ffn_hidden", "n_shared_experts": "num_shared_experts", "seq_len": "seq_len",
+                "head_dim": "head_dim"}
 
 
 class RowError(PerfmodelError):
@@ -162,8 +166,11 @@ def row_spec(row: dict[str, str], workloads: dict[str, ModelSpec], notes: list[s
     sizes: dict[str, int] = {k: v for k, v in given.items() if v is not None}
     if sizes.get("num_shared_experts") == 0:
         sizes.pop("num_shared_experts")
-    if model and model in workloads:
-        spec = workloads[model]
+    named = workloads.get(model) or (by_name(model, workloads) if model else None)
+    if named is not None:
+        spec = named
+        if spec.id != model:
+            notes.append(f"model {quote(model)} read as workload {spec.id}")
         changes = {k: v for k, v in sizes.items() if getattr(spec, k) != v}
         try:
             return spec.with_(**changes) if changes else spec
@@ -202,9 +209,16 @@ def row_spec(row: dict[str, str], workloads: dict[str, ModelSpec], notes: list[s
     data.update(id=model or f"row-{row.get('run_id', '?')}", name=model or "from runs columns",
                 source=f"runs file columns ({row.get('source', '')})")
     try:
-        return ModelSpec.model_validate(data)
+        built = ModelSpec.model_validate(data)
     except Exception as e:  # pydantic / SpecError: report the field
         raise RowError(f"architecture columns: {e}") from None
+    match = by_architecture(built, sizes, workloads, set(ARCH_COLUMNS.values()))
+    if match is None:
+        return built
+    published, extra = match
+    said = ", ".join(f"{k} {v}" for k, v in sorted(extra.items()))
+    notes.append(f"architecture columns match workload {published.id}: used its {said} (no column states them)")
+    return published.with_(seq_len=built.seq_len)
 
 
 def row_run(row: dict[str, str], workloads: dict[str, ModelSpec]) -> Run:

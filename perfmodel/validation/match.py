@@ -1,0 +1,78 @@
+"""Which catalogue workload a runs-file row means when its `model` cell is not a workload id.
+
+The runs format states a transformer in a dozen columns, and some published models do not fit
+them: Qwen3-30B-A3B has 32 heads of 128 on a hidden of 2048 (attention 4096 wide, not 2048),
+gpt-oss-120b alternates 128-token sliding-window layers with full ones. Built from its columns
+alone such a row under-counts attention, silently. Two ways to the catalogue's published
+configuration, each named in the row's message:
+
+* by name: `Qwen3-30B-A3B`, `Qwen/Qwen3-30B-A3B` and `qwen3_30b_a3b` all mean the workload
+  `qwen3-30b-a3b` (case, `_` or a space for `-`, and an `org/` prefix do not matter);
+* by architecture: the row gives at least layers, hidden, heads and vocab, every architecture
+  column it gives equals one workload's, and that workload has structure the columns cannot
+  state (a head width other than hidden / heads, local-attention layers, MLA, ...). A row whose
+  columns say all there is keeps the model its columns build.
+"""
+
+from __future__ import annotations
+
+import re
+
+from perfmodel.workload.spec import ModelSpec
+
+# what a row must give before its columns identify a published model
+FINGERPRINT = ("num_layers", "hidden", "num_heads", "vocab")
+# ModelSpec fields that say what a model is called or where it was read, not what it computes
+_NAMING = {"id", "name", "source", "notes", "published_params", "seq_len"}
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[\s_]+", "-", name.rsplit("/", 1)[-1].strip().lower())
+
+
+def by_name(model: str, workloads: dict[str, ModelSpec]) -> ModelSpec | None:
+    """The workload whose id or name is `model` up to case, separators and an `org/` prefix."""
+    key = _key(model)
+    hits = {s.id: s for s in workloads.values() if key in (_key(s.id), _key(s.name))}
+    return next(iter(hits.values())) if len(hits) == 1 else None
+
+
+def _all_ffn_are_experts(spec: ModelSpec) -> bool:
+    """True when no layer has a dense FFN, so a row's ffn_hidden describes nothing that runs."""
+    return spec.family == "moe" and spec.first_dense_layers == 0 and spec.moe_layer_freq == 1
+
+
+def _agrees(spec: ModelSpec, sizes: dict[str, int], family: str, activation: str) -> bool:
+    if spec.family != family or spec.activation != activation:
+        return False
+    for field, value in sizes.items():
+        if field == "seq_len" or (field == "ffn_hidden" and _all_ffn_are_experts(spec)):
+            continue
+        if (spec.dhead if field == "head_dim" else getattr(spec, field)) != value:
+            return False
+    # a column left empty means its default: MHA, no shared expert
+    return ("num_kv_heads" in sizes or spec.kv_heads == spec.num_heads) and \
+        ("num_shared_experts" in sizes or spec.num_shared_experts == 0)
+
+
+def unstated(built: ModelSpec, published: ModelSpec, columns: set[str]) -> dict[str, object]:
+    """The published model's values where it differs from `built` in a field no column sets."""
+    skip = _NAMING | columns | {"head_dim"}
+    a, b = built.model_dump(), published.model_dump()
+    out = {k: b[k] for k in b if k not in skip and a.get(k) != b[k]}
+    if built.dhead != published.dhead:
+        out["head_dim"] = published.dhead
+    return out
+
+
+def by_architecture(built: ModelSpec, sizes: dict[str, int], workloads: dict[str, ModelSpec],
+                    columns: set[str]) -> tuple[ModelSpec, dict[str, object]] | None:
+    """(workload, what it adds) when `sizes` (the row's given columns) identify exactly one
+    workload that has structure the columns cannot state; else None."""
+    if any(f not in sizes for f in FINGERPRINT):
+        return None
+    hits = [s for s in workloads.values() if _agrees(s, sizes, built.family, built.activation)]
+    if len(hits) != 1:
+        return None
+    extra = unstated(built, hits[0], columns)
+    return (hits[0], extra) if extra else None

@@ -1,0 +1,91 @@
+"""A runs row whose `model` is not a workload id: matched to the catalogue by name or by its
+architecture columns, so that structure the columns cannot state (head width, local attention)
+is not silently dropped."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from perfmodel.cli import main
+from perfmodel.validation.runs import COLUMNS as CONTRACT
+from perfmodel.validation.runs import OPTIONAL_COLUMNS, row_run
+from perfmodel.workload.catalog import load_workloads
+
+COLUMNS = CONTRACT + OPTIONAL_COLUMNS
+# Qwen3-30B-A3B as Megatron-Bridge's performance tables give it: 32 heads on hidden 2048, the
+# dense intermediate_size 6144 that no layer uses; the heads are 128 wide in config.json
+QWEN_COLUMNS = {"arch": "moe", "n_layers": "48", "hidden": "2048", "ffn_hidden": "6144", "n_heads": "32",
+                "n_kv_heads": "4", "vocab": "151936", "n_experts": "128", "top_k": "8", "moe_ffn_hidden": "768"}
+LAYOUT = {"seq_len": "4096", "global_batch": "512", "micro_batch": "1", "ep": "8", "n_gpus": "8",
+          "precision": "bf16", "accelerator": "h100-sxm5-80gb"}
+
+
+def _run(**cells: str):
+    row = {c: "" for c in COLUMNS} | {"run_id": "r"} | LAYOUT | cells
+    return row_run(row, load_workloads())
+
+
+def test_name_matches_up_to_case_separators_and_org():
+    for name in ("Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B", "qwen3_30b_a3b"):
+        run = _run(model=name)
+        assert run.spec.id == "qwen3-30b-a3b"
+        assert f"model '{name}' read as workload qwen3-30b-a3b" in run.notes
+
+
+def test_columns_of_a_published_model_take_its_head_width():
+    run = _run(model="Qwen3-30B-A3B-Base-custom", **QWEN_COLUMNS)
+    assert run.spec.id == "qwen3-30b-a3b" and run.spec.dhead == 128
+    assert run.spec.seq_len == 4096
+    assert any("match workload qwen3-30b-a3b: used its head_dim 128" in n for n in run.notes)
+
+
+def test_a_stated_head_width_keeps_the_columns_model():
+    # head_dim 64 contradicts the published 128: the row means another model, built from its columns
+    run = _run(head_dim="64", **QWEN_COLUMNS)
+    assert run.spec.id == "row-r" and run.spec.dhead == 64
+    assert not any("match workload" in n for n in run.notes)
+
+
+def test_local_attention_is_taken_from_the_published_config():
+    cols = {"arch": "moe", "n_layers": "36", "hidden": "2880", "ffn_hidden": "2880", "n_heads": "64", "n_kv_heads": "8",
+            "vocab": "201088", "n_experts": "128", "top_k": "4", "moe_ffn_hidden": "2880"}
+    spec = _run(**cols).spec
+    assert spec.id == "gpt-oss-120b"
+    assert (spec.sliding_window, spec.global_every, spec.dhead) == (128, 2, 64)
+
+
+@pytest.mark.parametrize("drop", ["vocab", "n_heads"])
+def test_too_few_columns_identify_nothing(drop):
+    cells = {k: v for k, v in QWEN_COLUMNS.items() if k != drop}
+    run = _run(**cells)
+    assert run.spec.id == "row-r"
+    assert not any("match workload" in n for n in run.notes)
+
+
+def test_columns_that_say_everything_keep_their_model():
+    # Llama-3-8B's columns state the whole model, so nothing is substituted (and Llama 3 and 3.1
+    # share them: two matches would be ambiguous anyway)
+    cols = {"arch": "llama", "n_layers": "32", "hidden": "4096", "ffn_hidden": "14336", "n_heads": "32",
+            "n_kv_heads": "8", "vocab": "128256"}
+    run = _run(**cols, ep="1")
+    assert run.spec.id == "row-r"
+
+
+def test_the_published_width_costs_more_attention_time(tmp_path):
+    """Through the CLI: the matched row predicts a longer step than the same row held to
+    head_dim 64 (attention 2048 wide instead of 4096), and its message names the match."""
+    runs, out = tmp_path / "runs.csv", tmp_path / "pred.csv"
+    rows = [{"run_id": "matched"} | LAYOUT | QWEN_COLUMNS, {"run_id": "narrow", "head_dim": "64"} | LAYOUT | QWEN_COLUMNS]
+    with open(runs, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: "" for c in COLUMNS} | r)
+    assert main(["validate", "--runs", str(runs), "--out", str(out), "--calibration", "none"]) == 0
+    with open(out, newline="") as f:
+        got = {r["run_id"]: r for r in csv.DictReader(f)}
+    assert "match workload qwen3-30b-a3b" in got["matched"]["message"]
+    wide, narrow = (float(got[k]["predicted_step_time_s"]) for k in ("matched", "narrow"))
+    assert wide > 1.05 * narrow
