@@ -70,6 +70,30 @@ def test_moe_flops_with_permutation_equal_flop_counter(tp: int, ep: int, etp: in
     assert o["permute"].bytes == (b * s // tp) * 4 * 512 * 2 * 2
 
 
+def test_flex_dispatcher_permutes_the_received_rows_once_each_way() -> None:
+    """Megatron-Core's flex dispatcher (DeepEP) dispatches tokens in place and permutes the rows it
+    receives into expert order inside the experts' node: no pre-dispatch permute, no sort_chunks.
+    16 experts top-4 over ep 4, T = 256 tokens, h 512, balanced (imbalance 1): each rank receives
+    R = 256·4 rows; one read + one write of R·h bf16 elements each way."""
+    spec = DSV3.with_(num_experts=16, top_k=4, moe_ffn_hidden=256, hidden=512, num_heads=8, first_dense_layers=0,
+                      num_layers=1, mla=None, attention="mha")
+    alltoall = ops(moe_layer(sharded_graph(spec, micro_batch=1, seq_len=256, ep=4, moe=MoEOptions())))
+    flex = ops(moe_layer(sharded_graph(spec, micro_batch=1, seq_len=256, ep=4, moe=MoEOptions(flex=True))))
+    assert {"permute", "sort_chunks", "unsort_chunks", "unpermute"} <= set(alltoall)
+    assert not {"permute", "sort_chunks", "unsort_chunks", "unpermute"} & set(flex)
+    R, h = 256 * 4, 512
+    assert flex["expert_permute"].bytes == R * h * 2 * 2
+    assert flex["expert_unpermute"].bytes == pytest.approx(R * h * (2 * (1 + 1 / 4) + 4 / h))
+    moved = {n: o.bytes for n, o in alltoall.items() if n in ("permute", "sort_chunks", "unsort_chunks", "unpermute")}
+    assert sum(moved.values()) == pytest.approx(R * h * (2 * 2 + 2 * 2 + 2 * 2) + R * h * (2 * (1 + 1 / 4) + 4 / h))
+    # same expert work, same saved activations: only the permutation traffic differs
+    for name in ("expert_fc1", "expert_act", "expert_fc2"):
+        assert flex[name] == alltoall[name]
+    assert sum(o.saved_bytes for o in flex.values()) == sum(o.saved_bytes for o in alltoall.values())
+    plan = ParallelPlan(dp=4, ep=4, global_batch=4, moe_dispatcher="flex")
+    assert moe_options(plan).flex and not moe_options(plan.model_copy(update={"moe_dispatcher": None})).flex
+
+
 # ---------------------------------------------------------------- folding
 def test_folding_accepts_ep_over_tp_cp_dp_and_names_valid_choices() -> None:
     # ep 32 over tp 4 x dp 8 = 32 ranks: valid under folding (the pre-folding check wanted ep | dp x cp = 8)

@@ -24,6 +24,9 @@ Forward, per rank (Megatron-Core `MoEAlltoAllTokenDispatcher`, `moe_utils.permut
                  over the network and once per destination rank over NVLink
                  (comm/collectives.ep_exchange_time_s)
     sort chunks  regroup received rows by local expert (when a rank holds more than one)
+                 (under the flex dispatcher, DeepEP, the dispatch reads tokens in place and one
+                 permutation of the received rows into expert order replaces permute + sort
+                 chunks; one un-permutation replaces unsort + unpermute)
     experts      grouped GEMMs fc1 [m, h] x [h, 2f/etp], activation, fc2 [m, f/etp] x [f/etp, h]
                  with m = γ·R / (E/ep) rows per local expert
     unsort, reduce-scatter over etp, combine all-to-all over ep (bf16)
@@ -65,6 +68,7 @@ class MoEOptions:
     imbalance: float = 1.0
     fp8_dispatch: bool = False
     shared_expert_overlap: bool = False
+    flex: bool = False  # Megatron-Core's flex dispatcher (DeepEP): permutes after the dispatch, no sort_chunks
 
 
 @dataclass(frozen=True)
@@ -130,20 +134,33 @@ def moe_block(spec: ModelSpec, T: int, tp: int, ep: int, precision: str, opts: M
     ops += latent_down
     if d_el < ACT_BYTES:
         ops.append(_mem_op("dispatch_quantize", Tr * hx, ACT_BYTES + d_el, flop=2.0 * Tr * hx))
-    ops.append(_mem_op("permute", C * hx, 2 * d_el, kernels=2))
-    if el_local > 1 and ep > 1:
-        ops.append(_mem_op("sort_chunks", R_max * hx, 2 * d_el))
-    ops += [
+    experts = [
         _grouped("expert_fc1", m, up_n, hx, el_local, precision, 2.0 * R * up_n * hx, saved=m * el_local * hx * ACT_BYTES),
         _mem_op("expert_act", R_max * f, ACT_BYTES * ((2 if gated else 1) + 1), flop=8.0 * R_max * f,
                 saved=R_max * up_n * ACT_BYTES, bwd_bytes_factor=2.0),
         _grouped("expert_fc2", m, hx, f, el_local, precision, 2.0 * R * hx * f, saved=m * el_local * f * ACT_BYTES),
     ]
-    if el_local > 1 and ep > 1:
-        ops.append(_mem_op("unsort_chunks", R_max * hx, 2 * ACT_BYTES))
-    # weighted scatter-add of the k copies into each token; saves the copies for the prob gradient
-    ops.append(_mem_op("unpermute", C * hx, ACT_BYTES * (1 + 1 / k) + 4 / hx, flop=2.0 * C * hx,
-                       saved=C * hx * ACT_BYTES, kernels=2, bwd_bytes_factor=2.0))
+    # the unpermute: a scatter-add of the copies into their tokens; saves the copies for the prob gradient
+    unpermute_bytes = ACT_BYTES * (1 + 1 / k) + 4 / hx
+    if opts.flex and ep * etp > 1:
+        # DeepEP's fused dispatch reads the tokens in place and each rank receives a token once;
+        # the permutation into expert order (and its inverse before the combine) runs on the
+        # received rows, inside the experts' node (Megatron-LM @ d98e8a64 token_dispatcher.py
+        # _DeepepManager.get_permuted_hidden_states_by_experts / get_restored_hidden_states_by_experts,
+        # moe_layer.py routed_experts_compute): one pass each way over R_max rows, no sort_chunks
+        ops.append(_mem_op("expert_permute", R_max * hx, 2 * d_el, kernels=2))
+        ops += experts
+        ops.append(_mem_op("expert_unpermute", R_max * hx, unpermute_bytes, flop=2.0 * R_max * hx,
+                           saved=C * hx * ACT_BYTES, kernels=2, bwd_bytes_factor=2.0))
+    else:
+        ops.append(_mem_op("permute", C * hx, 2 * d_el, kernels=2))
+        if el_local > 1 and ep > 1:
+            ops.append(_mem_op("sort_chunks", R_max * hx, 2 * d_el))
+        ops += experts
+        if el_local > 1 and ep > 1:
+            ops.append(_mem_op("unsort_chunks", R_max * hx, 2 * ACT_BYTES))
+        ops.append(_mem_op("unpermute", C * hx, unpermute_bytes, flop=2.0 * C * hx,
+                           saved=C * hx * ACT_BYTES, kernels=2, bwd_bytes_factor=2.0))
     ops += latent_up
     ops += shared_ops
 
