@@ -44,6 +44,7 @@ Sources (Transformer Engine recipe API, transformer_engine.common.recipe):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, Literal
@@ -161,10 +162,15 @@ class TrainingPrecision:
 # default first. Byte widths are what the kernels read: an fp32 GEMM 4 B per operand element, a
 # packed nvfp4 element 0.5 B plus its E4M3 scale per 16 (1/16 B), NVIDIA's NVFP4 paper Sec. 2.
 PRECISIONS: dict[str, TrainingPrecision] = {p.name: p for p in (
-    TrainingPrecision("bf16", 16, "bf16", 2.0, 2, aliases=("bfloat16",)),
-    TrainingPrecision("fp16", 16, "fp16", 2.0, 2, grad_bytes=2, aliases=("float16", "half")),
-    TrainingPrecision("fp8", 8, "fp8", 1.0, 1, recipes=("delayed", "current", "blockwise"), aliases=("float8",)),
-    TrainingPrecision("mxfp8", 8, "fp8", 1.0, 1, recipes=("mxfp8",), listed_by_format=False),
+    # aliases: how stacks and published tables write them (Lightning "bf16-mixed", Composer "amp_bf16",
+    # Megatron-Bridge's tables "FP8-CS" / "FP8-DS" / "FP8-MX"); the recipe a name implies is not taken
+    TrainingPrecision("bf16", 16, "bf16", 2.0, 2, aliases=("bfloat16", "bf16-mixed", "amp-bf16", "bf16-amp")),
+    TrainingPrecision("fp16", 16, "fp16", 2.0, 2, grad_bytes=2,
+                      aliases=("float16", "half", "fp16-mixed", "16-mixed", "amp-fp16", "fp16-amp")),
+    TrainingPrecision("fp8", 8, "fp8", 1.0, 1, recipes=("delayed", "current", "blockwise"),
+                      aliases=("float8", "fp8-cs", "fp8-ds", "fp8-delayed", "fp8-current", "fp8-hybrid", "fp8-e4m3",
+                               "fp8-blockwise", "fp8-block")),
+    TrainingPrecision("mxfp8", 8, "fp8", 1.0, 1, recipes=("mxfp8",), listed_by_format=False, aliases=("fp8-mx",)),
     TrainingPrecision("nvfp4", 4, "fp4", 0.5 + 1.0 / 16, 0.5 + 1.0 / 16, recipes=("nvfp4",), listed_by_format=False),
     TrainingPrecision("fp32", 32, "fp32", 4.0, 4, model_copy_bytes=4.0, aliases=("float32",)),
 )}
@@ -193,7 +199,7 @@ def canonical(name: str) -> str | None:
     """The registry name of `name` (itself or an alias, any case), None if it is none."""
     if name in PRECISIONS:
         return name
-    key = name.strip().lower()
+    key = re.sub(r"[\s_]+", "-", name.strip().lower())
     if key in PRECISIONS:
         return key
     return next((p.name for p in PRECISIONS.values() if key in p.aliases), None)

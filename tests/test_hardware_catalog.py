@@ -112,6 +112,37 @@ def test_every_number_in_this_catalogue_cites_a_references_key(cat: catalog.Cata
 
 
 # --- datasheet arithmetic --------------------------------------------------------------------
+@pytest.mark.parametrize("written, acc_id", [
+    ("H100", "h100-sxm5-80gb"), ("NVIDIA H100 80GB HBM3", "h100-sxm5-80gb"), ("H100_SXM5_80GB", "h100-sxm5-80gb"),
+    ("NVIDIA A100-SXM4-40GB", "a100-sxm4-40gb"), ("A100", "a100-sxm4-80gb"), ("B200", "b200"), ("GB200", "gb200"),
+    ("AMD Instinct MI300X", "mi300x"), ("h200", "h200-sxm-141gb"),
+])
+def test_an_accelerator_written_another_way_is_found_and_said(written: str, acc_id: str) -> None:
+    system, msgs = resolve_system(written, None, 8)
+    assert system.accelerator.id == acc_id
+    assert f"accelerator {written!r} read as {acc_id}" in msgs[0]
+
+
+@pytest.mark.parametrize("written", ["h100-pcie", "h800", "a100-pcie", "B100"])
+def test_a_chip_the_catalogue_lacks_is_not_guessed(written: str) -> None:
+    with pytest.raises(catalog.UnknownIdError, match=f"unknown accelerator '{written}'; known: a100-sxm4-40gb"):
+        resolve_system(written, None, 8)
+
+
+def test_aliases_name_one_chip_each(cat: catalog.Catalog) -> None:
+    owner: dict[str, str] = {}
+    for acc in cat.accelerators.values():
+        for key in {catalog.name_key(acc.id), *(catalog.name_key(a) for a in acc.aliases)}:
+            assert owner.setdefault(key, acc.id) == acc.id or acc.id.startswith("host-") or \
+                owner[key].startswith("host-"), f"{key!r} names both {owner[key]} and {acc.id}"
+
+
+def test_an_accelerator_cell_naming_a_system_runs_that_system() -> None:
+    system, msgs = resolve_system("gb200-nvl72", None, 64)
+    assert (system.accelerator.id, system.node.id) == ("gb200", "gb200-nvl72")
+    assert "is a system id" in msgs[0]
+
+
 def test_h100_sxm_dense_peaks(cat: catalog.Catalog) -> None:
     h100 = cat.accelerator("h100-sxm5-80gb")
     assert h100.matrix_peak_flop_per_s("bf16") == pytest.approx(989.4 * T)

@@ -68,6 +68,12 @@ def test_aliases_resolve_to_the_registry_name(tmp_path: Path, capsys: pytest.Cap
     assert registry.get("float32").name == "fp32"
     assert main(["estimate", "gpt2-124m", "--hardware", "a100-sxm4-80gb", "--precision", "bfloat16", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["plan"]["precision"] == "bf16"
+    # as stacks and published tables write them: Lightning, Composer, Megatron-Bridge's tables
+    for written, name in (("bf16-mixed", "bf16"), ("amp_bf16", "bf16"), ("16-mixed", "fp16"), ("FP8-CS", "fp8"),
+                          ("fp8_ds", "fp8"), ("FP8-MX", "mxfp8")):
+        assert registry.canonical(written) == name, written
+    # names whose format is not one precision stay unknown: fp4 (MXFP4 or NVFP4), tf32
+    assert registry.canonical("fp4") is None and registry.canonical("tf32") is None
 
 
 def test_unknown_precision_names_the_allowed_ones_everywhere(capsys: pytest.CaptureFixture[str]) -> None:

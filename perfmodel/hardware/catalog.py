@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import warnings
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -167,6 +168,12 @@ def _load_dir(cls: type[T], dirs: list[Path], taken: dict[str, str], problems: l
     return out
 
 
+def name_key(name: str) -> str:
+    """A hardware name reduced to what identifies it: lower case, '-' for spaces and '_', no vendor prefix."""
+    key = re.sub(r"[\s_]+", "-", name.strip().lower())
+    return re.sub(r"^(nvidia|amd|intel|google)-", "", key)
+
+
 @dataclass(frozen=True)
 class Catalog:
     accelerators: dict[str, Accelerator]
@@ -197,6 +204,21 @@ class Catalog:
 
     def accelerator(self, acc_id: str) -> Accelerator:
         return self._get(self.accelerators, "accelerator", acc_id)
+
+    def accelerator_named(self, name: str) -> Accelerator:
+        """The accelerator whose id is `name`, else the one whose id or an alias equals it up to
+        case, spaces, '_' and a vendor prefix ('NVIDIA H100 80GB HBM3', 'H100' -> h100-sxm5-80gb).
+        UnknownIdError when none or several do."""
+        if name in self.accelerators or self.problem_for(name) is not None:
+            return self.accelerator(name)
+        key = name_key(name)
+        hits = sorted({a.id for a in self.accelerators.values()
+                       if key in (name_key(a.id), *(name_key(x) for x in a.aliases))})
+        if len(hits) == 1:
+            return self.accelerators[hits[0]]
+        if hits:
+            raise UnknownIdError(f"accelerator {name!r} could be any of {', '.join(hits)}: name one")
+        return self.accelerator(name)
 
     def node(self, node_id: str) -> Node:
         return self._get(self.nodes, "node", node_id)
@@ -433,6 +455,10 @@ def resolve_system(accelerator: str | None, system: str | None, n_gpus: int, gpu
     msgs: list[str] = []
     cluster: Cluster | None = None
     node: Node | None = None
+    if accelerator and not system and accelerator not in cat.accelerators and \
+            (accelerator in cat.nodes or accelerator in cat.clusters):
+        system, accelerator = accelerator, None
+        msgs.append(f"accelerator {system!r} is a system id: used that system and its accelerator")
     if system:
         if system in cat.clusters:
             cluster = cat.clusters[system]
@@ -446,7 +472,9 @@ def resolve_system(accelerator: str | None, system: str | None, n_gpus: int, gpu
     acc_id = accelerator or (node.accelerator if node else None)
     if acc_id is None:
         raise UnknownIdError("no accelerator and no system given")
-    acc = cat.accelerator(acc_id)
+    acc = cat.accelerator_named(acc_id)
+    if acc.id != acc_id:
+        msgs.append(f"accelerator {acc_id!r} read as {acc.id} ({acc.name})")
     host_notes: list[str] = []
     stand_in = False
     if HOST_CPU in (accelerator, system) or system == HOST_NODE:
@@ -502,6 +530,12 @@ def resolve_hardware(hardware: str | System, n_gpus: int, gpus_per_node: int | N
     if hardware in cat.accelerators:
         return resolve_system(hardware, None, n_gpus, gpus_per_node)
     if hardware not in cat.nodes and hardware not in cat.clusters:
+        try:
+            named = cat.accelerator_named(hardware)
+        except UnknownIdError:
+            named = None
+        if named is not None:
+            return resolve_system(hardware, None, n_gpus, gpus_per_node)
         problem = cat.problem_for(hardware)
         if problem is not None:
             raise problem

@@ -129,6 +129,10 @@ class HostCpu(_Strict):
 class Accelerator(_Strict):
     id: str
     name: str
+    aliases: list[str] = Field(default_factory=list, description=(
+        "other names the chip goes by (the short marketing name, nvidia-smi's name): a runs file or a CLI "
+        "argument naming one gets this spec and a message saying so; case, spaces, '_' and a vendor prefix "
+        "do not matter"))
     vendor: Literal["nvidia", "amd", "google", "intel", "host"]
     kind: Literal["gpu", "tpu", "hpu", "cpu"]
     generation: str = Field(min_length=1, description="architecture generation (ampere, hopper, blackwell, cdna3, tpu-v5p, ...): "
