@@ -9,6 +9,7 @@ import csv
 import pytest
 
 from perfmodel.cli import main
+from perfmodel.validation.match import by_name
 from perfmodel.validation.runs import COLUMNS as CONTRACT
 from perfmodel.validation.runs import OPTIONAL_COLUMNS, row_run
 from perfmodel.workload.catalog import load_workloads
@@ -32,6 +33,23 @@ def test_name_matches_up_to_case_separators_and_org():
         run = _run(model=name)
         assert run.spec.id == "qwen3-30b-a3b"
         assert f"model '{name}' read as workload qwen3-30b-a3b" in run.notes
+
+
+@pytest.mark.parametrize("name, workload", [
+    ("meta-llama/Meta-Llama-3.1-8B-Instruct", "llama3.1-8b"), ("Llama-3-70B", "llama3-70b"),
+    ("llama2-7b-hf", "llama2-7b"), ("mistralai/Mixtral-8x22B-Instruct-v0.1", "mixtral-8x22b"),
+    ("deepseek-ai/DeepSeek-V3-Base", "deepseek-v3"), ("Qwen/Qwen3-235B-A22B-Instruct-2507", "qwen3-235b-a22b"),
+    ("GPT-3 175B", "gpt3-175b"),
+    # two ids of one network (Llama 3.1 405B is also kept as llama3-405b): either is the answer
+    ("Llama 3.1 405B", "llama3-405b"),
+])
+def test_checkpoint_names_find_their_architecture(name, workload):
+    assert by_name(name, load_workloads()).id == workload
+
+
+@pytest.mark.parametrize("name", ["gpt-l24-h1024", "bert-large-uncased", "llama3-9b", "bloom-prequel-l72-h14336"])
+def test_names_of_no_workload_match_none(name):
+    assert by_name(name, load_workloads()) is None
 
 
 def test_columns_of_a_published_model_take_its_head_width():

@@ -6,7 +6,8 @@ Sections: the public runs with the shipped calibration profile (exactly `perfmod
 headline, in sample since the profile was fitted on them), the same runs physics only
 (`--calibration none`), the profile's leave-one-source-out table (each source predicted by a fit
 that never saw it: the honest figure), the CPU runs measured on the machine the committed
-host-cpu-zen4 spec describes and those measured on a second CPU (host-cpu-zen5, never fitted on),
+host-cpu-zen4 spec describes, those measured on a second CPU (host-cpu-zen5, fitted on) and on a third
+(host-cpu-zen3, never fitted on),
 and the H200 runs measured on a lent GPU (validation/device/), with the
 profile and physics only. Each row's `framework` column selects its stack's mechanisms.
 """
@@ -82,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     sections += profile_and_physics(HERE / "runs_cpu_zen5.csv", "cpu_zen5", pred_dir, out,
                                     "CPU runs measured on an AMD EPYC Zen 5 host (host-cpu-zen5), {what} "
                                     "(validation/runs_cpu_zen5.csv; fitted on, in sample: held out 16.0 %, docs/CALIBRATION.md)")
+    sections += profile_and_physics(HERE / "runs_cpu_zen3.csv", "cpu_zen3", pred_dir, out,
+                                    "CPU runs measured on an AMD EPYC Zen 3 host (host-cpu-zen3, its quick calibration), "
+                                    "{what} (validation/runs_cpu_zen3.csv; never fitted on)")
     sections += profile_and_physics(HERE / "runs_h200_measured.csv", "h200", pred_dir, out,
                                     "One H200, small models measured on a lent GPU, {what} (validation/runs_h200_measured.csv; "
                                     "never fitted on)")

@@ -7,7 +7,8 @@ alone such a row under-counts attention, silently. Two ways to the catalogue's p
 configuration, each named in the row's message:
 
 * by name: `Qwen3-30B-A3B`, `Qwen/Qwen3-30B-A3B` and `qwen3_30b_a3b` all mean the workload
-  `qwen3-30b-a3b` (case, `_` or a space for `-`, and an `org/` prefix do not matter);
+  `qwen3-30b-a3b`, `meta-llama/Meta-Llama-3.1-8B-Instruct` means `llama3.1-8b` (case, separators,
+  an `org/` prefix and checkpoint suffixes do not matter; a name two workloads answer to matches none);
 * by architecture: the row gives at least layers, hidden, heads and vocab, every architecture
   column it gives equals one workload's, and that workload has structure the columns cannot
   state (a head width other than hidden / heads, local-attention layers, MLA, ...). A row whose
@@ -26,15 +27,29 @@ FINGERPRINT = ("num_layers", "hidden", "num_heads", "vocab")
 _NAMING = {"id", "name", "source", "notes", "published_params", "seq_len"}
 
 
+# words a published checkpoint's name adds to the architecture's: the same network trains alike
+_VARIANT = re.compile(r"(-(hf|base|instruct|chat|it|v\d+(\.\d+)*|\d{4}))+$")
+
+
 def _key(name: str) -> str:
-    return re.sub(r"[\s_]+", "-", name.rsplit("/", 1)[-1].strip().lower())
+    """`name` reduced to what identifies an architecture: the part after an `org/` prefix, lower
+    case, without a `meta-` prefix or checkpoint suffixes (-hf, -base, -instruct, -chat, -it,
+    -v0.1, a release date -2507), and without separators: 'meta-llama/Meta-Llama-3.1-8B-Instruct' -> 'llama3.18b'."""
+    key = re.sub(r"[\s_]+", "-", name.rsplit("/", 1)[-1].strip().lower())
+    key = _VARIANT.sub("", key.removeprefix("meta-"))
+    return re.sub(r"[^a-z0-9.]", "", key)
 
 
 def by_name(model: str, workloads: dict[str, ModelSpec]) -> ModelSpec | None:
     """The workload whose id or name is `model` up to case, separators and an `org/` prefix."""
     key = _key(model)
-    hits = {s.id: s for s in workloads.values() if key in (_key(s.id), _key(s.name))}
-    return next(iter(hits.values())) if len(hits) == 1 else None
+    hits = sorted((s for s in workloads.values() if key in (_key(s.id), _key(s.name))), key=lambda s: s.id)
+    # two ids for one network (llama3-405b and llama3.1-405b) are one answer
+    return hits[0] if hits and all(_network(h) == _network(hits[0]) for h in hits) else None
+
+
+def _network(spec: ModelSpec) -> dict[str, object]:
+    return {k: v for k, v in spec.model_dump().items() if k not in _NAMING}
 
 
 def _all_ffn_are_experts(spec: ModelSpec) -> bool:
