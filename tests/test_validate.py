@@ -151,3 +151,21 @@ def test_new_workload_ids_are_predicted(tmp_path):
     _, rows = _read(out)
     assert [r["status"] for r in rows] == ["ok"] * len(NEW_IDS)
     assert all(float(r["predicted_step_time_s"]) > 0 for r in rows)
+
+
+def test_framework_written_another_way_or_unknown_still_predicts(tmp_path):
+    """'NeMo' is Megatron-Core's stack; a stack perfmodel has no mechanisms for runs as an empty
+    framework, and each row's message says which it was."""
+    base = {"model": "llama3-8b", "seq_len": "8192", "global_batch": "64", "n_gpus": "8", "precision": "bf16",
+            "accelerator": "h100-sxm5-80gb", "recompute": "full"}
+    rows = [{"run_id": "nemo", "framework": "NeMo", **base}, {"run_id": "mcore", "framework": "megatron-core", **base},
+            {"run_id": "colossal", "framework": "colossalai", **base}, {"run_id": "empty", **base}]
+    runs, out = tmp_path / "runs.csv", tmp_path / "pred.csv"
+    _write(runs, rows)
+    assert main(["validate", "--runs", str(runs), "--out", str(out)]) == 0
+    got = {r["run_id"]: r for r in _read(out)[1]}
+    assert all(r["status"] == "ok" for r in got.values())
+    assert got["nemo"]["predicted_step_time_s"] == got["mcore"]["predicted_step_time_s"]
+    assert "framework 'NeMo' read as megatron-core" in got["nemo"]["message"]
+    assert got["colossal"]["predicted_step_time_s"] == got["empty"]["predicted_step_time_s"]
+    assert "framework 'colossalai' is not one perfmodel models" in got["colossal"]["message"]

@@ -146,6 +146,7 @@ held in 16 bits (no autocast casts).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -280,12 +281,32 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "(Pallas flash / splash attention on TPU, cuDNN on GPU)."),
 )}
 DEFAULT_FRAMEWORK = "pytorch"
+# other names of the stacks above, as runs files from other teams write them: a name runs the
+# stack whose code it is (NeMo 2 and Megatron-Bridge train with Megatron-Core; Megatron-DeepSpeed
+# is Megatron-LM's model code under DeepSpeed; llm-foundry is Composer; MaxText and Pax are JAX;
+# Hugging Face Trainer / Accelerate, Lightning and nanoGPT are plain PyTorch)
+ALIASES: dict[str, str] = {
+    **dict.fromkeys(("mcore", "nemo", "nemo2", "nemo-2", "nemo-megatron", "megatron-bridge"), "megatron-core"),
+    **dict.fromkeys(("megatron", "megatron-deepspeed", "nvidia-megatron-lm"), "megatron-lm"),
+    **dict.fromkeys(("llm-foundry", "mosaicml", "mosaic-composer"), "composer"),
+    **dict.fromkeys(("titan", "pytorch-torchtitan"), "torchtitan"),
+    **dict.fromkeys(("torch", "pytorch-fsdp", "fsdp", "fsdp2", "ddp", "huggingface", "hf", "transformers",
+                     "accelerate", "lightning", "pytorch-lightning", "nanogpt"), "pytorch"),
+    **dict.fromkeys(("llmc", "llm-c"), "llm.c"),
+    **dict.fromkeys(("maxtext", "pax", "paxml", "flax", "t5x", "levanter"), "jax"),
+}
+
+
+def framework_id(name: str) -> str | None:
+    """The stack `name` means (its id, or an alias up to case, spaces and '_'); None if none."""
+    key = re.sub(r"[\s_]+", "-", name.strip().lower())
+    return key if key in FRAMEWORKS else ALIASES.get(key)
 
 
 def framework(name: str | None) -> Framework:
     """The named stack (empty or None: the default stack)."""
-    key = (name or DEFAULT_FRAMEWORK).strip().lower()
-    if key not in FRAMEWORKS:
+    key = framework_id(name or DEFAULT_FRAMEWORK)
+    if key is None:
         raise FrameworkError(f"framework {name!r}; allowed values: {', '.join(FRAMEWORKS)} (empty = {DEFAULT_FRAMEWORK})")
     return FRAMEWORKS[key]
 
