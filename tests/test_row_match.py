@@ -11,7 +11,7 @@ import pytest
 from perfmodel.cli import main
 from perfmodel.validation.match import by_name
 from perfmodel.validation.runs import COLUMNS as CONTRACT
-from perfmodel.validation.runs import OPTIONAL_COLUMNS, row_run
+from perfmodel.validation.runs import OPTIONAL_COLUMNS, RowError, row_run
 from perfmodel.workload.catalog import load_workloads
 
 COLUMNS = CONTRACT + OPTIONAL_COLUMNS
@@ -107,3 +107,22 @@ def test_the_published_width_costs_more_attention_time(tmp_path):
     assert "match workload qwen3-30b-a3b" in got["matched"]["message"]
     wide, narrow = (float(got[k]["predicted_step_time_s"]) for k in ("matched", "narrow"))
     assert wide > 1.05 * narrow
+
+
+@pytest.mark.parametrize("col, written, field, value", [
+    ("recompute", "Full", "recompute", "full"), ("recompute", "uniform", "recompute", "full"),
+    ("recompute", "false", "recompute", "none"), ("zero_stage", "FULL_SHARD", "zero_stage", 3),
+    ("zero_stage", "ZeRO-1", "zero_stage", 1), ("zero_stage", "2.0", "zero_stage", 2),
+    ("sequence_parallel", "on", "sequence_parallel", True),
+])
+def test_enumerated_columns_read_as_stacks_write_them(col, written, field, value):
+    run = _run(**({"model": "llama3-8b", "tp": "2", "ep": "1"} | {col: written}))
+    assert getattr(run.plan, field) == value
+
+
+@pytest.mark.parametrize("col, written", [("recompute", "true"), ("recompute", "some"), ("zero_stage", "2.5"),
+                                          ("sequence_parallel", "maybe")])
+def test_ambiguous_or_unknown_spellings_are_errors(col, written):
+    # "true" is not read for recompute: Megatron-LM's --recompute-activations is selective, Hugging Face's full
+    with pytest.raises(RowError, match=f"column {col} '{written}'; allowed values: "):
+        _run(**({"model": "llama3-8b", "tp": "2", "ep": "1"} | {col: written}))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -151,13 +152,33 @@ def measured(row: dict[str, str], col: str) -> float | None:
     return f
 
 
-def _bool(v: str, col: str) -> bool:
-    s = v.lower()
-    if s in ("true", "1", "yes"):
-        return True
-    if s in ("false", "0", "no"):
-        return False
-    raise RowError(f"column {col}: {quote(v)}; allowed values: true, false")
+# other spellings of the enumerated columns, as stacks and tables write them (case, spaces and '_'
+# aside): Megatron's recompute_method uniform / block is full-layer recompute; torch FSDP's
+# FULL_SHARD / SHARD_GRAD_OP / NO_SHARD are ZeRO-3 / 2 / 0. A bare "true" is not read for
+# recompute: Megatron-LM's --recompute-activations means selective, Hugging Face's
+# gradient_checkpointing full.
+SPELLINGS: dict[str, dict[str, tuple[str, ...]]] = {
+    "recompute": {"none": ("none", "false", "no", "off", "0"), "selective": ("selective",),
+                  "full": ("full", "uniform", "block")},
+    "zero_stage": {"0": ("0", "none", "no-shard", "ddp"), "1": ("1", "zero1", "zero-1", "z1"),
+                   "2": ("2", "zero2", "zero-2", "z2", "shard-grad-op"),
+                   "3": ("3", "zero3", "zero-3", "z3", "fsdp", "fsdp2", "full-shard")},
+    "sequence_parallel": {"true": ("true", "1", "yes", "on", "t", "y"), "false": ("false", "0", "no", "off", "f", "n")},
+}
+
+
+def spelled(vals: dict[str, str], col: str, notes: list[str]) -> str:
+    """The canonical value of enumerated column `col` (see SPELLINGS); RowError naming the allowed ones."""
+    v = vals[col]
+    if re.fullmatch(r"\d+\.0*", v.strip()):  # "1.0" from a spreadsheet
+        v = v.strip().split(".")[0]
+    key = re.sub(r"[\s_]+", "-", v.strip().lower())
+    for canon, names in SPELLINGS[col].items():
+        if key in names:
+            if key != canon and v != canon:
+                notes.append(f"{col} {quote(vals[col])} read as {canon}")
+            return canon
+    raise RowError(f"column {col} {quote(vals[col])}; allowed values: {', '.join(SPELLINGS[col])}")
 
 
 def row_spec(row: dict[str, str], workloads: dict[str, ModelSpec], notes: list[str]) -> ModelSpec:
@@ -248,16 +269,13 @@ def row_run(row: dict[str, str], workloads: dict[str, ModelSpec]) -> Run:
     prec = registry.canonical(vals["precision"])
     if prec is None:
         raise RowError(f"column precision {quote(vals['precision'])}; allowed values: {', '.join(registry.precision_names())}")
-    rec = vals["recompute"]
-    if rec not in ("none", "selective", "full"):
-        raise RowError(f"column recompute {quote(rec)}; allowed values: none, selective, full")
-    zero = _number(vals, "zero_stage")
-    if zero not in (0, 1, 2, 3):
-        raise RowError(f"column zero_stage {quote(vals['zero_stage'])}; allowed values: 0, 1, 2, 3")
+    rec = spelled(vals, "recompute", notes)
+    zero = int(spelled(vals, "zero_stage", notes))
+    sp = spelled(vals, "sequence_parallel", notes) == "true"
     try:
         plan = ParallelPlan(
-            dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vp=vp, sequence_parallel=_bool(vals["sequence_parallel"], "sequence_parallel"),
-            zero_stage=int(zero or 0), micro_batch=_int(vals, "micro_batch") or 1, global_batch=gb,
+            dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vp=vp, sequence_parallel=sp,
+            zero_stage=zero, micro_batch=_int(vals, "micro_batch") or 1, global_batch=gb,
             seq_len=_int(row, "seq_len") or spec.seq_len, recompute=rec, precision=prec,
         )
     except PerfmodelError as e:
