@@ -232,7 +232,8 @@ def fit_message(graph: Graph, plan: ParallelPlan, hbm_bytes: float, need_bytes: 
         return None
     msg = f"does not fit: {fmt(need, 'B')} per GPU > {fmt(hbm_bytes, 'B')} of HBM"
     offload = _offload_that_fits(graph, plan, hbm_bytes) if offload_ok else None
-    also = f"; or offloading {offload[0]} layers' activations {fmt(offload[1], 'B')}" if offload else ""
+    whose = "1 layer's" if offload and offload[0] == 1 else f"{offload[0] if offload else 0} layers'"
+    also = f"; or offloading {whose} activations {fmt(offload[1], 'B')}" if offload else ""
     stronger = RECOMPUTE_LEVELS[RECOMPUTE_LEVELS.index(plan.recompute) + 1:]
     # recompute replaces offloading (Megatron-Core takes one or the other, ParallelPlan.offload_refusal)
     instead = " and no offload" if plan.offload_activations else ""
