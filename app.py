@@ -847,11 +847,15 @@ def search_space() -> Any:
     objective = _bound(c1.selectbox, "Rank by", "objective", options=["step_time", "cost", "tokens_per_joule"])
     headroom = _bound(c2.number_input, "Min memory headroom (GB)", "headroom", min_value=0.0, max_value=200.0, value=0.0)
     top = _bound(c3.number_input, "Layouts to show", "top", min_value=1, max_value=500, value=25)
-    c1, c2 = st.columns(2)
+    c1, c2, c3 = st.columns(3)
     within = _bound(c1.checkbox, "tp within one NVLink domain", "tp_node", value=True)
     fix_tp = _bound(c2.checkbox, "keep the sidebar's tp", "fix_tp", value=False)
+    offload = _bound(c3.checkbox, "try activation offloading", "search_offload", value=False,
+                     help="where a layout does not fit: the fewest layers whose activations go to host memory "
+                          "(Megatron-Core: pp 1, no recompute; needs the node's host link)")
     space = planning().SearchSpace(min_headroom_bytes=headroom * specs.GB, tp_within_node=within,
-                                   tp=(st.session_state.get("tp", 1),) if fix_tp else None)
+                                   tp=(st.session_state.get("tp", 1),) if fix_tp else None,
+                                   offload_activations=offload)
     return objective, int(top), space
 
 

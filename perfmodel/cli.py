@@ -360,6 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seq-len", type=positive_int, default=None)
     add_precision_arg(s)
     s.add_argument("--top", type=positive_int, default=10, help="layouts to show (at least 1)")
+    s.add_argument("--offload", action="store_true",
+                   help="also try activation offloading where a layout does not fit otherwise (pp 1, no recompute, a "
+                        "node with a host link): the fewest offloaded layers that fit")
     s.add_argument("--json", action="store_true")
     _catalog_args(s)
     _calibration_args(s)

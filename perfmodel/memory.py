@@ -231,7 +231,7 @@ def fit_message(graph: Graph, plan: ParallelPlan, hbm_bytes: float, need_bytes: 
     if need <= hbm_bytes:
         return None
     msg = f"does not fit: {fmt(need, 'B')} per GPU > {fmt(hbm_bytes, 'B')} of HBM"
-    offload = _offload_that_fits(graph, plan, hbm_bytes) if offload_ok else None
+    offload = offload_that_fits(graph, plan, hbm_bytes) if offload_ok else None
     whose = "1 layer's" if offload and offload[0] == 1 else f"{offload[0] if offload else 0} layers'"
     also = f"; or offloading {whose} activations {fmt(offload[1], 'B')}" if offload else ""
     stronger = RECOMPUTE_LEVELS[RECOMPUTE_LEVELS.index(plan.recompute) + 1:]
@@ -246,7 +246,7 @@ def fit_message(graph: Graph, plan: ParallelPlan, hbm_bytes: float, need_bytes: 
     return msg
 
 
-def _offload_that_fits(graph: Graph, plan: ParallelPlan, hbm_bytes: float) -> tuple[int, float] | None:
+def offload_that_fits(graph: Graph, plan: ParallelPlan, hbm_bytes: float) -> tuple[int, float] | None:
     """(the fewest offloaded layers whose peak fits, that peak), or None where Megatron-Core would
     not offload this plan or no count fits. The peak falls as the count grows (resident_bytes)."""
     if plan.offload_refusal() is not None:

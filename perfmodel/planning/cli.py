@@ -11,10 +11,11 @@ from perfmodel.units import fmt
 
 
 def search_main(a: argparse.Namespace) -> int:
-    from perfmodel.planning.search import layout_label, search
+    from perfmodel.planning.search import SearchSpace, layout_label, search
 
     res = search(a.workload, a.hardware, a.n_gpus, a.global_batch, seq_len=a.seq_len, precision=a.precision,
-                 calibration=a.calibration, framework=a.framework)
+                 calibration=a.calibration, framework=a.framework,
+                 space=SearchSpace(offload_activations=getattr(a, "offload", False)))
     top = res.table.head(a.top)
     if a.json:
         print(json.dumps({"workload": res.spec.id, "system": res.system.name, "n_layouts": res.n_layouts,

@@ -33,6 +33,7 @@ from perfmodel.errors import LayoutError
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import System
 from perfmodel.hardware.catalog import resolve_hardware as catalog_resolve_hardware
+from perfmodel.memory import offload_that_fits
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.planning.evaluate import Evaluator
 from perfmodel.planning.space import RECOMPUTES, SCHEDULES, SearchSpace, layout_grid
@@ -42,7 +43,7 @@ from perfmodel.workload.spec import ModelSpec
 
 Objective = Literal["step_time", "cost", "tokens_per_joule"]
 LAYOUT_COLUMNS = ["world", "dp", "tp", "pp", "cp", "ep", "vp", "sequence_parallel", "zero_stage", "micro_batch",
-                  "recompute", "schedule", "num_micro_batches"]
+                  "recompute", "schedule", "num_micro_batches", "offload_activations"]
 
 
 def resolve_hardware(cluster: str | System, n_gpus: int) -> System:
@@ -136,7 +137,8 @@ def row_plan(row: pd.Series, global_batch: int, seq_len: int, precision: str,
                         sequence_parallel=bool(row["sequence_parallel"]), zero_stage=int(row["zero_stage"]),
                         micro_batch=int(row["micro_batch"]), global_batch=global_batch, seq_len=seq_len,
                         recompute=str(row["recompute"]), precision=precision,
-                        schedule=None if sched == default or pp == 1 else sched, moe_dispatcher=moe_dispatcher)
+                        schedule=None if sched == default or pp == 1 else sched, moe_dispatcher=moe_dispatcher,
+                        offload_activations=int(row.get("offload_activations", 0)))
 
 
 def search(workload: str | ModelSpec, cluster: str | System, n_gpus: int, global_batch: int, *,
@@ -159,9 +161,48 @@ def search(workload: str | ModelSpec, cluster: str | System, n_gpus: int, global
     ev = evaluator(spec, calibrated_system(system, prof, fw), seq, precision, fw.moe_dispatcher if fw else None, fw)
     out = ev.evaluate(grid, space.overlap_dp_comm, space.overlap_fsdp_prefetch) if len(grid["tp"]) else {
         "step_time_s": np.empty(0), "memory_bytes": np.empty(0)}
+    out["offload_activations"] = np.zeros(len(grid["tp"]), dtype=np.int64)
+    if space.offload_activations and system.node.host_link is not None and system.accelerator.kind == "gpu":
+        _offload_where_needed(ev, grid, out, system.accelerator.hbm_bytes - space.min_headroom_bytes, global_batch,
+                              space)
     table = _table(spec, system, grid, out, global_batch, seq, precision, space, objective)
     return SearchResult(spec, system, global_batch, seq, precision, objective, table, len(grid["tp"]),
                         time.perf_counter() - t0, prof, framework)
+
+
+def _offload_where_needed(ev: Evaluator, grid: dict[str, np.ndarray], out: dict[str, np.ndarray], budget: float,
+                          global_batch: int, space: SearchSpace) -> None:
+    """Rows that do not fit in `budget` but would with activation offloading (pp 1, no recompute:
+    where Megatron-Core offloads) get the fewest offloaded layers that fit and the analytic
+    engine's step and memory under them, in place. Such layouts are few (one per tp, cp, ep, sp,
+    micro-batch, dp and ZeRO stage), so each is costed by the engine itself."""
+    none = RECOMPUTES.index("none")
+    rows = np.flatnonzero((out["memory_bytes"] > budget) & (grid["pp"] == 1) & (grid["rec"] == none))
+    if not len(rows):
+        return
+    cols = ("tp", "cp", "ep", "sp", "mb", "dp", "zero", "vp")
+    done: dict[tuple[int, ...], tuple[int, float, float] | None] = {}
+    for i in rows.tolist():
+        key = tuple(int(grid[c][i]) for c in cols)
+        if key not in done:
+            done[key] = _offloaded(ev, dict(zip(cols, key, strict=True)), budget, global_batch, space)
+        got = done[key]
+        if got is not None:
+            out["offload_activations"][i], out["step_time_s"][i], out["memory_bytes"][i] = got
+
+
+def _offloaded(ev: Evaluator, k: dict[str, int], budget: float, global_batch: int,
+               space: SearchSpace) -> tuple[int, float, float] | None:
+    """(offloaded layers, step seconds, peak bytes) of one layout under the fewest offloaded layers
+    that fit, as `perfmodel.estimate` computes them; None where no count fits or the stack refuses."""
+    plan = ev.plan(tp=k["tp"], cp=k["cp"], ep=k["ep"], sequence_parallel=bool(k["sp"]), micro_batch=k["mb"],
+                   dp=k["dp"], zero_stage=k["zero"], vp=k["vp"], pp=1, recompute="none", global_batch=global_batch,
+                   overlap_dp_comm=space.overlap_dp_comm, overlap_fsdp_prefetch=space.overlap_fsdp_prefetch)
+    fits = offload_that_fits(ev.graph(k["tp"], k["cp"], k["ep"], k["sp"], k["mb"]), plan, budget)
+    if fits is None:
+        return None
+    est = run_engine("analytic", ev.spec, ev.system, plan.model_copy(update={"offload_activations": fits[0]}))
+    return fits[0], est.step_time_s, est.memory_per_gpu_bytes
 
 
 def _table(spec: ModelSpec, system: System, grid: dict[str, np.ndarray], out: dict[str, np.ndarray], global_batch: int,
@@ -180,7 +221,8 @@ def _table(spec: ModelSpec, system: System, grid: dict[str, np.ndarray], out: di
         "world": g["world"], "dp": g["dp"], "tp": g["tp"], "pp": g["pp"], "cp": g["cp"], "ep": g["ep"], "vp": g["vp"],
         "sequence_parallel": g["sp"].astype(bool), "zero_stage": g["zero"], "micro_batch": g["mb"],
         "recompute": np.asarray(RECOMPUTES, dtype=object)[g["rec"]], "schedule": np.asarray(SCHEDULES, dtype=object)[g["sched"]],
-        "num_micro_batches": g["m"], "step_time_s": step, "memory_bytes": out["memory_bytes"][fit],
+        "num_micro_batches": g["m"], "offload_activations": out["offload_activations"][fit],
+        "step_time_s": step, "memory_bytes": out["memory_bytes"][fit],
         "headroom_bytes": headroom[fit], "tokens_per_s": tokens / step, "mfu": model_flop / (step * world * peak),
     })
     if objective == "cost":
@@ -201,7 +243,7 @@ def layout_label(row: pd.Series | ParallelPlan) -> str:
     if isinstance(row, ParallelPlan):
         d = {"dp": row.dp, "tp": row.tp, "pp": row.pp, "cp": row.cp, "ep": row.ep, "vp": row.vp,
              "sequence_parallel": row.sequence_parallel, "zero_stage": row.zero_stage, "micro_batch": row.micro_batch,
-             "recompute": row.recompute, "schedule": row.schedule_name}
+             "recompute": row.recompute, "schedule": row.schedule_name, "offload_activations": row.offload_activations}
     else:
         d = dict(row)
     parts = [f"dp {d['dp']}", f"tp {d['tp']}", f"pp {d['pp']}"]
@@ -209,6 +251,8 @@ def layout_label(row: pd.Series | ParallelPlan) -> str:
     parts += ["sp"] if d["sequence_parallel"] else []
     parts += [f"zero {d['zero_stage']}", f"mb {d['micro_batch']}"]
     parts += [f"recompute {d['recompute']}"] if d["recompute"] != "none" else []
+    off = int(d.get("offload_activations", 0) or 0)
+    parts += [f"offload {off}"] if off else []
     parts += [str(d["schedule"])] if int(d["pp"]) > 1 else []
     return " ".join(parts)
 

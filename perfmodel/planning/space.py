@@ -51,6 +51,10 @@ class SearchSpace(BaseModel):
     min_headroom_bytes: float = Field(0.0, ge=0, description="HBM left free per GPU for a layout to count as fitting")
     overlap_dp_comm: bool = True
     overlap_fsdp_prefetch: bool = True
+    offload_activations: bool = Field(False, description=(
+        "also try activation offloading (Megatron-Core cpu_offloading_num_layers) on a layout that does not "
+        "fit otherwise: where Megatron-Core accepts it (pp 1, no recompute) on a node with a host link, the "
+        "fewest offloaded layers that fit"))
 
     @field_validator("schedules")
     @classmethod
