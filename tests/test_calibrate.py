@@ -100,3 +100,47 @@ def test_calibration_package_has_no_import_cycle():
         imported = {n.module.rsplit(".", 1)[-1] for n in ast.walk(tree)
                     if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("perfmodel.calibration.")}
         assert imported <= set(order[:i]), (name, imported - set(order[:i]))
+
+
+def _t1(bf16_rates: dict[tuple[int, int, int], float]) -> dict:
+    return {"gemm_fp32": [{"m": 256, "n": 256, "k": 256, "flop_per_s": 9e10}],
+            "gemm_bf16": [{"m": m, "n": n, "k": k, "flop_per_s": r} for (m, n, k), r in bf16_rates.items()]}
+
+
+def test_calibration_asks_for_per_shape_rates_only_where_one_rate_cannot_serve():
+    from perfmodel.calibration.spec_writer import shape_dependent
+
+    # Zen 3 (torch 2.14, AVX2 only): bf16 256^3 3.36 GFLOP/s, 256 x 2048 x 2048 0.83 (measured 2026-12-05)
+    assert shape_dependent(_t1({(256, 256, 256): 3.36e9, (256, 2048, 2048): 0.83e9}))
+    # Zen 4 (AVX512_BF16): 177-213 GFLOP/s over nine shapes
+    assert not shape_dependent(_t1({(256, 256, 256): 196.3e9, (512, 512, 512): 213.3e9, (8192, 256, 256): 176.7e9}))
+
+
+def test_gemm_by_shape_runs_each_gemm_at_its_nearest_measured_shape():
+    """A CPU spec whose bf16 rates differ 4x by shape: with gemm_by_shape a GEMM takes the rate of
+    the measured shape whose weight is within 2x of its own; without it (or out of reach) every
+    GEMM takes the best (the MAMF)."""
+    from perfmodel.compute.ops import gemm_cost, gemm_rate_flop_per_s, shape_rate_flop_per_s
+    from perfmodel.hardware.catalog import load_catalog
+
+    base = load_catalog().accelerator("host-cpu-zen3")
+    d = base.model_dump()
+    d["calibration"]["gemm_shapes"] = [
+        {"precision": "bf16", "m": 256, "n": 256, "k": 256, "achieved": "3.2 GFLOP/s", "source": "calib"},
+        {"precision": "bf16", "m": 256, "n": 2048, "k": 2048, "achieved": "0.8 GFLOP/s", "source": "calib"},
+    ]
+    d["calibration"]["gemm_max_achievable"]["bf16"]["value"] = "3.2 GFLOP/s"
+    d["calibration"]["gemm_by_shape"] = False
+    flat = Accelerator.model_validate(d)
+    by_shape = Accelerator.model_validate({**d, "calibration": {**d["calibration"], "gemm_by_shape": True}})
+    e = by_shape.in_model_efficiency
+    assert shape_rate_flop_per_s(flat, 256, 2048, 2048, "bf16") is None
+    assert shape_rate_flop_per_s(by_shape, 200, 2048, 1800, "bf16") == pytest.approx(0.8e9 * e)
+    assert shape_rate_flop_per_s(by_shape, 300, 300, 200, "bf16") == pytest.approx(3.2e9 * e)
+    # a weight more than 2x from every measured one (8192 x 128): no point is carried that far
+    assert shape_rate_flop_per_s(by_shape, 1024, 8192, 128, "bf16") is None
+    assert gemm_rate_flop_per_s(by_shape, "bf16") == pytest.approx(3.2e9 * e)
+    # a 256 x 2048 x 2048 GEMM: 2.147 GFLOP, compute-bound on this core
+    slow, fast = gemm_cost(by_shape, 256, 2048, 2048, "bf16"), gemm_cost(flat, 256, 2048, 2048, "bf16")
+    assert slow.compute_s == pytest.approx(2 * 256 * 2048 * 2048 / (0.8e9 * e))
+    assert slow.compute_s == pytest.approx(4 * fast.compute_s)

@@ -17,6 +17,18 @@ def fmt_si(x: float, unit: str) -> str:
     return fmt(x, unit, 4)
 
 
+def shape_dependent(t1: dict[str, Any], spread: float = 2.0) -> bool:
+    """True when some precision's GEMM rates differ by more than `spread` across the measured
+    shapes: one MAMF and a fixed cost cannot express them (Zen 3, torch's generic bf16 kernel:
+    3.4 GFLOP/s on 256^3, 0.83 on 256 x 2048 x 2048, whose data-gradient GEMM reads an 8 MB
+    weight column-wise), so the spec asks for per-shape rates (calibration.gemm_by_shape)."""
+    for prec in ("fp32", "bf16"):
+        rates = [p["flop_per_s"] for p in t1.get(f"gemm_{prec}", [])]
+        if len(rates) > 1 and max(rates) > spread * min(rates):
+            return True
+    return False
+
+
 def accelerator_yaml(r: dict[str, Any]) -> dict[str, Any]:
     """The host-cpu accelerator spec (one core, one thread) from measured numbers `r`."""
     f = r["facts"]
@@ -41,7 +53,7 @@ def accelerator_yaml(r: dict[str, Any]) -> dict[str, Any]:
         peak = clock * fpc_p
         peaks[prec] = {"value": fmt_si(peak, "FLOP/s"), "source": "peak-arith",
                        "note": f"1 core x {clock / 1e9:.3f} GHz x {fpc_p:g} FLOP/cycle ({why}); dense"}
-    gemm_max: dict[str, Any] = {}
+    gemm_max: dict[str, Any] = {}  # (shape_dependent below decides calibration.gemm_by_shape)
     shapes: list[dict[str, Any]] = []
     for prec in ("fp32", "bf16"):
         pts = t1[f"gemm_{prec}"]
@@ -90,6 +102,7 @@ def accelerator_yaml(r: dict[str, Any]) -> dict[str, Any]:
         "calibration": {
             "gemm_max_achievable": gemm_max,
             "gemm_shapes": shapes,
+            **({"gemm_by_shape": True} if shape_dependent(t1) else {}),
             "hbm_achieved": {"value": fmt_si(mem["triad_Bps"], "B/s"), "source": cal_src,
                              "note": f"torch.add(b, c, alpha=3, out=a) on {_binary(mem['array_bytes'])} fp32 arrays "
                                      f"(3 arrays counted); copy_ {fmt_si(mem['copy_Bps'], 'B/s')} (2 counted)"},

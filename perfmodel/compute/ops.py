@@ -11,6 +11,9 @@ GEMM   t = ((F/R)^p + (B/W)^p)^(1/p) + t0                                       
        GEMM 802816x192x768 runs 1.50 ms where max() says 0.93 ms and a sum says 1.83 ms; p = 2
        gives 1.29 ms), t0 the fixed fill/drain time of one kernel, fitted per accelerator to its
        calibration `gemm_shapes` (A100: about 10 us, from the 1024^3 and 2048^3 points).
+       A CPU spec whose measured rates differ more than 2x by shape (calibration.gemm_by_shape:
+       torch's generic bf16 kernel on an AVX2-only core) runs a GEMM at the measured rate of the
+       shape whose weight is within 2x of its own (shape_rate_flop_per_s), else at R.
        Without a MAMF measurement of its own a part takes the derating rule of
        perfmodel.hardware.derating: the median MAMF/peak of the parts that measured it, from
        the nearest of its generation, vendor, kind or any accelerator (MI325X: MI300X's 0.511).
@@ -164,11 +167,32 @@ def _soft_roofline(tc: float, tm: float) -> float:
     return (tc**p + tm**p) ** (1.0 / p)
 
 
+def shape_rate_flop_per_s(acc: Accelerator, m: int, n: int, k: int, precision: str) -> float | None:
+    """Where the spec says one MAMF does not describe its GEMMs (calibration.gemm_by_shape): the
+    rate of a measured shape of this precision whose weight [n, k] is within 2x of this one's in
+    both dimensions (the nearest in log n, log k, then log m), times the in-model efficiency as R
+    is. A generic kernel's rate follows its weight operand (the data-gradient GEMM reads it
+    column-wise: Zen 3 bf16, 3.4 GFLOP/s on a 256 x 256 weight, 0.86 on 2048 x 2048 whatever m),
+    and no point is carried further than 2x: beyond it the MAMF path stands. Each point is a
+    Linear's forward, data-gradient and weight-gradient GEMMs together (bench_gemm), so a layer's
+    forward plus backward takes the measured total. None elsewhere."""
+    if not acc.calibration.gemm_by_shape:
+        return None
+    fmt = gemm_precision(precision)
+    reach = math.log(2.0) + 1e-9
+    pts = [p for p in acc.calibration.gemm_shapes if p.precision == fmt
+           and abs(math.log(p.n / n)) <= reach and abs(math.log(p.k / k)) <= reach]
+    if not pts:
+        return None
+    near = min(pts, key=lambda p: (math.log(p.n / n) ** 2 + math.log(p.k / k) ** 2, abs(math.log(p.m / m))))
+    return near.achieved_flop_per_s * low_precision_in_model_efficiency(acc, precision)
+
+
 def gemm_cost(acc: Accelerator, m: int, n: int, k: int, precision: str, batch: int = 1,
               flop_scale: float = 1.0) -> OpCost:
     """One (batched) GEMM [m,k]x[k,n] of `batch` matrices, `flop_scale` times its FLOPs (the
     backward pass runs two GEMMs of the same size: dgrad and wgrad)."""
-    R = gemm_rate_flop_per_s(acc, precision)
+    R = shape_rate_flop_per_s(acc, m, n, k, precision) or gemm_rate_flop_per_s(acc, precision)
     el = registry.get(precision).gemm_operand_bytes
     flop = 2.0 * m * n * k * batch * flop_scale
     tc = flop / R

@@ -91,6 +91,10 @@ class AcceleratorCalibration(_Strict):
 
     gemm_max_achievable: dict[Precision, Sourced] = Field(default_factory=dict)
     gemm_shapes: list[GemmPoint] = Field(default_factory=list)
+    gemm_by_shape: bool = Field(False, description=(
+        "the measured GEMM rates differ by more than 2x across shapes (a CPU without native kernels for a "
+        "format: torch's generic bf16 GEMM on AVX2), which one MAMF and a fixed cost cannot express: each GEMM "
+        "runs at the rate of the nearest measured shape of its precision (perfmodel calibrate sets it)"))
     hbm_achieved: Sourced | None = None
     optimizer_step_per_param: Sourced | None = Field(
         None, description="measured optimizer step seconds per parameter (else 38 B/param through HBM)")
