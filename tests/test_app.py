@@ -457,3 +457,19 @@ def test_a_link_naming_an_uploaded_profile_falls_back_to_default_and_says_so() -
                                   sequence_parallel=True)
     assert float(metric(at, "Step time (s)")) == pytest.approx(perfmodel.estimate("gpt3-175b", "a100-sxm4-80gb", plan).step_time_s,
                                                                rel=1e-3)
+
+
+def test_search_page_offloading_checkbox_adds_offloaded_layouts() -> None:
+    """Llama-3-8B at 8k tokens on 8 H100 (PCIe host link): with the box ticked, layouts that fit
+    only by offloading activations are ranked too, and their label says how many layers."""
+    pytest.importorskip("perfmodel.planning")
+    query = dict(page="Layout search", workload="llama3-8b", acc="h100-sxm5-80gb", gpus="8", gb="64", seq="8192",
+                 top="500")
+    off, on = app(**query), app(**query, search_offload="true")
+    for at in (off, on):
+        no_exception(at)
+        assert not errors(at)
+    fit_off, fit_on = (int(metric(at, "Layouts that fit").replace(",", "")) for at in (off, on))
+    assert fit_on > fit_off
+    assert on.dataframe[0].value["layout"].str.contains(" offload ").any()
+    assert not off.dataframe[0].value["layout"].str.contains(" offload ").any()
