@@ -41,7 +41,8 @@ def _key(name: str) -> str:
 
 
 def by_name(model: str, workloads: dict[str, ModelSpec]) -> ModelSpec | None:
-    """The workload whose id or name is `model` up to case, separators and an `org/` prefix."""
+    """The workload whose id or name is `model` up to case, separators, an `org/` prefix and
+    checkpoint suffixes (_key); None when none is, or when several different networks are."""
     key = _key(model)
     hits = sorted((s for s in workloads.values() if key in (_key(s.id), _key(s.name))), key=lambda s: s.id)
     # two ids for one network (llama3-405b and llama3.1-405b) are one answer
