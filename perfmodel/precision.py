@@ -44,7 +44,6 @@ Sources (Transformer Engine recipe API, transformer_engine.common.recipe):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, Literal
@@ -53,6 +52,7 @@ from pydantic import BeforeValidator
 from pydantic_core import PydanticCustomError
 
 from perfmodel.errors import PrecisionError
+from perfmodel.names import spelling
 
 DEFAULT_PRECISION = "bf16"
 
@@ -199,7 +199,7 @@ def canonical(name: str) -> str | None:
     """The registry name of `name` (itself or an alias, any case), None if it is none."""
     if name in PRECISIONS:
         return name
-    key = re.sub(r"[\s_]+", "-", name.strip().lower())
+    key = spelling(name)
     if key in PRECISIONS:
         return key
     return next((p.name for p in PRECISIONS.values() if key in p.aliases), None)

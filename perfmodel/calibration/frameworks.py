@@ -146,12 +146,12 @@ held in 16 bits (no autocast casts).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
 from perfmodel.compute.eager import ElementwiseImpl
 from perfmodel.errors import PerfmodelError
+from perfmodel.names import spelling
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.precision import recipe_precision
 from perfmodel.workload.graph import AttentionImpl, CpRing
@@ -299,7 +299,7 @@ ALIASES: dict[str, str] = {
 
 def framework_id(name: str) -> str | None:
     """The stack `name` means (its id, or an alias up to case, spaces and '_'); None if none."""
-    key = re.sub(r"[\s_]+", "-", name.strip().lower())
+    key = spelling(name)
     return key if key in FRAMEWORKS else ALIASES.get(key)
 
 

@@ -29,6 +29,7 @@ from perfmodel.hardware.limits import check_quantities
 from perfmodel.hardware.network import NetworkLevel, network_levels
 from perfmodel.hardware.reading import read_yaml
 from perfmodel.hardware.specs import Accelerator, Cluster, Fabric, Node, Sourced
+from perfmodel.names import spelling
 from perfmodel.units import Dimension, parse_quantity
 
 __all__ = ["Catalog", "System", "add_specs_dir", "load_catalog", "parse_model", "read_yaml", "resolve_hardware",
@@ -170,8 +171,7 @@ def _load_dir(cls: type[T], dirs: list[Path], taken: dict[str, str], problems: l
 
 def name_key(name: str) -> str:
     """A hardware name reduced to what identifies it: lower case, '-' for spaces and '_', no vendor prefix."""
-    key = re.sub(r"[\s_]+", "-", name.strip().lower())
-    return re.sub(r"^(nvidia|amd|intel|google)-", "", key)
+    return re.sub(r"^(nvidia|amd|intel|google)-", "", spelling(name))
 
 
 @dataclass(frozen=True)

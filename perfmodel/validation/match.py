@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 
+from perfmodel.names import spelling
 from perfmodel.workload.spec import ModelSpec
 
 # what a row must give before its columns identify a published model
@@ -35,7 +36,7 @@ def _key(name: str) -> str:
     """`name` reduced to what identifies an architecture: the part after an `org/` prefix, lower
     case, without a `meta-` prefix or checkpoint suffixes (-hf, -base, -instruct, -chat, -it,
     -v0.1, a release date -2507), and without separators: 'meta-llama/Meta-Llama-3.1-8B-Instruct' -> 'llama3.18b'."""
-    key = re.sub(r"[\s_]+", "-", name.rsplit("/", 1)[-1].strip().lower())
+    key = spelling(name.rsplit("/", 1)[-1])
     key = _VARIANT.sub("", key.removeprefix("meta-"))
     return re.sub(r"[^a-z0-9.]", "", key)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from perfmodel import precision as registry
 from perfmodel.errors import PerfmodelError, quote
 from perfmodel.hardware.catalog import System, resolve_system
+from perfmodel.names import spelling
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.validation.match import by_architecture, by_name
 from perfmodel.workload.spec import ModelSpec
@@ -172,7 +173,7 @@ def spelled(vals: dict[str, str], col: str, notes: list[str]) -> str:
     v = vals[col]
     if re.fullmatch(r"\d+\.0*", v.strip()):  # "1.0" from a spreadsheet
         v = v.strip().split(".")[0]
-    key = re.sub(r"[\s_]+", "-", v.strip().lower())
+    key = spelling(v)
     for canon, names in SPELLINGS[col].items():
         if key in names:
             if key != canon and v != canon:
