@@ -27,9 +27,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from perfmodel.parallel.plan import check_offload
 from perfmodel.workload.graph import Layer
+
+if TYPE_CHECKING:
+    from perfmodel.hardware.catalog import System
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,11 @@ class OffloadStall:
     @property
     def total_s(self) -> float:
         return self.fwd_s + self.bwd_s
+
+
+def can_offload(system: System) -> bool:
+    """A GPU whose node has a measured host link: where activation offloading can be costed."""
+    return system.accelerator.kind == "gpu" and system.node.host_link is not None
 
 
 def body_instances(layers: Sequence[tuple[Layer, float]]) -> list[Layer]:
@@ -95,4 +104,4 @@ def resident_bytes(saved_bytes: Sequence[float], n_offload: int) -> float:
     return float(best)
 
 
-__all__ = ["OffloadStall", "body_instances", "offload_stall", "resident_bytes"]
+__all__ = ["OffloadStall", "body_instances", "can_offload", "offload_stall", "resident_bytes"]

@@ -10,6 +10,7 @@ from typing import Any
 from perfmodel.compute.autocast import autocast_on, grad_accumulation_s_per_param
 from perfmodel.compute.ops import gemm_precision
 from perfmodel.engines import closed_forms as cf
+from perfmodel.engines.offload import can_offload
 from perfmodel.engines.stages import (
     StageCost,
     check_imported,
@@ -124,7 +125,7 @@ def finish(inp: StepInputs, engine: str, step_time_s: float, breakdown_s: dict[s
     msgs = list(inp.messages)
     mem = peak_memory(graph, plan)
     over = fit_message(graph, plan, acc.hbm_bytes, mem.total_bytes,
-                       offload_ok=acc.kind == "gpu" and inp.system.node.host_link is not None)
+                       offload_ok=can_offload(inp.system))
     if over is not None:
         msgs.append(over)
     if plan.offload_activations:

@@ -27,6 +27,7 @@ from perfmodel.calibration.frameworks import Framework, apply_framework
 from perfmodel.calibration.frameworks import framework as get_framework
 from perfmodel.calibration.profile import NONE, Profile, calibrated_system, load_profile, with_interval
 from perfmodel.compute.ops import gemm_precision
+from perfmodel.engines.offload import can_offload
 from perfmodel.engines.registry import DEFAULT_ENGINE, run_engine
 from perfmodel.engines.stages import model_flop_per_step
 from perfmodel.errors import LayoutError
@@ -162,7 +163,7 @@ def search(workload: str | ModelSpec, cluster: str | System, n_gpus: int, global
     out = ev.evaluate(grid, space.overlap_dp_comm, space.overlap_fsdp_prefetch) if len(grid["tp"]) else {
         "step_time_s": np.empty(0), "memory_bytes": np.empty(0)}
     out["offload_activations"] = np.zeros(len(grid["tp"]), dtype=np.int64)
-    if space.offload_activations and system.node.host_link is not None and system.accelerator.kind == "gpu":
+    if space.offload_activations and can_offload(system):
         _offload_where_needed(ev, grid, out, system.accelerator.hbm_bytes - space.min_headroom_bytes, global_batch,
                               space)
     table = _table(spec, system, grid, out, global_batch, seq, precision, space, objective)
