@@ -232,8 +232,11 @@ def fit_message(graph: Graph, plan: ParallelPlan, hbm_bytes: float, need_bytes: 
         return None
     msg = f"does not fit: {fmt(need, 'B')} per GPU > {fmt(hbm_bytes, 'B')} of HBM"
     offload = offload_that_fits(graph, plan, hbm_bytes) if offload_ok else None
-    whose = "1 layer's" if offload and offload[0] == 1 else f"{offload[0] if offload else 0} layers'"
-    also = f"; or offloading {whose} activations {fmt(offload[1], 'B')}" if offload else ""
+    also = ""
+    if offload is not None:
+        n, peak = offload
+        whose = "1 layer's" if n == 1 else f"{n} layers'"
+        also = f"; or offloading {whose} activations {fmt(peak, 'B')}"
     stronger = RECOMPUTE_LEVELS[RECOMPUTE_LEVELS.index(plan.recompute) + 1:]
     # recompute replaces offloading (Megatron-Core takes one or the other, ParallelPlan.offload_refusal)
     instead = " and no offload" if plan.offload_activations else ""

@@ -53,7 +53,7 @@ def accelerator_yaml(r: dict[str, Any]) -> dict[str, Any]:
         peak = clock * fpc_p
         peaks[prec] = {"value": fmt_si(peak, "FLOP/s"), "source": "peak-arith",
                        "note": f"1 core x {clock / 1e9:.3f} GHz x {fpc_p:g} FLOP/cycle ({why}); dense"}
-    gemm_max: dict[str, Any] = {}  # (shape_dependent below decides calibration.gemm_by_shape)
+    gemm_max: dict[str, Any] = {}
     shapes: list[dict[str, Any]] = []
     for prec in ("fp32", "bf16"):
         pts = t1[f"gemm_{prec}"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from perfmodel.calibration.frameworks import FRAMEWORKS, apply_framework, framework, framework_id
+from perfmodel.calibration.frameworks import FRAMEWORKS, apply_framework, framework_id
 from perfmodel.calibration.profile import Profile, calibrated_system, load_profile, with_interval
 from perfmodel.engines.registry import get_engine, run_engine
 from perfmodel.errors import MAX_QUOTE, PerfmodelError, clip
@@ -36,14 +36,14 @@ def predict_row(row: dict[str, str], workloads: dict, engine: str = "analytic", 
             raise RowError("column run_id is empty; allowed: a unique id")
         run = row_run(row, workloads)
         fw_name = framework_name or row.get("framework") or None
-        if fw_name and framework_id(fw_name) is None:
+        fw_id = framework_id(fw_name) if fw_name else None
+        if fw_name and fw_id is None:
             # a stack perfmodel has no mechanisms for: predicted as an empty framework, and said
             run.notes.append(f"framework {fw_name!r} is not one perfmodel models (known: {', '.join(FRAMEWORKS)}): "
                              "ran with no stack's mechanisms")
-            fw_name = None
-        elif fw_name and framework_id(fw_name) != fw_name:
-            run.notes.append(f"framework {fw_name!r} read as {framework_id(fw_name)}")
-        fw = framework(fw_name) if fw_name else None
+        elif fw_id != fw_name:
+            run.notes.append(f"framework {fw_name!r} read as {fw_id}")
+        fw = FRAMEWORKS[fw_id] if fw_id else None
         if fw is not None:
             run.plan = apply_framework(run.plan, fw)
         if attention_impl and attention_impl != run.plan.attention_impl:
