@@ -160,8 +160,9 @@ def test_nvl72_is_racks_repeated_as_needed() -> None:
 
 def test_tp8_on_nvl72_stays_in_nvlink_while_dp_spans_racks() -> None:
     """tp 8, dp 32 on 256 GB200: the tp group is inside the rack; a dp group (stride 8) has
-    72 / 8 = 9 ranks per rack and spans ceil(32 / 9) = 4 racks. For 1 GB:
-      across: 2*31/32 * 1e9 / (9 ranks * 50 GB/s)           = 4.30556 ms
+    72 / 8 = 9 ranks per rack and spans ceil(32 / 9) = 4 racks. For 1 GB, with the ConnectX-7
+    NICs at 0.95 of 50 GB/s:
+      across: 2*31/32 * 1e9 / (9 ranks * 47.5 GB/s)         = 4.53216 ms
       inside: NVLS all-reduce over 9: (8.4 us + 1e9 / (900e9 * 0.756)) * 31/32 = 1.43193 ms
       latency: 8.4 us + 2 * ceil(log2 4) * (3 * 0.6 us)     = 15.6 us"""
     system, _ = resolve_system("gb200", "nvl72", 256)
@@ -170,9 +171,9 @@ def test_tp8_on_nvl72_stays_in_nvlink_while_dp_spans_racks() -> None:
     assert collective_time_s(system, "all_reduce", 1e9, 8, 1) == pytest.approx(intra_time_s(system, "all_reduce", 1e9, 8))
     dp = placement(system, 32, 8)
     assert dp.per_unit == (9, 32) and dp.domains == 4
-    expected = 2 * 31 / 32 * 1e9 / (9 * 50e9) + 8.4e-6 + 4 * 1.8e-6
+    expected = 2 * 31 / 32 * 1e9 / (9 * 0.95 * 50e9) + 8.4e-6 + 4 * 1.8e-6
     assert collective_time_s(system, "all_reduce", 1e9, 32, 8) == pytest.approx(expected, rel=1e-9)
-    assert expected == pytest.approx(4.3212e-3, rel=1e-4)
+    assert expected == pytest.approx(4.5478e-3, rel=1e-4)
 
 
 def test_no_nics_means_one_domain() -> None:
