@@ -115,7 +115,7 @@ def test_every_number_in_this_catalogue_cites_a_references_key(cat: catalog.Cata
 @pytest.mark.parametrize("written, acc_id", [
     ("H100", "h100-sxm5-80gb"), ("NVIDIA H100 80GB HBM3", "h100-sxm5-80gb"), ("H100_SXM5_80GB", "h100-sxm5-80gb"),
     ("NVIDIA A100-SXM4-40GB", "a100-sxm4-40gb"), ("A100", "a100-sxm4-80gb"), ("B200", "b200"), ("GB200", "gb200"),
-    ("AMD Instinct MI300X", "mi300x"), ("h200", "h200-sxm-141gb"),
+    ("AMD Instinct MI300X", "mi300x"), ("h200", "h200-sxm-141gb"), ("NVIDIA H800", "h800-sxm5-80gb"),
 ])
 def test_an_accelerator_written_another_way_is_found_and_said(written: str, acc_id: str) -> None:
     system, msgs = resolve_system(written, None, 8)
@@ -123,7 +123,7 @@ def test_an_accelerator_written_another_way_is_found_and_said(written: str, acc_
     assert f"accelerator {written!r} read as {acc_id}" in msgs[0]
 
 
-@pytest.mark.parametrize("written", ["h100-pcie", "h800", "a100-pcie", "B100"])
+@pytest.mark.parametrize("written", ["h100-pcie", "h20", "a100-pcie", "B100"])
 def test_a_chip_the_catalogue_lacks_is_not_guessed(written: str) -> None:
     with pytest.raises(catalog.UnknownIdError, match=f"unknown accelerator '{written}'; known: a100-sxm4-40gb"):
         resolve_system(written, None, 8)
@@ -581,3 +581,19 @@ def test_host_cpu_prefers_this_machines_own_calibration(monkeypatch: pytest.Monk
         assert cat.accelerator("host-cpu").id == "host-cpu-zen4"
     finally:
         catalog._load.cache_clear()
+
+
+def test_h800_is_h100_compute_on_a_narrower_nvlink() -> None:
+    """H800 keeps H100 SXM5's die (same dense peaks, HBM and derived GEMM rate) and cuts NVLink to
+    400 GB/s bidirectional: 200 GB/s one-way x 0.80 (DeepSeek's 160 GB/s) for a ring, so an
+    8-GPU ring all-reduce of 1 GB takes 2 * 7/8 * 1e9 / 160e9 + 8.4 us."""
+    from perfmodel.comm.collectives import intra_time_s
+    from perfmodel.compute.ops import gemm_rate_flop_per_s
+
+    h800, _ = resolve_system("h800", None, 8)
+    h100, _ = resolve_system("h100", None, 8)
+    assert h800.node.id == "hgx-h800"
+    assert h800.accelerator.matrix_peak_flop_per_s("bf16") == h100.accelerator.matrix_peak_flop_per_s("bf16")
+    assert gemm_rate_flop_per_s(h800.accelerator, "fp8") == pytest.approx(gemm_rate_flop_per_s(h100.accelerator, "fp8"), rel=0.03)
+    assert intra_time_s(h800, "all_reduce", 1e9, 8) == pytest.approx(2 * 7 / 8 * 1e9 / 160e9 + 8.4e-6, rel=1e-9)
+    assert intra_time_s(h800, "all_reduce", 1e9, 8) > 2 * intra_time_s(h100, "all_reduce", 1e9, 8)
