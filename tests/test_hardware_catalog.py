@@ -302,6 +302,26 @@ def test_training_precisions_must_have_a_matrix_peak(cat: catalog.Catalog) -> No
         catalog.parse_model(Accelerator, {**a100.model_dump(), "training_precisions": ["bf16", "fp8"]}, "a100.yaml")
 
 
+def test_a_spec_without_an_fp32_vector_peak_is_refused_at_load(cat: catalog.Catalog) -> None:
+    """The memory-bound ops' arithmetic runs at the FP32 vector peak: a spec without it is an
+    error naming the file and field, not a KeyError in the middle of an estimate."""
+    a100 = cat.accelerator("a100-sxm4-80gb").model_dump()
+    vec = {k: v for k, v in a100["vector_peak"].items() if k not in ("fp32", "bf16", "fp16")}
+    with pytest.raises(SpecError, match=r"vector_peak\.fp32") as e:
+        catalog.parse_model(Accelerator, {**a100, "vector_peak": vec}, "a100.yaml")
+    assert "a100.yaml" in str(e.value)
+
+
+def test_mi355x_peaks_follow_from_the_per_cu_rate(cat: catalog.Catalog) -> None:
+    """256 CUs x 8192 FP8 FLOP per clock x 2.4 GHz = 5.033 PFLOP/s; bf16 half of it."""
+    mi355x = cat.accelerator("mi355x")
+    assert mi355x.matrix_peak_flop_per_s("fp8") == pytest.approx(256 * 8192 * 2.4e9, rel=1e-3)
+    assert mi355x.matrix_peak_flop_per_s("bf16") == pytest.approx(256 * 4096 * 2.4e9, rel=1e-3)
+    system, msgs = resolve_system("AMD Instinct MI355X", None, 16)
+    assert system.accelerator.id == "mi355x" and system.node.id == "mi355x-platform"
+    assert "read as mi355x" in msgs[0]
+
+
 # --- calibration never beats the datasheet ----------------------------------------------------
 def _peak(acc: Accelerator, precision: str) -> float:
     return acc.matrix_peak_flop_per_s(precision)

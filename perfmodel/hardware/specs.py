@@ -185,6 +185,12 @@ class Accelerator(_Strict):
             checks[f"matrix_peak.{prec}"] = (s, "flop_per_s")
         for prec, s in self.vector_peak.items():
             checks[f"vector_peak.{prec}"] = (s, "flop_per_s")
+        usable = registry.VECTOR_PEAK_FALLBACK  # what vector_peak_flop_per_s('fp32') reads, in order
+        if not any(p in self.vector_peak for p in usable):
+            # the memory-bound ops' arithmetic (compute/ops.memory_bound_cost) runs at it
+            raise SpecError("vector_peak.fp32", f"missing (vector_peak lists {sorted(self.vector_peak)})",
+                            "the FP32 vector (non-matrix) peak, e.g. {value: 66.9 TFLOP/s, source: ...}, or where "
+                            f"none is published the widest of {', '.join(usable)} that is")
         cal = self.calibration
         for prec, s in cal.gemm_max_achievable.items():
             checks[f"calibration.gemm_max_achievable.{prec}"] = (s, "flop_per_s")
