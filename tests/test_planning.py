@@ -258,6 +258,17 @@ def test_compare_report(tmp_path) -> None:
         assert "vegaEmbed" in (tmp_path / "report.html").read_text()
 
 
+def test_compare_and_search_take_an_accelerator_as_people_write_it() -> None:
+    """'H100' is read as h100-sxm5-80gb: information, not a fallback the search must refuse (it
+    did: 'LayoutError: hardware 'h100': accelerator 'h100' read as ...'); an unknown system
+    for an accelerator still is one."""
+    df = compare("llama3-8b", ["H100", "h100-sxm5-80gb"], 8, 64)
+    rows = df.set_index("candidate")
+    assert rows.loc["H100", "step_time_s"] == pytest.approx(rows.loc["h100-sxm5-80gb", "step_time_s"])
+    assert not rows.loc["H100", "message"] or "read as" not in str(rows.loc["H100", "message"])
+    assert search("llama3-8b", "H100", 8, 64).table["step_time_s"].iloc[0] > 0
+
+
 def test_cli_search_and_compare(capsys, tmp_path) -> None:
     from perfmodel.cli import main
 

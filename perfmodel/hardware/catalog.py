@@ -473,9 +473,11 @@ def resolve_system(accelerator: str | None, system: str | None, n_gpus: int, gpu
     if acc_id is None:
         raise UnknownIdError("no accelerator and no system given")
     acc = cat.accelerator_named(acc_id)
-    if acc.id != acc_id:
-        msgs.append(f"accelerator {acc_id!r} read as {acc.id} ({acc.name})")
+    # notes travel with the System and are information, not a fallback (planning/search.py refuses
+    # fallbacks): how a written name was read, which CPU `host-cpu` is here, the racks a run spans
     host_notes: list[str] = []
+    if acc.id != acc_id:
+        host_notes.append(f"accelerator {acc_id!r} read as {acc.id} ({acc.name})")
     stand_in = False
     if HOST_CPU in (accelerator, system) or system == HOST_NODE:
         target, why, matched = cat.host_cpu
