@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 
 import numpy as np
@@ -278,6 +279,11 @@ def test_cli_search_and_compare(capsys, tmp_path) -> None:
     assert main(["compare", "llama3.2-1b", "--hardware", A100, "--n-gpus", "8", "--global-batch", "64",
                  "--tokens", "1e10"]) == 0
     assert A100 in capsys.readouterr().out
+    # --json: each row's plan as its fields (not the model class's attributes)
+    assert main(["compare", "llama3.2-1b", "--hardware", A100, "--n-gpus", "8", "--global-batch", "64", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["plan"]["dp"] * rows[0]["plan"]["tp"] * rows[0]["plan"]["pp"] * rows[0]["plan"]["cp"] == 8
+    assert "model_fields" not in rows[0]["plan"]
 
 
 def test_row_plan_round_trip() -> None:

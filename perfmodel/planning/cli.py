@@ -41,7 +41,10 @@ def compare_main(a: argparse.Namespace) -> int:
                  electricity_usd_per_kwh=a.electricity_usd_per_kwh, calibration=a.calibration, framework=a.framework)
     line = f"{a.workload}, {a.n_gpus} GPUs, global batch {a.global_batch}, {tokens:.3g} tokens"
     if a.json:
-        print(df.to_json(orient="records", indent=2))
+        # the plan column holds ParallelPlan objects: pandas would serialise their class attributes
+        out = df.assign(plan=[p.model_dump(mode="json") if p is not None and hasattr(p, "model_dump") else None
+                              for p in df["plan"]]) if "plan" in df else df
+        print(out.to_json(orient="records", indent=2))
     else:
         print(markdown(df, line))
     if a.out:
