@@ -44,7 +44,7 @@ WHATIF = {  # key -> (label, System.scaled keyword)
 USER_ERRORS = (PerfmodelError, ValueError, KeyError)
 ZERO_LABELS = {0: "0: no sharding", 1: "1: optimizer states sharded", 2: "2: + gradients", 3: "3: + weights (FSDP)"}
 SCHEDULE_LABELS = {"auto": "automatic", "1f1b": "1F1B", "interleaved": "interleaved 1F1B", "gpipe": "GPipe",
-                   "zb-h1": "zero bubble (ZB-H1)"}
+                   "zb-h1": "zero bubble (ZB-H1)", "dualpipe": "DualPipe (bidirectional, DeepSeek-V3)"}
 LAYOUT_PAGES = ("Estimate", "Training run")  # pages that use the sidebar's layout (the others search or compare their own)
 REFERENCE = "(reference node)"
 NO_STACK = "(none)"

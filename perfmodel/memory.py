@@ -154,7 +154,7 @@ def recompute_working_bytes(layer: Layer, plan: ParallelPlan) -> float:
 
 
 def memory_per_rank(graph: Graph, plan: ParallelPlan, stage: int = 0) -> MemoryBreakdown:
-    layers = stage_layers(graph, plan.pp, stage, plan.vp)
+    layers = stage_layers(graph, plan.pp, stage, plan.vp, plan.schedule_name)
     dense = sum((layer.params - layer.expert_params) * n for layer, n in layers)
     expert = sum(layer.expert_params * n for layer, n in layers)
     dp_dense = plan.dp * plan.cp

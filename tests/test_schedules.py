@@ -18,15 +18,20 @@ from perfmodel.planning.space import SearchSpace
 
 def test_every_module_of_the_package_is_a_schedule() -> None:
     modules = {m.name for m in pkgutil.iter_modules(schedules.__path__)} - {"base"}
-    assert len(modules) == len(SCHEDULES) == 4
-    assert set(SCHEDULES) == {"gpipe", "1f1b", "interleaved", "zb-h1"}
+    assert len(modules) == len(SCHEDULES) == 5
+    assert set(SCHEDULES) == {"gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"}
 
 
 def test_unknown_schedule_names_the_valid_ones() -> None:
-    with pytest.raises(LayoutError, match="unknown pipeline schedule 'dualpipe'; valid: 1f1b, gpipe, interleaved, zb-h1"):
-        ParallelPlan(pp=2, global_batch=4, schedule="dualpipe")
-    with pytest.raises(ValueError, match=r"unknown pipeline schedule\(s\) \['dualpipe'\]; valid: 1f1b, gpipe"):
+    with pytest.raises(LayoutError, match="unknown pipeline schedule 'chimera'; valid: 1f1b, dualpipe, gpipe, "
+                                          "interleaved, zb-h1"):
+        ParallelPlan(pp=2, global_batch=4, schedule="chimera")
+    with pytest.raises(ValueError, match=r"unknown pipeline schedule\(s\) \['chimera'\]; valid: 1f1b, dualpipe"):
+        SearchSpace(schedules=("1f1b", "chimera"))
+    # a schedule the vectorised search does not model is refused by name, not silently dropped
+    with pytest.raises(ValueError, match=r"does not evaluate schedule\(s\) \['dualpipe'\]"):
         SearchSpace(schedules=("1f1b", "dualpipe"))
+    assert "dualpipe" not in SearchSpace().schedules
 
 
 def test_a_new_schedule_needs_nothing_but_its_object(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,14 +20,17 @@ from perfmodel.workload.graph import Graph
 from perfmodel.workload.spec import ModelSpec
 
 
-def pipeline_time_s(stage_s: list[float], m: int, vp: int, schedule: str, wgrad_s: float = 0.0) -> tuple[float, float]:
+def pipeline_time_s(stage_s: list[float], m: int, vp: int, schedule: str, wgrad_s: float = 0.0,
+                    fwd_s: list[float] | None = None, wgrad_ranks_s: list[float] | None = None) -> tuple[float, float]:
     """(pipeline seconds, bubble seconds) for m micro-batches over ranks taking `stage_s` each per
-    micro-batch (the schedule's stage time plus p2p); wgrad_s is the mean weight-gradient phase."""
-    t_max = max(stage_s)
+    micro-batch (the schedule's stage time plus p2p); wgrad_s is the mean weight-gradient phase;
+    fwd_s and wgrad_ranks_s the ranks' own forward (with p2p) and weight-gradient phases, for a
+    schedule whose pipeline reads them (DualPipe; else the mean forward is a third of t)."""
     p = len(stage_s)
-    t_sum = sum(stage_s)
-    bubble = float(get_schedule(schedule).bubble_s(t_sum - t_max, m, p, vp, t_sum / p, wgrad_s)) if p > 1 else 0.0
-    return float(cf.pipeline_s(t_max, m, bubble)), bubble
+    fwd = fwd_s if fwd_s is not None else [t / 3 for t in stage_s]
+    wgrad = wgrad_ranks_s if wgrad_ranks_s is not None else [wgrad_s] * p
+    pipe = get_schedule(schedule).pipeline_s(stage_s, fwd, wgrad, m, vp)
+    return float(pipe), float(pipe - m * max(stage_s)) if p > 1 else 0.0
 
 
 def step_from_inputs(inp: StepInputs) -> Estimate:
@@ -38,7 +41,9 @@ def step_from_inputs(inp: StepInputs) -> Estimate:
     i_max = max(range(p), key=t.__getitem__)
     worst = inp.ranks[i_max]
     avg_w = sum(r.wgrad_s for r in inp.ranks) / p
-    pipe, bubble = pipeline_time_s(list(t), m, plan.vp, plan.schedule_name, avg_w)
+    fwd = [r.fwd_s + hops / 2 for r in inp.ranks]  # a micro-batch's p2p: one send each way
+    pipe, bubble = pipeline_time_s(list(t), m, plan.vp, plan.schedule_name, avg_w, fwd,
+                                   [r.wgrad_s for r in inp.ranks])
     dp = dp_collectives(system, plan, worst.dense_params, worst.expert_params, worst.layers)
     dp_exposed = float(cf.dp_exposed_s(plan.zero_stage, m, worst.fwd_s, worst.bwd_s, worst.layers, dp.all_reduce_s,
                                        dp.reduce_scatter_s, dp.all_gather_s, plan.overlap_dp_comm,

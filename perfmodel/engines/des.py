@@ -139,23 +139,25 @@ def fsdp_unit_schedule(units: list[FsdpUnit], prefetch: bool) -> tuple[float, fl
 
 
 def chunk_costs(inp: StepInputs) -> list[list[ChunkCost]]:
-    """[stage][chunk]: virtual stage c·p + s holds chunk c of rank s (Megatron's layout)."""
+    """[stage][chunk]: the model chunks rank s holds, in the schedule's order (rank_stages:
+    Megatron's virtual stage c·p + s for chunk c; DualPipe's stages s and p − 1 − s)."""
     system, plan, graph = inp.system, inp.plan, inp.graph
     p, v = plan.pp, plan.vp
-    zb = get_schedule(plan.schedule_name).defers_wgrad
+    sched = get_schedule(plan.schedule_name)
+    zb = sched.defers_wgrad
     overlap = bool(plan.overlap_dp_comm and can_overlap(system))
     contention = comm_contention_fraction(system)
     out: list[list[ChunkCost]] = []
     for s in range(p):
         row = []
-        for c in range(v):
-            st = inp.chunks[c * p + s]
+        for vs in (sched.rank_stages(p, v, s) if p > 1 else (0,)):
+            st = inp.chunks[vs]
             dp = dp_collectives(system, plan, st.dense_params, st.expert_params)
             fsdp_f = fsdp_b = 0.0
             grad_s = dp.all_reduce_s if plan.zero_stage == 0 else dp.reduce_scatter_s if plan.zero_stage < 3 else 0.0
-            buckets = _buckets(system, plan, graph, c * p + s, grad_s, zb, overlap)
+            buckets = _buckets(system, plan, graph, vs, grad_s, zb, overlap)
             if plan.zero_stage == 3:
-                fsdp_f, fsdp_b, once = _fsdp_waits(system, plan, graph, c * p + s, contention)
+                fsdp_f, fsdp_b, once = _fsdp_waits(system, plan, graph, vs, contention)
                 buckets = once if p > 1 else buckets
             if zb:  # input- and weight-gradient phases run apart (LayerTime.bwd_input_s, wgrad_s)
                 row.append(ChunkCost(st.fwd_s, st.bwd_input_s, st.wgrad_s, fsdp_f, fsdp_b, buckets, st))
@@ -229,8 +231,11 @@ class PipelineSim:
                  param_s: tuple[float, float], contention: float, *, jitter_sigma: float = 0.0, seed: int = 0,
                  straggler: tuple[int, float] | None = None, replicas: int = 1, trace: bool = True,
                  overlap_p2p: bool = False) -> None:
-        self.p, self.m, self.v = plan.pp, plan.num_micro_batches, plan.vp
-        self.zb = get_schedule(plan.schedule_name).defers_wgrad
+        sched = self.sched = get_schedule(plan.schedule_name)
+        self.p, self.m, self.v = plan.pp, plan.num_micro_batches, len(costs[0])
+        self.m_chunk = sched.micro_batches_per_chunk(self.m) if self.p > 1 else self.m  # grads final after these
+        self.depth = sched.depth(self.p, plan.vp) if self.p > 1 else 1
+        self.zb = sched.defers_wgrad
         self.grad_kind = "W" if self.zb else "B"  # the op after which a chunk's gradients are final
         self.fsdp_once = plan.zero_stage == 3 and plan.pp > 1  # gathered once, reduce-scattered once
         self.costs, self.p2p_s, self.optimizer_s = costs, p2p_s, optimizer_s
@@ -242,8 +247,8 @@ class PipelineSim:
         self.events: dict[tuple[Any, ...], simpy.Event] = {}
         self.links = {(r, s, d): simpy.Resource(self.env, 1) for r in range(replicas) for s in range(self.p)
                       for d in {(s + 1) % self.p, (s - 1) % self.p}}
-        sched = get_schedule(plan.schedule_name)
-        self.orders = [sched.order(self.p, self.m, self.v, s) for s in range(self.p)]
+        self.orders = [sched.order(self.p, self.m, plan.vp, s) for s in range(self.p)]
+        self.vp = plan.vp
         self.records: list[tuple[str, float, float, int, int]] = []
         self.result = [[RankResult() for _ in range(self.p)] for _ in range(replicas)]
         self.sync_end = [0.0] * self.p
@@ -276,11 +281,13 @@ class PipelineSim:
         t.callbacks.append(fire)
 
     def _dep(self, r: int, s: int, kind: str, mb: int, ch: int) -> simpy.Event | None:
-        vs = ch * self.p + s
-        if kind == "F" and vs > 0:
-            return self._ev((r, "F", mb, vs - 1))
-        if kind == "B" and vs < self.p * self.v - 1:
-            return self._ev((r, "B", mb, vs + 1))
+        """The event this work waits for: the previous position's forward of the same
+        micro-batch, or the next position's backward (schedules' place / depth)."""
+        pipe, pos = self.sched.place(self.p, self.vp, s, ch)
+        if kind == "F" and pos > 0:
+            return self._ev((r, "F", mb, pipe, pos - 1))
+        if kind == "B" and pos < self.depth - 1:
+            return self._ev((r, "B", mb, pipe, pos + 1))
         return None
 
     def _record(self, name: str, start: float, dur: float, pid: int, stream: str) -> None:
@@ -303,7 +310,7 @@ class PipelineSim:
         env, c, pid = self.env, self.costs[s][ch], r * self.p + s
         res = self.result[r][s]
         if self.fsdp_once:  # first micro-batch's gathers; chunk_cat before the grad-final op
-            last = kind == self.grad_kind and done[ch] == self.m - 1
+            last = kind == self.grad_kind and done[ch] == self.m_chunk - 1
             wait = c.fsdp_fwd_s if kind == "F" and mb == 0 else c.fsdp_bwd_s if last else 0.0
         else:
             wait = c.fsdp_fwd_s if kind == "F" else c.fsdp_bwd_s if kind == "B" else 0.0
@@ -318,17 +325,23 @@ class PipelineSim:
         start = env.now
         if kind == self.grad_kind:
             done[ch] += 1
-            if done[ch] == self.m:  # this op produces the final gradients of chunk ch
+            if done[ch] == self.m_chunk:  # this op produces the final gradients of chunk ch
                 for k, (frac, _) in enumerate(c.buckets):
                     self._later(frac * d, self._ev((r, "grad", s, ch, k)))
         self._record(f"{kind}{mb}" + (f".{ch}" if self.v > 1 else ""), start, d, pid, "compute")
         res.busy_s += d
         yield env.timeout(d)
-        vs = ch * self.p + s
-        if kind == "F" and vs < self.p * self.v - 1:
-            yield from self._send(r, s, (s + 1) % self.p, self._ev((r, "F", mb, vs)), f"act {mb}", "p2p next")
-        elif kind == "B" and vs > 0:
-            yield from self._send(r, s, (s - 1) % self.p, self._ev((r, "B", mb, vs)), f"grad {mb}", "p2p prev")
+        pipe, pos = self.sched.place(self.p, self.vp, s, ch)
+        if kind == "F" and pos < self.depth - 1:
+            dst = self.sched.rank_at(self.p, self.vp, pipe, pos + 1)
+            yield from self._send(r, s, dst, self._ev((r, "F", mb, pipe, pos)), f"act {mb}", self._stream(s, dst))
+        elif kind == "B" and pos > 0:
+            dst = self.sched.rank_at(self.p, self.vp, pipe, pos - 1)
+            yield from self._send(r, s, dst, self._ev((r, "B", mb, pipe, pos)), f"grad {mb}", self._stream(s, dst))
+
+    def _stream(self, s: int, dst: int) -> str:
+        """The p2p stream a send to `dst` uses: the next rank's or the previous one's."""
+        return "p2p next" if dst == (s + 1) % self.p else "p2p prev"
 
     def _send(self, r: int, s: int, dst: int, ev: simpy.Event, name: str, stream: str) -> Generator[simpy.Event, Any, None]:
         """Blocking (Megatron's default p2p: the stream waits for the transfer) or, with

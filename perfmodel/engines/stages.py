@@ -26,6 +26,7 @@ from perfmodel.hardware.specs import Accelerator
 from perfmodel.memory import layer_saved_bytes
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.ranks import expert_dp_stride, group_stride
+from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.shard import RankLayout, moe_options, shard, unsharded_graph
 from perfmodel.parallel.split import EDGE_KINDS, chunk_layers, stage_layers
 from perfmodel.workload.graph import ACT_BYTES, CpRing, Graph, Layer
@@ -143,6 +144,12 @@ class StageCost:
     def t_s(self) -> float:
         return self.fwd_s + self.bwd_s
 
+    def time_scaled(self, share: float) -> StageCost:
+        """Its seconds times `share` (the held parameters and layers unchanged)."""
+        return StageCost(self.fwd_s * share, self.bwd_s * share, self.bwd_input_s * share, self.wgrad_s * share,
+                         self.fwd_gpu_s * share, self.bwd_gpu_s * share, self.recompute_s * share, self.comm_s * share,
+                         self.host_s * share, self.dense_params, self.expert_params, self.layers, self.offload_s * share)
+
 
 def layers_cost(system: System, plan: ParallelPlan, layers: list[tuple[Layer, float]],
                 memo: dict[int, LayerTime] | None = None) -> StageCost:
@@ -211,14 +218,19 @@ def with_offload(system: System, plan: ParallelPlan, layers: list[tuple[Layer, f
                                bwd_input_s=cost.bwd_input_s + stall.bwd_s, offload_s=stall.total_s)
 
 
-def rank_costs(chunks: tuple[StageCost, ...], pp: int) -> tuple[StageCost, ...]:
-    """Per pipeline rank: the sum of its model chunks."""
+def rank_costs(chunks: tuple[StageCost, ...], plan: ParallelPlan) -> tuple[StageCost, ...]:
+    """Per pipeline rank, for one micro-batch: the sum of the model chunks it holds (the
+    schedule's rank_stages), their seconds times the share of them a micro-batch runs through
+    (DualPipe: one of its two stages), their parameters and layers whole."""
+    sched = get_schedule(plan.schedule_name)
+    share = sched.run_share() if plan.pp > 1 else 1.0
     out = []
-    for s in range(pp):
-        acc = chunks[s]
-        for vs in range(s + pp, len(chunks), pp):
+    for s in range(plan.pp):
+        held = sched.rank_stages(plan.pp, plan.vp, s) if plan.pp > 1 else (0,)
+        acc = chunks[held[0]]
+        for vs in held[1:]:
             acc = acc + chunks[vs]
-        out.append(acc)
+        out.append(acc.time_scaled(share) if share != 1.0 else acc)
     return tuple(out)
 
 
@@ -318,7 +330,7 @@ def optimizer_matrix_s(system: System, plan: ParallelPlan, spec: ModelSpec | Non
     if plan.optimizer != "muon":
         return 0.0
     full = model_graph(spec, plan) if spec is not None else graph
-    mats = optimizers.weight_matrices(stage_layers(full, plan.pp, rank, plan.vp))
+    mats = optimizers.weight_matrices(stage_layers(full, plan.pp, rank, plan.vp, plan.schedule_name))
     return optimizers.optimizer_step_s(system, plan, 0.0, mats)
 
 
@@ -343,7 +355,7 @@ def sp_replicated_grad_sync_s(system: System, plan: ParallelPlan, graph: Graph, 
     if plan.tp <= 1 or not plan.sequence_parallel:
         return 0.0
     params = sum(n * sum(op.weight_params for op in layer.ops if op.name in SP_REPLICATED_OPS)
-                 for layer, n in stage_layers(graph, plan.pp, rank, plan.vp))
+                 for layer, n in stage_layers(graph, plan.pp, rank, plan.vp, plan.schedule_name))
     if params <= 0:
         return 0.0
     degree, stride = group_stride(plan, "tp")

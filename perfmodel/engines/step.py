@@ -100,7 +100,7 @@ def prepare(spec: ModelSpec | None, system: System, plan: ParallelPlan, messages
         msgs += check_imported(graph, plan)
         whole, graph = graph, shard(graph, plan)
     chunks = chunk_costs(system, plan, graph)
-    return StepInputs(spec, system, plan, graph, tuple(msgs), chunks, rank_costs(chunks, plan.pp),
+    return StepInputs(spec, system, plan, graph, tuple(msgs), chunks, rank_costs(chunks, plan),
                       p2p_time_s(system, plan, graph, spec), whole if spec is None else None)
 
 

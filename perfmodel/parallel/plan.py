@@ -221,8 +221,10 @@ class ParallelPlan(BaseModel):
             return "needs expert parallelism: ep > 1 (got ep 1)"
         if self.recompute == "full":
             return "runs without full recomputation: recompute none or selective (got full)"
-        if self.pp > 1 and self.vp == 1:
-            return f"with pp {self.pp} > 1 needs the interleaved schedule: vp > 1 (got vp 1)"
+        if self.pp > 1 and self.vp == 1 and self.schedule_name != "dualpipe":
+            # DualPipe pairs a forward and a backward chunk of opposite directions on one rank, the
+            # overlap DeepSeek-V3 runs (report §3.2.1); Megatron-Core needs two virtual stages for it
+            return f"with pp {self.pp} > 1 needs the interleaved schedule (vp > 1) or dualpipe (got vp 1)"
         if self.moe_shared_expert_overlap:
             return "and moe_shared_expert_overlap exclude each other; turn one off"
         return None

@@ -23,6 +23,8 @@ from perfmodel.parallel.split import splittable
 from perfmodel.workload.spec import ModelSpec
 
 SCHEDULE_LIST: tuple[str, ...] = SCHEDULE_NAMES  # the grid's `sched` column indexes this
+# DualPipe holds two stages per rank and has no vectorised bubble: estimated one layout at a time
+SEARCHED_SCHEDULES: tuple[str, ...] = tuple(n for n in SCHEDULE_NAMES if get_schedule(n).searched)
 SCHEDULES = SCHEDULE_LIST
 RECOMPUTES: tuple[str, ...] = ("none", "selective", "full")
 ONE_F_ONE_B = SCHEDULE_LIST.index("1f1b")
@@ -44,7 +46,8 @@ class SearchSpace(BaseModel):
     micro_batch: Ints = Field((1, 2, 4, 8), description="sequences per micro-batch")
     zero_stage: tuple[Literal[0, 1, 2, 3], ...] = (0, 1, 2, 3)
     recompute: tuple[Literal["none", "selective", "full"], ...] = RECOMPUTES  # type: ignore[assignment]
-    schedules: tuple[str, ...] = Field(SCHEDULE_NAMES, description="pipeline schedules to try (parallel/schedules/)")
+    schedules: tuple[str, ...] = Field(SEARCHED_SCHEDULES, description="pipeline schedules to try (parallel/schedules/ "
+                                       "whose `searched` is set)")
     sequence_parallel: tuple[bool, ...] = (False, True)
     max_cp: int = Field(8, gt=0)
     tp_within_node: bool = Field(True, description="tp group inside one scale-up domain (NVLink)")
@@ -62,6 +65,11 @@ class SearchSpace(BaseModel):
         bad = [s for s in v if s not in SCHEDULE_NAMES]
         if bad:
             raise LayoutError(f"unknown pipeline schedule(s) {bad}; valid: {', '.join(SCHEDULE_NAMES)}")
+        unsearched = [s for s in v if s not in SEARCHED_SCHEDULES]
+        if unsearched:
+            raise LayoutError(f"the layout search does not evaluate schedule(s) {unsearched} (its vectorised "
+                              f"evaluator does not model them); searched: {', '.join(SEARCHED_SCHEDULES)}; "
+                              "estimate such a layout with `perfmodel estimate --schedule`")
         return v
 
 

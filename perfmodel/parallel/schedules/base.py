@@ -12,6 +12,7 @@ schedule that splits them) plus its p2p sends; `idle_s` is Σ_s t_s − max_s t_
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -27,6 +28,35 @@ class PipelineSchedule:
     name: ClassVar[str]
     chunked: ClassVar[bool] = False  # runs vp > 1 model chunks per rank
     defers_wgrad: ClassVar[bool] = False  # splits backward into B (input grads) and W (weight grads)
+    searched: ClassVar[bool] = True  # the layout search's vectorised evaluator (planning/evaluate.py) models it
+
+    # -- where a rank's work sits: the engines, memory and the DES read these ---------------------
+    def rank_stages(self, p: int, v: int, s: int) -> tuple[int, ...]:
+        """The model chunks rank s holds, as indices of the plan's p·v chunks (parallel/split.py
+        chunk_layers), in the order of the Work tuples' chunk field: Megatron's layout puts chunk c
+        of rank s at c·p + s."""
+        return tuple(c * p + s for c in range(v))
+
+    def run_share(self) -> float:
+        """The share of a rank's chunks one micro-batch runs through (1: every one)."""
+        return 1.0
+
+    def place(self, p: int, v: int, s: int, ch: int) -> tuple[int, int]:
+        """(pipeline, position) of chunk ch of rank s: a micro-batch's forward runs a pipeline's
+        positions 0, 1, ... in order and its backward in reverse (one pipeline of p·v positions)."""
+        return 0, ch * p + s
+
+    def depth(self, p: int, v: int) -> int:
+        """Positions of one pipeline."""
+        return p * v
+
+    def rank_at(self, p: int, v: int, pipeline: int, position: int) -> int:
+        """The rank that runs `position` of `pipeline`."""
+        return position % p
+
+    def micro_batches_per_chunk(self, m: int) -> int:
+        """Micro-batches that pass one chunk of a rank: its gradients are final after that many."""
+        return m
 
     def order(self, p: int, m: int, v: int, s: int) -> list[Work]:
         """Stage s's sequence of work for m micro-batches over p ranks with v chunks each."""
@@ -39,6 +69,17 @@ class PipelineSchedule:
     def bubble_s(self, idle_s: Num, m: Num, p: Num, v: Num, t_avg_s: Num, wgrad_avg_s: Num) -> Num:
         """Pipeline seconds beyond m·max_s t_s (see the module docstring)."""
         raise NotImplementedError
+
+    def pipeline_s(self, stage_s: Sequence[float], fwd_s: Sequence[float], wgrad_s: Sequence[float], m: int,
+                   v: int) -> float:
+        """Seconds of the pipeline: m micro-batches over ranks taking stage_s[r] each (p2p
+        included), of which fwd_s[r] forward and wgrad_s[r] weight gradients: m·max t + the
+        bubble. The analytic engine calls this; the planner evaluates bubble_s on columns."""
+        p = len(stage_s)
+        t_max, t_sum = max(stage_s), sum(stage_s)
+        if p == 1:
+            return m * t_max
+        return m * t_max + float(self.bubble_s(t_sum - t_max, m, p, v, t_sum / p, sum(wgrad_s) / p))
 
     def in_flight(self, m: Num, p: Num, v: Num, s: Num = 0) -> Num:
         """Micro-batches of a whole rank's activations pipeline rank s holds at its peak, for
