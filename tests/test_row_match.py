@@ -126,3 +126,18 @@ def test_ambiguous_or_unknown_spellings_are_errors(col, written):
     # "true" is not read for recompute: Megatron-LM's --recompute-activations is selective, Hugging Face's full
     with pytest.raises(RowError, match=f"column {col} '{written}'; allowed values: "):
         _run(**({"model": "llama3-8b", "tp": "2", "ep": "1"} | {col: written}))
+
+
+def test_the_optional_schedule_column_sets_the_pipeline_schedule():
+    """A row may say which pipeline schedule ran (DeepSeek-V3: DualPipe); empty keeps the plan's
+    default, an unknown name or one the layout cannot run is the row's error."""
+    base = {"model": "llama3-8b", "tp": "1", "ep": "1", "pp": "4", "dp": "2", "n_gpus": "8", "global_batch": "16"}
+    run = _run(**(base | {"schedule": "DualPipe"}))
+    assert run.plan.schedule_name == "dualpipe"
+    zb = _run(**(base | {"schedule": "zero bubble"}))
+    assert zb.plan.schedule_name == "zb-h1" and "schedule 'zero bubble' read as zb-h1" in zb.notes
+    assert _run(**base).plan.schedule_name == "1f1b"
+    with pytest.raises(RowError, match="column schedule 'chimera'; allowed values: 1f1b, interleaved"):
+        _run(**(base | {"schedule": "chimera"}))
+    with pytest.raises(RowError, match="dualpipe' needs an even pp"):
+        _run(**(base | {"schedule": "dualpipe", "global_batch": "6"}))

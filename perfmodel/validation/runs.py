@@ -35,7 +35,7 @@ COLUMNS = [
     "tokens_per_s", "tflops_per_gpu", "mfu", "notes", "framework", "etp",
 ]
 # read when present, never required: the runs files published so far do not carry them
-OPTIONAL_COLUMNS = ["head_dim"]
+OPTIONAL_COLUMNS = ["head_dim", "schedule"]
 OUTPUT_COLUMNS = [
     "run_id", "status", "predicted_step_time_s", "predicted_tokens_per_s", "predicted_tflops_per_gpu",
     "predicted_mfu", "predicted_memory_per_gpu_bytes", "message", "predicted_step_time_lo_s", "predicted_step_time_hi_s",
@@ -165,6 +165,11 @@ SPELLINGS: dict[str, dict[str, tuple[str, ...]]] = {
                    "2": ("2", "zero2", "zero-2", "z2", "shard-grad-op"),
                    "3": ("3", "zero3", "zero-3", "z3", "fsdp", "fsdp2", "full-shard")},
     "sequence_parallel": {"true": ("true", "1", "yes", "on", "t", "y"), "false": ("false", "0", "no", "off", "f", "n")},
+    # optional column; empty = the plan's default (1F1B, interleaved with vp > 1)
+    "schedule": {"1f1b": ("1f1b", "pipedream-flush", "one-f-one-b"),
+                 "interleaved": ("interleaved", "interleaved-1f1b", "vpp", "virtual-pipeline"),
+                 "gpipe": ("gpipe", "fill-drain"), "zb-h1": ("zb-h1", "zbh1", "zb1p", "zero-bubble"),
+                 "dualpipe": ("dualpipe", "dual-pipe")},
 }
 
 
@@ -273,11 +278,12 @@ def row_run(row: dict[str, str], workloads: dict[str, ModelSpec]) -> Run:
     rec = spelled(vals, "recompute", notes)
     zero = int(spelled(vals, "zero_stage", notes))
     sp = spelled(vals, "sequence_parallel", notes) == "true"
+    schedule = spelled(row, "schedule", notes) if row.get("schedule", "").strip() else None
     try:
         plan = ParallelPlan(
             dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vp=vp, sequence_parallel=sp,
             zero_stage=zero, micro_batch=_int(vals, "micro_batch") or 1, global_batch=gb,
-            seq_len=_int(row, "seq_len") or spec.seq_len, recompute=rec, precision=prec,
+            seq_len=_int(row, "seq_len") or spec.seq_len, recompute=rec, precision=prec, schedule=schedule,
         )
     except PerfmodelError as e:
         raise RowError(str(e)) from None
