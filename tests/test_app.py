@@ -473,3 +473,18 @@ def test_search_page_offloading_checkbox_adds_offloaded_layouts() -> None:
     assert fit_on > fit_off
     assert on.dataframe[0].value["layout"].str.contains(" offload ").any()
     assert not off.dataframe[0].value["layout"].str.contains(" offload ").any()
+
+
+def test_the_dualpipe_schedule_runs_from_the_sidebar() -> None:
+    """The schedule box offers DualPipe: the default layout (pp 8, 96 micro-batches) under it shows
+    the library's step; a layout DualPipe refuses is a message naming the rule, not a traceback."""
+    at = app(schedule="dualpipe")
+    no_exception(at)
+    assert not errors(at)
+    plan = perfmodel.ParallelPlan(dp=16, tp=8, pp=8, zero_stage=1, global_batch=1536, recompute="selective",
+                                  sequence_parallel=True, schedule="dualpipe")
+    est = perfmodel.estimate("gpt3-175b", "a100-sxm4-80gb", plan)
+    assert float(metric(at, "Step time (s)")) == pytest.approx(est.step_time_s, rel=1e-3)
+    bad = app(schedule="dualpipe", pp="3", gpus="384")
+    no_exception(bad)
+    assert any("dualpipe' needs an even pp" in e for e in errors(bad))

@@ -4,10 +4,12 @@ forward direction and stage p − 1 − s of the reverse one, so every stage's w
 ranks (twice the parameters per rank, the report's Table 2). Half the m micro-batches enter at
 rank 0 and run stages 0 → p − 1 over ranks 0 → p − 1; the other half enter at rank p − 1 and run
 the same stages over ranks p − 1 → 0. A rank's order is DualPipe.step's eight phases: forwards of
-both directions to fill, then forward / backward pairs of opposite directions (whose compute and
-communication DeepSeek overlap: ParallelPlan.moe_a2a_overlap hides the MoE all-to-alls of one
-behind the other), with the weight-gradient GEMMs (W) deferred at the fill and the drain as in
-zero-bubble pipelines.
+both directions to fill, then forward / backward pairs of opposite directions, with the
+weight-gradient GEMMs (W) deferred at the fill and the drain as in zero-bubble pipelines. DeepSeek
+overlap a pair's compute with its communication through the model's own overlapped_forward_backward
+(the DualPipe README: "you will need to implement" it); perfmodel does so only where the plan says
+moe_a2a_overlap (the MoE all-to-alls of one micro-batch behind the other's compute), which the
+schedule alone does not turn on.
 
 Needs p even, m even and m >= 2p (DualPipe.step's asserts) and one chunk per direction (vp 1).
 
