@@ -131,6 +131,14 @@ def test_dualpipe_refuses_what_deepseeks_code_refuses():
         ParallelPlan(pp=4, vp=2, global_batch=16, schedule="dualpipe")
 
 
+def test_dualpipe_says_when_the_all_to_alls_are_not_overlapped():
+    plan = ParallelPlan(pp=4, dp=2, ep=2, global_batch=16, schedule="dualpipe")
+    notes = perfmodel.estimate("mixtral-8x7b", "h100-sxm5-80gb", plan).messages
+    assert any("dualpipe: the MoE all-to-alls are charged exposed" in n for n in notes)
+    on = perfmodel.estimate("mixtral-8x7b", "h100-sxm5-80gb", plan.model_copy(update={"moe_a2a_overlap": True}))
+    assert not any("charged exposed" in n for n in on.messages)
+
+
 def test_dualpipe_balances_the_uneven_end_stages():
     """GPT-3 175B, pp 8: rank s runs stage s and stage 7 - s, so the embedding stage and the head
     stage share ranks. The analytic engine takes the slowest rank's phases as every rank's (the

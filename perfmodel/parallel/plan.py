@@ -290,7 +290,11 @@ class ParallelPlan(BaseModel):
             note = pipeline_split(num_layers, self.pp, self.vp).note
         except LayoutError as e:
             raise LayoutError(f"{model_id}: {e}") from None
-        return ([note] if note else []) + get_schedule(self.schedule_name).check(self.pp, self.vp, self.num_micro_batches)
+        notes = ([note] if note else []) + get_schedule(self.schedule_name).check(self.pp, self.vp, self.num_micro_batches)
+        if self.schedule_name == "dualpipe" and self.ep > 1 and not self.moe_a2a_overlap:
+            notes.append("dualpipe: the MoE all-to-alls are charged exposed; DeepSeek overlap them inside the "
+                         "forward / backward pairs, which moe_a2a_overlap (--moe-a2a-overlap) models")
+        return notes
 
 
 def check_offload(n_offload: int, n_layers: int) -> None:
