@@ -66,7 +66,7 @@ from perfmodel.engines.step import StepInputs, finish, prepare
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import System
 from perfmodel.parallel.plan import ParallelPlan
-from perfmodel.parallel.schedules import Work, get_schedule
+from perfmodel.parallel.schedules import Work, get_schedule, rank_chunks
 from perfmodel.parallel.split import chunk_layers
 from perfmodel.workload.graph import Graph
 from perfmodel.workload.spec import ModelSpec
@@ -143,14 +143,13 @@ def chunk_costs(inp: StepInputs) -> list[list[ChunkCost]]:
     Megatron's virtual stage c·p + s for chunk c; DualPipe's stages s and p − 1 − s)."""
     system, plan, graph = inp.system, inp.plan, inp.graph
     p, v = plan.pp, plan.vp
-    sched = get_schedule(plan.schedule_name)
-    zb = sched.defers_wgrad
+    zb = get_schedule(plan.schedule_name).defers_wgrad
     overlap = bool(plan.overlap_dp_comm and can_overlap(system))
     contention = comm_contention_fraction(system)
     out: list[list[ChunkCost]] = []
     for s in range(p):
         row = []
-        for vs in (sched.rank_stages(p, v, s) if p > 1 else (0,)):
+        for vs in rank_chunks(plan.schedule_name, p, v, s):
             st = inp.chunks[vs]
             dp = dp_collectives(system, plan, st.dense_params, st.expert_params)
             fsdp_f = fsdp_b = 0.0

@@ -26,7 +26,7 @@ from perfmodel.hardware.specs import Accelerator
 from perfmodel.memory import layer_saved_bytes
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.ranks import expert_dp_stride, group_stride
-from perfmodel.parallel.schedules import get_schedule
+from perfmodel.parallel.schedules import get_schedule, rank_chunks
 from perfmodel.parallel.shard import RankLayout, moe_options, shard, unsharded_graph
 from perfmodel.parallel.split import EDGE_KINDS, chunk_layers, stage_layers
 from perfmodel.workload.graph import ACT_BYTES, CpRing, Graph, Layer
@@ -222,11 +222,10 @@ def rank_costs(chunks: tuple[StageCost, ...], plan: ParallelPlan) -> tuple[Stage
     """Per pipeline rank, for one micro-batch: the sum of the model chunks it holds (the
     schedule's rank_stages), their seconds times the share of them a micro-batch runs through
     (DualPipe: one of its two stages), their parameters and layers whole."""
-    sched = get_schedule(plan.schedule_name)
-    share = sched.run_share() if plan.pp > 1 else 1.0
+    share = get_schedule(plan.schedule_name).run_share() if plan.pp > 1 else 1.0
     out = []
     for s in range(plan.pp):
-        held = sched.rank_stages(plan.pp, plan.vp, s) if plan.pp > 1 else (0,)
+        held = rank_chunks(plan.schedule_name, plan.pp, plan.vp, s)
         acc = chunks[held[0]]
         for vs in held[1:]:
             acc = acc + chunks[vs]

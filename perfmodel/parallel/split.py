@@ -194,15 +194,13 @@ def chunk_layers(graph: Graph, pp: int, vp: int, vstage: int) -> list[tuple[Laye
     return out
 
 
-def stage_layers(graph: Graph, pp: int, stage: int, vp: int = 1, schedule: str | None = None) -> list[tuple[Layer, float]]:
+def stage_layers(graph: Graph, pp: int, stage: int, vp: int = 1, schedule: str = "1f1b") -> list[tuple[Layer, float]]:
     """(layer, instances) on pipeline rank `stage`, over all the model chunks it holds: Megatron's
     c·pp + stage, or what `schedule` places there (DualPipe: stages `stage` and pp − 1 − stage)."""
-    from perfmodel.parallel.schedules import get_schedule
+    from perfmodel.parallel.schedules import rank_chunks
 
-    held = (get_schedule(schedule).rank_stages(pp, vp, stage) if schedule and pp > 1
-            else tuple(c * pp + stage for c in range(vp)))
     out: dict[int, tuple[Layer, float]] = {}
-    for vs in held:
+    for vs in rank_chunks(schedule, pp, vp, stage):
         for layer, n in chunk_layers(graph, pp, vp, vs):
             prev = out.get(id(layer))
             out[id(layer)] = (layer, n + (prev[1] if prev else 0.0))

@@ -32,4 +32,11 @@ def get_schedule(name: str) -> PipelineSchedule:
         raise LayoutError(f"unknown pipeline schedule {name!r}; valid: {', '.join(SCHEDULES)}") from None
 
 
-__all__ = ["SCHEDULES", "SCHEDULE_NAMES", "Num", "PipelineSchedule", "Work", "get_schedule"]
+def rank_chunks(schedule: str, pp: int, vp: int, s: int) -> tuple[int, ...]:
+    """The model chunks pipeline rank s holds, as indices of the plan's pp·vp chunks: the
+    schedule's rank_stages (Megatron's c·pp + s; DualPipe's s and pp − 1 − s); without a pipeline
+    the rank's own chunks, whatever schedule the plan names."""
+    return get_schedule(schedule).rank_stages(pp, vp, s) if pp > 1 else tuple(range(vp))
+
+
+__all__ = ["SCHEDULES", "SCHEDULE_NAMES", "Num", "PipelineSchedule", "Work", "get_schedule", "rank_chunks"]
