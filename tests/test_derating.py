@@ -50,7 +50,7 @@ def test_blackwell_parts_measured_and_what_the_power_rule_had_carried():
     of aiconfigurator's TRT-LLM sweep on GB300). Before GB300 was measured the power rule carried the
     median of B200 1745/2250, B300 1769/2250 and GB200 1822/2500, each x clock_peer / clock_part x
     (tdp_part / tdp_peer)^a, a = ln(1822/1745) / ln(1.2) from the B200 / GB200 pair: 0.776, 8 %
-    below the 0.843 measured since. Both take the generation's whole-model efficiency (B200, 0.64)."""
+    below the 0.843 measured since. Both take the generation's whole-model efficiency (B200, 0.70)."""
     a = math.log(1822.0 / 1745.0) / math.log(1.2)
     carried = statistics.median([1745.0 / 2250 * 1856 / 2008 * (1400 / 1000) ** a,
                                  1769.0 / 2250 * 1856 / 2008 * (1400 / 1100) ** a,
@@ -61,8 +61,8 @@ def test_blackwell_parts_measured_and_what_the_power_rule_had_carried():
         acc = _acc(acc_id)
         assert mamf_ratio(acc, "bf16").value == pytest.approx(ratio)
         assert mamf_ratio(acc, "bf16").measured
-        assert in_model_efficiency(acc).value == pytest.approx(0.64)
-        assert gemm_rate_flop_per_s(acc, "bf16") == pytest.approx(acc.matrix_peak_flop_per_s("bf16") * ratio * 0.64)
+        assert in_model_efficiency(acc).value == pytest.approx(0.70)
+        assert gemm_rate_flop_per_s(acc, "bf16") == pytest.approx(acc.matrix_peak_flop_per_s("bf16") * ratio * 0.70)
     assert mamf_ratio(_acc("gb300"), "fp8").value == pytest.approx(3749.2 / 5000)
     # the whole-model efficiency does not cross generations: Hopper keeps isolated rates
     assert in_model_efficiency(_acc("h100-sxm5-80gb")).value == 1.0

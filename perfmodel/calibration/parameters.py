@@ -22,8 +22,8 @@ unseen generation takes the prior 1, i.e. the pooled global value) or a network 
 parameter is keyed by a framework, source, run or model.
 
 Priors (value, log-normal spread, and why):
-  gemm_in_model 0.80 +- 0.25: the one whole-model measurement in the catalogue, B200 at 0.64 of its
-      isolated rate (b200.yaml), and Bekman's MAMF/peak spread (0.76-0.87) show isolated rates are
+  gemm_in_model 0.80 +- 0.25: the one whole-model measurement in the catalogue, B200 at 0.70 of its
+      isolated rate in a training step (b200.yaml), and Bekman's MAMF/peak spread (0.76-0.87) show isolated rates are
       not sustained inside a step (clocks under whole-model power, cache and shape mix).
   gemm_generation[g] 1 +- 0.10: generations differ by their power headroom and scheduling; no
       generation is assumed better than the pool before data says so.
@@ -113,7 +113,7 @@ class Parameter:
 
 REGISTRY: tuple[Parameter, ...] = (
     Parameter("gemm_in_model", "gemm", "global", 0.80, 0.25, 0.2, 1.2,
-              "physical argument + B200 whole-model measurement 0.64 (b200.yaml), Bekman MAMF/peak 0.76-0.87",
+              "physical argument + B200 whole-model measurement 0.70 (b200.yaml), Bekman MAMF/peak 0.76-0.87",
               "compute/ops.gemm_rate_flop_per_s (MAMF x in_model_efficiency)"),
     Parameter("gemm_generation", "gemm", "generation", 1.0, 0.10, 0.4, 1.6,
               "physical argument: no generation better than the pool before data",
