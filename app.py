@@ -27,6 +27,7 @@ from perfmodel.app_fixes import LayoutProblem, diagnose, field_of
 from perfmodel.calibration.frameworks import FRAMEWORKS
 from perfmodel.engines.registry import ENGINE_NAMES
 from perfmodel.errors import PerfmodelError
+from perfmodel.memory import NO_FIT_PREFIX
 from perfmodel.parallel.schedules import SCHEDULE_NAMES
 from perfmodel.precision import precision_names
 
@@ -372,12 +373,17 @@ def page_estimate(cfg: dict[str, Any], plan: Any) -> None:
     if est is None:
         return
     _, sys_msgs = system_for(cfg["acc"], cfg["system"], plan.world, (1.0,) * len(WHATIF))
+    # the engine's own "does not fit" note goes into the warning below, not a second box
+    fit_notes = [m for m in est.messages if m.startswith(NO_FIT_PREFIX)]
     for m in dict.fromkeys((*sys_msgs, *est.messages)):  # a System's notes come back in est.messages
-        st.info(m)
+        if m not in fit_notes:
+            st.info(m)
     frame = est.to_frame()
     if not est.fits:
-        st.warning(f"Does not fit: {est.memory_per_gpu_bytes / specs.GB:.1f} GB per GPU needed, "
-                   f"{est.hbm_bytes / specs.GB:.1f} GB of HBM. The numbers below are greyed: this layout would not run. "
+        what = (fit_notes[0][0].upper() + fit_notes[0][1:] if fit_notes else
+                f"Does not fit: {est.memory_per_gpu_bytes / specs.GB:.1f} GB per GPU needed, "
+                f"{est.hbm_bytes / specs.GB:.1f} GB of HBM")
+        st.warning(f"{what}. The numbers below are greyed: this layout would not run. "
                    "Try more recompute, a higher ZeRO stage, or more tp / pp.")
         st.markdown("<style>[data-testid='stMetricValue'] {color: #9a9a9a;}</style>", unsafe_allow_html=True)
     show_metrics(est)

@@ -219,6 +219,9 @@ def peak_memory(graph: Graph, plan: ParallelPlan) -> MemoryBreakdown:
     return out
 
 
+NO_FIT_PREFIX = "does not fit:"  # how every over-capacity message begins (the app and validate read it)
+
+
 def fit_message(graph: Graph, plan: ParallelPlan, hbm_bytes: float, need_bytes: float | None = None,
                 offload_ok: bool = False) -> str | None:
     """None when the peak fits in `hbm_bytes`; else 'does not fit: X per GPU > Y of HBM' with
@@ -230,7 +233,7 @@ def fit_message(graph: Graph, plan: ParallelPlan, hbm_bytes: float, need_bytes: 
     need = peak_memory(graph, plan).total_bytes if need_bytes is None else need_bytes
     if need <= hbm_bytes:
         return None
-    msg = f"does not fit: {fmt(need, 'B')} per GPU > {fmt(hbm_bytes, 'B')} of HBM"
+    msg = f"{NO_FIT_PREFIX} {fmt(need, 'B')} per GPU > {fmt(hbm_bytes, 'B')} of HBM"
     offload = offload_that_fits(graph, plan, hbm_bytes) if offload_ok else None
     also = ""
     if offload is not None:

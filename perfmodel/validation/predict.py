@@ -19,6 +19,7 @@ from perfmodel.calibration.frameworks import FRAMEWORKS, apply_framework, framew
 from perfmodel.calibration.profile import Profile, calibrated_system, load_profile, with_interval
 from perfmodel.engines.registry import get_engine, run_engine
 from perfmodel.errors import MAX_QUOTE, PerfmodelError, clip
+from perfmodel.memory import NO_FIT_PREFIX
 from perfmodel.validation.runs import DEFAULTS, OUTPUT_COLUMNS, RowError, check_encoding, printable, read_rows, row_run
 from perfmodel.workload.catalog import load_workloads
 
@@ -75,8 +76,8 @@ def defaulted_fit(message: str, row: dict[str, str]) -> str:
     (docs/VALIDATION.md: an empty recompute is none; published recipes often recompute, and the
     message already says what the run needs with recompute), so a run that ran never reads as
     one that cannot."""
-    if message.startswith("does not fit:") and row.get("recompute", "") == "":
-        return f"does not fit with the defaulted recompute={DEFAULTS['recompute']}:" + message[len("does not fit:"):]
+    if message.startswith(NO_FIT_PREFIX) and row.get("recompute", "") == "":
+        return f"does not fit with the defaulted recompute={DEFAULTS['recompute']}:" + message[len(NO_FIT_PREFIX):]
     return message
 
 
