@@ -113,7 +113,7 @@ def op_saved_bytes(op: Op, plan: ParallelPlan) -> float:
     after `update_usage(rowwise_usage=False, columnwise_usage=True)`; the fused norm's ln_out the
     same): the recipe's element plus its scale share (1 B for delayed / current fp8, 1 + 1/32 B for
     MXFP8, 0.5 + 1/16 B for NVFP4) instead of 2 B. The graph's GEMM ops save exactly their bf16
-    input (workload/builder.py _gemm, workload/moe.py _grouped); a 16-bit GEMM (the LM head, the
+    input (workload/op_make.py gemm_op, workload/moe.py _grouped); a 16-bit GEMM (the LM head, the
     fp32 router) keeps it as is, and without TE's casts (torchao) the bf16 input stays."""
     if op.kind != "gemm" or not plan.fp8_fused_casts:
         return op.saved_bytes

@@ -23,9 +23,9 @@ from perfmodel.memory import layer_saved_bytes, memory_per_rank
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.planning.evaluate import Evaluator
 from perfmodel.planning.space import SCHEDULE_LIST, SearchSpace, layout_grid
-from perfmodel.workload.builder import _gemm
 from perfmodel.workload.graph import Layer
 from perfmodel.workload.op_checkpoint import op_checkpoint
+from perfmodel.workload.op_make import gemm_op
 
 H, KV, F, HEADS, D = 4096, 1024, 14336, 32, 128
 S = 256  # one sequence of 256 tokens: T = 256
@@ -69,7 +69,7 @@ def test_recompute_seconds_are_the_separate_projections_own_gemms() -> None:
     plan = _plan()
     system = resolve_system("h100-sxm5-80gb", None, 8)[0]
     layer = _block(plan)
-    by_hand = [_gemm("wk", S, KV, H, "bf16"), _gemm("wo", S, H, H, "bf16"), _gemm("w3", S, F, H, "bf16")]
+    by_hand = [gemm_op("wk", S, KV, H, "bf16"), gemm_op("wo", S, H, H, "bf16"), gemm_op("w3", S, F, H, "bf16")]
     by_hand += [o for o in layer.ops if o.kind in ("norm", "elementwise")]
     acc = system.accelerator
     want = sum(op_cost(acc, o, "fwd", plan.fp8_recipe_name).time_s for o in by_hand)

@@ -29,11 +29,13 @@ from perfmodel import precision as registry
 from perfmodel.errors import LayoutError
 from perfmodel.workload import hyper_connections as hc
 from perfmodel.workload.compressed_attention import csa_attention_ops, csa_params
-from perfmodel.workload.graph import ACT_BYTES, ATTENTION_IMPLS, Axes, Comm, CpExchange, Graph, Layer, LayerLayout, Op, TpSplit
+from perfmodel.workload.graph import ACT_BYTES, ATTENTION_IMPLS, Axes, Comm, CpExchange, Graph, Layer, LayerLayout, Op
 from perfmodel.workload.latent_moe import latent_params
 from perfmodel.workload.moe import MoEOptions, moe_block
+from perfmodel.workload.op_make import elementwise_op, gemm_op
 from perfmodel.workload.spec import ModelSpec
 from perfmodel.workload.ssm import mamba2_ops, mamba2_params
+from perfmodel.workload.timeseries import mlp_layers, rnn_layers, tcn_layers
 
 
 class _Unsharded:
@@ -71,34 +73,6 @@ class _Unsharded:
 UNSHARDED: Axes = _Unsharded()
 
 
-def _gemm(name: str, m: int, n: int, k: int, precision: str, weight: bool = True, batch: int = 1,
-          repeat: int = 1, saved: float | None = None, bias: bool = False, in_bytes: int = ACT_BYTES,
-          split: TpSplit = "") -> Op:
-    """A (batched) GEMM [m,k]x[k,n]; `saved` defaults to its input activation (what wgrad needs)."""
-    el = registry.get(precision).weight_bytes
-    wbytes = k * n * el * batch  # every batch entry has its own B operand (bmm, one per expert)
-    ab = batch * repeat
-    bytes_ = ab * (m * k * in_bytes + m * n * ACT_BYTES) + wbytes * repeat
-    flop = 2.0 * m * n * k * ab
-    params = (k * n + (n if bias else 0)) if weight else 0
-    return Op(
-        name=name, kind="gemm" if weight else "bmm", flop=flop, bytes=bytes_, m=m, n=n, k=k,
-        batch=batch, repeat=repeat, precision=precision, weight_params=params,
-        saved_bytes=(m * k * ACT_BYTES * ab) if saved is None else saved,
-        kernels=repeat, bwd_kernels=2 * repeat, split=split,
-    )
-
-
-def _elementwise(name: str, elems: float, reads: float = 1, writes: float = 1, flop_per_el: float = 1,
-                 saved: float = 0.0, bwd_bytes_factor: float = 2.0, kind: str = "elementwise",
-                 params: float = 0.0, kernels: int = 1, attn_core: bool = False) -> Op:
-    return Op(
-        name=name, kind=kind, flop=flop_per_el * elems, bytes=(reads + writes) * elems * ACT_BYTES,  # type: ignore[arg-type]
-        saved_bytes=saved, bwd_flop_factor=1.0, bwd_bytes_factor=bwd_bytes_factor,
-        weight_params=params, kernels=kernels, bwd_kernels=kernels, attn_core=attn_core,
-    )
-
-
 def build_graph(spec: ModelSpec, micro_batch: int = 1, seq_len: int | None = None, precision: str = "bf16",
                 attention_impl: str = "flash") -> Graph:
     """The unsharded graph of one micro-batch of `micro_batch` sequences (lay it out on a rank with
@@ -113,11 +87,11 @@ def build_graph(spec: ModelSpec, micro_batch: int = 1, seq_len: int | None = Non
         layers = _transformer(spec, b, s, precision, attention_impl)
         tokens = b * s if spec.family != "patch_transformer" else b * _num_patches(spec, s) * (spec.input_size or 1)
     elif spec.family in ("lstm", "gru"):
-        layers, tokens = _rnn(spec, b, s, precision), b * s
+        layers, tokens = rnn_layers(spec, b, s, precision), b * s
     elif spec.family == "tcn":
-        layers, tokens = _tcn(spec, b, s, precision), b * s
+        layers, tokens = tcn_layers(spec, b, s, precision), b * s
     else:
-        layers, tokens = _mlp(spec, b, precision), b
+        layers, tokens = mlp_layers(spec, b, precision), b
     return Graph(model_id=spec.id, layers=tuple(layers), micro_batch=b, seq_len=s, tokens=tokens,
                  degrees={"tp": 1, "cp": 1, "ep": 1, "etp": 1, "sp": 0})
 
@@ -182,8 +156,8 @@ def _with_mtp(spec: ModelSpec, head: Layer, b: int, s: int, T: int, ax: Axes, pr
     params = params_full = active_full = expert = 0.0
     out_ops = tuple(o for o in head.ops if o.name in ("final_norm", "lm_head", "cross_entropy"))
     for depth in range(spec.mtp_depth):
-        sub = [_elementwise(f"mtp{depth}_norms", 2 * Tl * h, 1, 1, 5, saved=2 * Tl * h * ACT_BYTES, kind="norm"),
-               _gemm(f"mtp{depth}_eh_proj", T, ax.hidden_columns(h), 2 * h, precision, split="column")]
+        sub = [elementwise_op(f"mtp{depth}_norms", 2 * Tl * h, 1, 1, 5, saved=2 * Tl * h * ACT_BYTES, kind="norm"),
+               gemm_op(f"mtp{depth}_eh_proj", T, ax.hidden_columns(h), 2 * h, precision, split="column")]
         scope = f"c{spec.compress_ratio(spec.num_layers + depth)}" if spec.csa is not None else "global"
         for sym in pattern:
             kind = {"M": ("mamba", None), "*": ("attention", None), "-": (None, "dense"), "E": (None, "moe")}[sym]
@@ -219,7 +193,7 @@ def _embedding(spec: ModelSpec, b: int, s: int, precision: str, ax: Axes) -> Lay
     T = ax.tokens(b, s)
     if spec.family == "patch_transformer":
         p = spec.patch_len or 1
-        op = _gemm("patch_embed", T, h, p, precision, bias=True)
+        op = gemm_op("patch_embed", T, h, p, precision, bias=True)
         params = p * h + h + (s * h if spec.position == "learned" else 0)
         return Layer("embedding", "embedding", 1, (op,), params=params, params_full=params, recomputable=False,
                      layout=LayerLayout())
@@ -240,11 +214,11 @@ def _embedding(spec: ModelSpec, b: int, s: int, precision: str, ax: Axes) -> Lay
 def _head(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision: str, ln_params: int) -> Layer:
     h = spec.hidden
     Tl = ax.norm_tokens(T)
-    norm = _elementwise("final_norm", Tl * h, 1, 1, 5, saved=Tl * h * ACT_BYTES, kind="norm", params=ln_params)
+    norm = elementwise_op("final_norm", Tl * h, 1, 1, 5, saved=Tl * h * ACT_BYTES, kind="norm", params=ln_params)
     if spec.family == "patch_transformer":
         # PatchTST flatten head: each series' s patch embeddings -> Linear(s·h, horizon)
         out = spec.output_size or 1
-        head_ops = (norm, _gemm("forecast_head", b, out, s * h, precision, bias=True))
+        head_ops = (norm, gemm_op("forecast_head", b, out, s * h, precision, bias=True))
         params = ln_params + s * h * out + out
         return Layer("head", "head", 1, head_ops, params=params, params_full=params, recomputable=False,
                      layout=LayerLayout())
@@ -256,12 +230,12 @@ def _head(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision: str, ln_
         extra = hc.head_params(spec)
     if spec.family == "encoder":
         # BERT masked-LM head: dense h->h + GELU + LayerNorm before the (tied) decoder, which has a bias
-        ops += [_gemm("mlm_transform", T, h, h, precision, bias=True),
-                _elementwise("mlm_act", T * h, 1, 1, 8, saved=T * h * ACT_BYTES),
-                _elementwise("mlm_norm", T * h, 1, 1, 5, saved=T * h * ACT_BYTES, kind="norm", params=ln_params)]
+        ops += [gemm_op("mlm_transform", T, h, h, precision, bias=True),
+                elementwise_op("mlm_act", T * h, 1, 1, 8, saved=T * h * ACT_BYTES),
+                elementwise_op("mlm_norm", T * h, 1, 1, 5, saved=T * h * ACT_BYTES, kind="norm", params=ln_params)]
         extra = h * h + h + ln_params + V
     head_precision = registry.QUANTIZED_HEAD_PRECISION if registry.get(precision).quantized else precision
-    ops.append(_gemm("lm_head", T, ax.vocab_columns(V), h, head_precision, split="column"))
+    ops.append(gemm_op("lm_head", T, ax.vocab_columns(V), h, head_precision, split="column"))
     # softmax cross-entropy in fp32 over the vocab shard: read logits, write fp32 probs, grads
     tp = ax.tp
     ops.append(Op("cross_entropy", "loss", flop=5.0 * T * V / tp, bytes=T * V / tp * (ACT_BYTES + 4 + 4),
@@ -294,13 +268,15 @@ def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision:
         dqk = m.qk_nope_head_dim + m.qk_rope_head_dim
         dv = m.v_head_dim
         ops += [
-            _gemm("q_down", T, m.q_lora_rank, h, precision, saved=saved_in),
-            _elementwise("q_norm", T * m.q_lora_rank, 1, 1, 5, saved=T * m.q_lora_rank * ACT_BYTES, kind="norm", params=m.q_lora_rank),
-            _gemm("q_up", T, hl * dqk, m.q_lora_rank, precision, split="column"),
+            gemm_op("q_down", T, m.q_lora_rank, h, precision, saved=saved_in),
+            elementwise_op("q_norm", T * m.q_lora_rank, 1, 1, 5, saved=T * m.q_lora_rank * ACT_BYTES, kind="norm",
+                           params=m.q_lora_rank),
+            gemm_op("q_up", T, hl * dqk, m.q_lora_rank, precision, split="column"),
             # same input as q_down, kept once
-            _gemm("kv_down", T, m.kv_lora_rank + m.qk_rope_head_dim, h, precision, saved=0.0),
-            _elementwise("kv_norm", T * m.kv_lora_rank, 1, 1, 5, saved=T * m.kv_lora_rank * ACT_BYTES, kind="norm", params=m.kv_lora_rank),
-            _gemm("kv_up", T, hl * (m.qk_nope_head_dim + dv), m.kv_lora_rank, precision, split="column"),
+            gemm_op("kv_down", T, m.kv_lora_rank + m.qk_rope_head_dim, h, precision, saved=0.0),
+            elementwise_op("kv_norm", T * m.kv_lora_rank, 1, 1, 5, saved=T * m.kv_lora_rank * ACT_BYTES, kind="norm",
+                           params=m.kv_lora_rank),
+            gemm_op("kv_up", T, hl * (m.qk_nope_head_dim + dv), m.kv_lora_rank, precision, split="column"),
         ]
         params = (h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * hl * dqk + h * (m.kv_lora_rank + m.qk_rope_head_dim)
                   + m.kv_lora_rank + m.kv_lora_rank * hl * (m.qk_nope_head_dim + dv))
@@ -309,13 +285,13 @@ def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision:
     else:
         d = spec.dhead
         qkv_n = (hl + 2 * kvl) * d
-        ops.append(_replace(_gemm("qkv_proj", T, qkv_n, h, precision, bias=bias, saved=saved_in, split="column"),
+        ops.append(_replace(gemm_op("qkv_proj", T, qkv_n, h, precision, bias=bias, saved=saved_in, split="column"),
                             norm_input=True, mm_parts=(hl * d, kvl * d, kvl * d)))
         params = h * qkv_n + (qkv_n if bias else 0)
         d_qk, d_v, q_out = d, d, hl * d
         rope_el = T * (hl + kvl) * d
     if spec.position == "rope":
-        ops.append(_elementwise("rope", rope_el, 1, 1, 3))
+        ops.append(elementwise_op("rope", rope_el, 1, 1, 3))
     sq, skv = ax.query_len(s), s
     full_fwd = 2.0 * b * hl * sq * skv * (d_qk + d_v)  # QK^T and PV
     causal = spec.causal
@@ -343,14 +319,14 @@ def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision:
         # unfused (Megatron before FlashAttention): baddbmm, fused scale-mask-softmax, dropout, bmm
         scores = b * hl * sq * skv
         ops += [
-            _replace(_gemm("attn_scores", sq, skv, d_qk, precision, weight=False, batch=b * hl, split="heads",
+            _replace(gemm_op("attn_scores", sq, skv, d_qk, precision, weight=False, batch=b * hl, split="heads",
                            saved=b * sq * hl * d_qk * ACT_BYTES * 2), attn_core=True, model_flop=2.0 * b * hl * sq * skv * d_qk),
-            _elementwise("scale_mask_softmax", scores, 1, 1, 5, saved=scores * ACT_BYTES, attn_core=True),
-            _elementwise("attn_dropout", scores, 1, 1.5, 1, saved=scores * (ACT_BYTES + 1), attn_core=True),
-            _replace(_gemm("attn_values", sq, d_v, skv, precision, weight=False, batch=b * hl, split="heads",
+            elementwise_op("scale_mask_softmax", scores, 1, 1, 5, saved=scores * ACT_BYTES, attn_core=True),
+            elementwise_op("attn_dropout", scores, 1, 1.5, 1, saved=scores * (ACT_BYTES + 1), attn_core=True),
+            _replace(gemm_op("attn_values", sq, d_v, skv, precision, weight=False, batch=b * hl, split="heads",
                            saved=b * sq * hl * d_v * ACT_BYTES), attn_core=True, model_flop=2.0 * b * hl * sq * skv * d_v),
         ]
-    ops.append(_gemm("out_proj", T, h, q_out, precision, bias=bias, split="row"))
+    ops.append(gemm_op("out_proj", T, h, q_out, precision, bias=bias, split="row"))
     params += q_out * h + (h if bias else 0) + params_sinks
     return ops, params
 
@@ -379,12 +355,12 @@ def _ffn_ops(spec: ModelSpec, T: int, width: int, ax: Axes, precision: str, name
     gated = spec.activation in ("swiglu", "geglu")
     f = ax.columns(width, spec.id, "the FFN width")
     up_n = f * (2 if gated else 1)
-    act = _elementwise(f"{name}_act", T * f, 2 if gated else 1, 1, 8, saved=T * up_n * ACT_BYTES)
+    act = elementwise_op(f"{name}_act", T * f, 2 if gated else 1, 1, 8, saved=T * up_n * ACT_BYTES)
     # a dense FC1 reads the pre-MLP norm's output directly (an MoE layer's norm also feeds the router)
-    fc1 = _replace(_gemm(f"{name}_fc1", T, up_n, h, precision, bias=bias, saved=saved_in, split="column"),
+    fc1 = _replace(gemm_op(f"{name}_fc1", T, up_n, h, precision, bias=bias, saved=saved_in, split="column"),
                    norm_input=name == "mlp", mm_parts=(f, f) if gated else ())
     ops = [fc1, act,
-           _gemm(f"{name}_fc2", T, h, f, precision, bias=bias, split="row")]
+           gemm_op(f"{name}_fc2", T, h, f, precision, bias=bias, split="row")]
     params = h * up_n + up_n * (1 if bias else 0) + f * h + (h if bias else 0)
     return ops, params
 
@@ -404,8 +380,8 @@ def _block(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision: str, at
     # inputs of the column-parallel GEMMs (QKV, FC1) kept for wgrad: the full T·h without sp, the
     # local shard with sp (Megatron-LM re-gathers it in the backward, overlapped with the dgrad GEMM)
     saved_in = Tl * h * ACT_BYTES
-    norm = lambda nm: _elementwise(nm, Tl * h, 1, 1, 5, saved=Tl * h * ACT_BYTES, kind="norm", params=ln_params)  # noqa: E731
-    dropout_add = lambda nm: _elementwise(nm, Tl * h, 2, 1.5, 2, saved=Tl * h * 1, bwd_bytes_factor=1.5)  # noqa: E731
+    norm = lambda nm: elementwise_op(nm, Tl * h, 1, 1, 5, saved=Tl * h * ACT_BYTES, kind="norm", params=ln_params)  # noqa: E731
+    dropout_add = lambda nm: elementwise_op(nm, Tl * h, 2, 1.5, 2, saved=Tl * h * 1, bwd_bytes_factor=1.5)  # noqa: E731
     ops: list[Op] = []
     attn_params = ffn_params = 0.0
     csa_comms: list[Comm] = []
@@ -530,78 +506,3 @@ def _full_params(spec: ModelSpec, moe: bool, ln_params: int, mixer: str | None =
         mlp = ffn(spec.ffn_hidden or 4 * h, bias)
     nsub = (mixer is not None) + (ffn_kind is not None)
     return nsub * (ln_params + hc.sublayer_params(spec)) + attn + mlp
-
-
-# --------------------------------------------------------------------------------------------
-RNN_GATES = {"lstm": 4, "gru": 3}
-
-
-def _rnn(spec: ModelSpec, b: int, s: int, precision: str) -> list[Layer]:
-    """Stacked LSTM / GRU forecaster (torch.nn.LSTM / nn.GRU semantics: gates i,f,g,o or r,z,n;
-    two bias vectors), each layer one fused recurrence as cuDNN and ATen run it.
-
-    Per layer: the input projection of all s time steps is one GEMM [b·s, in] x [in, g·H]; the
-    recurrent part is one `recurrence` op: s dependent GEMMs [b, H] x [H, g·H] with the gate
-    math fused, issued by the host as one call (cuDNN cudnnRNNForward; ATen's lstm / gru op on the
-    CPU), so it costs one kernel of host time, not one per step (see compute.ops.recurrence_cost)."""
-    H = spec.hidden
-    g = RNN_GATES[spec.family]
-    el = registry.get(precision).weight_bytes
-    layers: list[Layer] = []
-    for i in range(spec.num_layers):
-        inp = spec.input_size if i == 0 else H
-        assert inp is not None
-        step_bytes = b * (g * H + 2 * H + 2 * H) * ACT_BYTES  # gate pre-activations in, h (and c) in and out
-        rec = Op(f"{spec.family}{i}_recurrent", "recurrence", flop=2.0 * b * g * H * H * s,
-                 bytes=H * g * H * el + s * step_bytes, m=b, n=g * H, k=H, repeat=s, precision=precision,
-                 weight_params=float(g * H * H + 2 * g * H), saved_bytes=b * s * (g * H + 2 * H) * ACT_BYTES,
-                 kernels=1, bwd_kernels=2)
-        ops = (_gemm(f"{spec.family}{i}_input_proj", b * s, g * H, inp, precision), rec)
-        params = g * H * (inp + H) + 2 * g * H
-        layers.append(Layer(f"{spec.family}{i}", "block", 1, ops, params=params, params_full=params))
-    out = spec.output_size or 1
-    head = _gemm("forecast_head", b, out, H, precision, bias=True)
-    layers.append(Layer("head", "head", 1, (head,), params=H * out + out, params_full=H * out + out, recomputable=False))
-    return layers
-
-
-def _tcn(spec: ModelSpec, b: int, s: int, precision: str) -> list[Layer]:
-    """Temporal convolution network (Bai et al. 2018): per level two dilated causal Conv1d of
-    kernel k with ReLU, plus a 1x1 residual conv where channels change. Conv1d as implicit GEMM
-    [b·s, C_in·k] x [C_in·k, C_out]."""
-    C, k = spec.hidden, spec.kernel_size or 3
-    layers: list[Layer] = []
-    for i in range(spec.num_layers):
-        cin = spec.input_size if i == 0 else C
-        assert cin is not None
-        ops = [
-            _gemm(f"tcn{i}_conv1", b * s, C, cin * k, precision, bias=True, saved=b * s * cin * ACT_BYTES),
-            _elementwise(f"tcn{i}_relu1", b * s * C, 1, 1, 1, saved=b * s * C * ACT_BYTES),
-            _gemm(f"tcn{i}_conv2", b * s, C, C * k, precision, bias=True, saved=b * s * C * ACT_BYTES),
-            _elementwise(f"tcn{i}_relu_add", b * s * C, 2, 1, 2, saved=b * s * C * ACT_BYTES),
-        ]
-        params = cin * k * C + C + C * k * C + C
-        if cin != C:
-            ops.append(_gemm(f"tcn{i}_downsample", b * s, C, cin, precision, bias=True))
-            params += cin * C + C
-        layers.append(Layer(f"tcn{i}", "block", 1, tuple(ops), params=params, params_full=params))
-    out = spec.output_size or 1
-    head = _gemm("forecast_head", b, out, C, precision, bias=True)
-    layers.append(Layer("head", "head", 1, (head,), params=C * out + out, params_full=C * out + out, recomputable=False))
-    return layers
-
-
-def _mlp(spec: ModelSpec, b: int, precision: str) -> list[Layer]:
-    """MLP: input -> num_layers hidden Linear+ReLU layers of width `hidden` -> output."""
-    H = spec.hidden
-    layers: list[Layer] = []
-    widths = [spec.input_size or 1] + [H] * spec.num_layers
-    for i in range(spec.num_layers):
-        ops = (_gemm(f"fc{i}", b, H, widths[i], precision, bias=True),
-               _elementwise(f"relu{i}", b * H, 1, 1, 1, saved=b * H * ACT_BYTES))
-        p = widths[i] * H + H
-        layers.append(Layer(f"fc{i}", "block", 1, ops, params=p, params_full=p))
-    out = spec.output_size or 1
-    head = _gemm("out", b, out, H, precision, bias=True)
-    layers.append(Layer("head", "head", 1, (head,), params=H * out + out, params_full=H * out + out, recomputable=False))
-    return layers

@@ -21,6 +21,7 @@ cp rank scans the whole sequence for H/(tp·cp) heads), and back before out_proj
 from __future__ import annotations
 
 from perfmodel.workload.graph import ACT_BYTES, Axes, Op
+from perfmodel.workload.op_make import elementwise_op, gemm_op
 from perfmodel.workload.spec import ModelSpec
 
 SSD_FWD_KERNELS = 5  # mamba_ssm chunk_cumsum, bmm_chunk (CBᵀ), chunk_state, state_passing, chunk_scan
@@ -50,8 +51,6 @@ def mamba2_ops(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision: str
     """Forward ops of one Mamba-2 mixer on a rank holding `ax` (heads and groups per tp rank and
     per scan after the cp all-to-all: parallel/shard.py), the parameters it holds and the
     (name, bytes) of the all-to-alls a cp split needs (parallel/shard.py emits them at cp > 1)."""
-    from perfmodel.workload.builder import _elementwise, _gemm  # the shared op constructors
-
     m = spec.mamba
     assert m is not None
     h = spec.hidden
@@ -69,16 +68,16 @@ def mamba2_ops(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision: str
     state_bytes = 2.0 * b * chunks * Hs * N * P * 4  # fp32 chunk states written and read back
     ssd_in = Ts * conv_s * ACT_BYTES + Ts * Hs * 4  # x, B, C and fp32 dt
     ops = [
-        _gemm("mamba_in_proj", T, in_n, h, precision, saved=saved_in, split="column"),
+        gemm_op("mamba_in_proj", T, in_n, h, precision, saved=saved_in, split="column"),
         # depthwise causal conv1d: K multiply-adds per output element (FlopCounterMode counts 2·K)
-        _elementwise("mamba_conv1d", Ts * conv_s, 1, 1, 2 * K, saved=Ts * conv_s * ACT_BYTES),
-        _elementwise("mamba_conv_silu", Ts * conv_s, 1, 1, 4, saved=Ts * conv_s * ACT_BYTES),
+        elementwise_op("mamba_conv1d", Ts * conv_s, 1, 1, 2 * K, saved=Ts * conv_s * ACT_BYTES),
+        elementwise_op("mamba_conv_silu", Ts * conv_s, 1, 1, 4, saved=Ts * conv_s * ACT_BYTES),
         Op("mamba_ssd", "ssd", flop=flop_ssd, bytes=ssd_in + Ts * d_s * ACT_BYTES + state_bytes, saved_bytes=ssd_in,
            bwd_flop_factor=2.0, bwd_bytes_factor=2.5, kernels=SSD_FWD_KERNELS, bwd_kernels=SSD_BWD_KERNELS,
            heads=Hs, head_dim=P, seq_q=s, seq_kv=min(m.chunk_size, s), precision=precision),
         # y·silu(z) then RMSNorm over each group's channels: y and z kept for the backward
-        _elementwise("mamba_gated_norm", T * d_in, 2, 1, 8, saved=2 * T * d_in * ACT_BYTES, kind="norm", params=d_in),
-        _gemm("mamba_out_proj", T, h, d_in, precision, split="row"),
+        elementwise_op("mamba_gated_norm", T * d_in, 2, 1, 8, saved=2 * T * d_in * ACT_BYTES, kind="norm", params=d_in),
+        gemm_op("mamba_out_proj", T, h, d_in, precision, split="row"),
     ]
     # under cp: sequence split -> head split before the conv and scan, and back before out_proj
     a2a = (("mamba_cp_a2a_in", T * (conv_dim + H) * ACT_BYTES), ("mamba_cp_a2a_out", T * d_in * ACT_BYTES))
