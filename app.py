@@ -30,6 +30,7 @@ from perfmodel.errors import PerfmodelError
 from perfmodel.memory import NO_FIT_PREFIX
 from perfmodel.parallel.schedules import SCHEDULE_NAMES
 from perfmodel.precision import precision_names
+from perfmodel.workload.module_recompute import MODULES as RECOMPUTE_MODULES
 
 ROOT = Path(__file__).resolve().parent
 RUNS_PUBLIC = ROOT / "validation" / "runs_public.csv"
@@ -196,6 +197,15 @@ def sidebar() -> dict[str, Any] | None:
     c1, c2 = sb.columns(2)
     recompute = _bound(c1.selectbox, "recompute", "recompute", options=["none", "selective", "full"], index=1)
     precision = _bound(c2.selectbox, "precision", "precision", options=precision_names())
+    modules: list[str] = []
+    if recompute == "selective":
+        modules = sb.multiselect("recompute modules", list(RECOMPUTE_MODULES), default=["core_attn"],
+                                 key="recompute_modules",
+                                 help="what selective recompute reruns (Megatron-Core recompute_modules): core_attn the "
+                                      "attention core; layernorm the norms that run on their own (MLA input, MoE "
+                                      "pre-MLP); moe_act the experts' activation; mla_up_proj MLA's up-projections "
+                                      "and RoPE; mlp a dense MLP; moe the whole MoE layer; shared_experts the "
+                                      "shared experts")
     c1, c2 = sb.columns(2)
     schedule = _bound(c1.selectbox, "schedule", "schedule", options=["auto", *SCHEDULE_NAMES],
                       help="; ".join(f"{k}: {SCHEDULE_LABELS.get(k, k)}" for k in ["auto", *SCHEDULE_NAMES]))
@@ -208,7 +218,8 @@ def sidebar() -> dict[str, Any] | None:
                 engine=engine, calibration=calibration, tp=int(tp), pp=int(pp), cp=int(cp), ep=int(ep), vp=int(vp),
                 calibration_label=cal_label, framework=None if stack == NO_STACK else stack,
                 zero=int(zero), mb=int(mb),
-                gb=int(gb), seq=int(seq), recompute=recompute, precision=precision, schedule=schedule, sp=bool(sp),
+                gb=int(gb), seq=int(seq), recompute=recompute, modules=tuple(modules), precision=precision,
+                schedule=schedule, sp=bool(sp),
                 offload=int(offload), slots=slots)
 
 
@@ -346,6 +357,9 @@ def build_plan(cfg: dict[str, Any]) -> Any:
         sequence_parallel=cfg["sp"], zero_stage=cfg["zero"], micro_batch=cfg["mb"], global_batch=cfg["gb"],
         seq_len=cfg["seq"] or None, recompute=cfg["recompute"], precision=cfg["precision"],
         schedule=None if cfg["schedule"] == "auto" else cfg["schedule"], offload_activations=cfg.get("offload", 0),
+        # the default (core_attn) left unset, so that a stack with its own policy (torchtitan: op) keeps it
+        **({"selective_recompute": ",".join(mods)} if cfg["recompute"] == "selective"
+           and (mods := cfg.get("modules", ("core_attn",))) != ("core_attn",) else {}),
     )
     plan.validate_for(spec_of(cfg["workload"]), cfg["gpus"])
     return plan
@@ -415,6 +429,9 @@ def assumptions(cfg: dict[str, Any], plan: Any, est: Any) -> dict[str, Any]:
     return {"sequence length (tokens)": plan.seq_len or spec_of(cfg["workload"]).seq_len,
             "sequence length from": "the sidebar" if plan.seq_len else f"the workload's default ({cfg['workload']})",
             "precision": plan.precision,
+            # the plan the estimate ran (the stack may pick what selective recompute reruns: torchtitan's op)
+            "recompute": est.plan.recompute + (f" ({est.plan.selective_recompute})"
+                                               if est.plan.recompute == "selective" else ""),
             "training stack": cfg.get("framework") or ("none chosen (flash attention, eager dispatch, fused norms / "
                                                        "activations, 16-bit weights, none of the stack fusions)"),
             "calibration profile": calibration_text(cfg, est),

@@ -64,7 +64,12 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--micro-batch", type=positive_int, default=1, help="sequences per micro-batch")
     g.add_argument("--global-batch", type=positive_int, default=None, help="sequences per step (default: micro_batch x dp)")
     g.add_argument("--seq-len", type=positive_int, default=None)
-    g.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
+    g.add_argument("--recompute", default=None, choices=["none", "selective", "full"],
+                   help="activation recompute (default none; selective when --recompute-modules is given)")
+    g.add_argument("--recompute-modules", default=None, metavar="MODULES",
+                   help="what selective recompute reruns: Megatron-Core recompute_modules, comma-separated, from "
+                        "core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; or op (torchtitan's "
+                        "per-op policy); default: the --framework's (core_attn; op for torchtitan)")
     g.add_argument("--offload-activations", type=int, default=0, metavar="N",
                    help="the first N transformer layers' saved activations go to host memory and back (Megatron-Core "
                         "cpu_offloading_num_layers; needs pp 1, no recompute; over the node's measured host link)")
@@ -106,6 +111,11 @@ def _plan(a: argparse.Namespace, n_gpus: int):
         raise UsageError(f"--n-gpus {n_gpus} but dp {dp} x tp {a.tp} x pp {a.pp} x cp {a.cp} = {dp * model_par} GPUs; "
                          f"make them agree, or give only one of --n-gpus and --dp")
     gb = a.global_batch or a.micro_batch * dp
+    modules = getattr(a, "recompute_modules", None)
+    recompute = a.recompute or ("selective" if modules else "none")
+    if modules and recompute != "selective":
+        raise UsageError(f"--recompute-modules {modules} names what selective recompute reruns; it needs --recompute "
+                         f"selective (got --recompute {recompute})")
     return ParallelPlan(dp=dp, tp=a.tp, pp=a.pp, cp=a.cp, ep=a.ep, etp=a.etp, vp=a.vp, sequence_parallel=a.sp,
                         moe_fp8_dispatch=a.moe_fp8_dispatch, moe_shared_expert_overlap=a.moe_shared_overlap,
                         moe_dispatcher=a.moe_dispatcher,
@@ -115,7 +125,8 @@ def _plan(a: argparse.Namespace, n_gpus: int):
                         **({"autocast_weights": a.autocast_weights} if a.autocast_weights is not None else {}),
                         **({"moe_imbalance": a.moe_imbalance} if a.moe_imbalance is not None else {}),
                         zero_stage=a.zero, micro_batch=a.micro_batch, global_batch=gb, seq_len=a.seq_len,
-                        recompute=a.recompute, offload_activations=a.offload_activations,
+                        recompute=recompute, offload_activations=a.offload_activations,
+                        **({"selective_recompute": modules} if modules else {}),
                         precision=a.precision, schedule=a.schedule,
                         overlap_dp_comm=not a.no_overlap, overlap_fsdp_prefetch=not a.no_overlap,
                         **({"attention_impl": a.attention} if a.attention else {}), fp8_recipe=a.fp8_recipe,

@@ -121,7 +121,9 @@ class Estimate:
             + (f" etp {self.plan.etp}" if self.plan.etp > 1 else "")
             + (f" ({self.plan.moe_dispatcher or 'alltoall'} dispatcher)" if self.plan.ep > 1 else "")
             + f" vp {self.plan.vp} zero {self.plan.zero_stage} mb {self.plan.micro_batch} gb {self.plan.global_batch}"
-            f" recompute {self.plan.recompute} {self.plan.precision}"
+            f" recompute {self.plan.recompute}"
+            + (f" ({self.plan.selective_recompute})" if self.plan.recompute == "selective" else "")
+            + f" {self.plan.precision}"
             + (f" {self.plan.fp8_recipe}" if self.plan.fp8_recipe else "") + _mechanisms(self.plan),
             f"  step    {self.step_time_s:.4g} s   {self.tokens_per_s:,.0f} tokens/s   "
             f"{self.tflops_per_gpu:.1f} TFLOP/s/GPU   MFU {self.mfu:.1%}",

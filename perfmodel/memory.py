@@ -16,9 +16,10 @@ on the stage times the micro-batches in flight on that stage, which the schedule
 last stage, which holds the fp32 logits, keeps one micro-batch), min(m, p) for ZB-H1, m for
 GPipe, (2(p-s-1) + (v-1)p + 1)/v for the interleaved schedule, p·(1 + (p-1)/(p·v)) on rank 0,
 Narayanan et al. 2021 §2.2.2; Megatron-LM schedules.py warm-up counts). Full recompute
-keeps only each layer's input plus one layer's working set; selective recompute drops the
-attention core's s²-sized intermediates (softmax, dropout) and keeps its Q, K, V inputs
-(selective_dropped_bytes), or, as torchtitan's per-op policy (plan.selective_recompute 'op'), keeps
+keeps only each layer's input plus one layer's working set; selective recompute drops what the
+named Megatron recompute modules free (workload/module_recompute.py) plus the largest module's
+rebuilt tensors: by default core_attn, the attention core's s²-sized intermediates (softmax,
+dropout), keeping its Q, K, V inputs (selective_dropped_bytes); or, as torchtitan's per-op policy (plan.selective_recompute 'op'), keeps
 each layer's input and the outputs of the ops it saves plus one layer's working set
 (workload/op_checkpoint.py). Activation offloading (plan.offload_activations) keeps at most
 L - N of a rank's L transformer layers' saved activations on the GPU (engines/offload.py,
@@ -41,6 +42,7 @@ from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.split import stage_layers
 from perfmodel.units import fmt
 from perfmodel.workload.graph import Graph, Layer, Op
+from perfmodel.workload.module_recompute import OP_POLICY, module_recompute
 from perfmodel.workload.op_checkpoint import op_checkpoint
 
 # CUDA context (~0.5 GiB on Hopper with lazy module loading), cuBLAS workspace (32 MiB per
@@ -129,27 +131,38 @@ def layer_saved_bytes(layer: Layer, plan: ParallelPlan) -> float:
 
 
 def layer_activation_bytes(layer: Layer, plan: ParallelPlan) -> float:
-    """Bytes the layer keeps per micro-batch under plan.recompute: everything it saves (none), less
-    the attention core's s² terms (selective, core_attn), its input and the outputs of the ops the
-    per-op policy saves (selective, op: workload/op_checkpoint.py), or only its input (full)."""
+    """Bytes the layer keeps per micro-batch under plan.recompute: everything it saves (none); less
+    what the named Megatron recompute modules free (selective: the attention core's s² terms for
+    core_attn, workload/module_recompute.py for the others), or its input and the outputs of the
+    ops the per-op policy saves (selective, op: workload/op_checkpoint.py); only its input (full)."""
     if not layer.recomputable or plan.recompute == "none":
         return layer_saved_bytes(layer, plan)
-    if plan.recompute == "selective" and plan.selective_recompute == "op":
+    if plan.recompute == "selective" and plan.selective_recompute == OP_POLICY:
         return op_checkpoint(layer, plan.tp, plan.etp).saved_bytes
     if plan.recompute == "selective":
-        return layer_saved_bytes(layer, plan) - selective_dropped_bytes(layer)
+        mods = module_recompute(layer, plan.selective_recompute)
+        core = selective_dropped_bytes(layer) if mods.core_attn else 0.0
+        return layer_saved_bytes(layer, plan) - core - _share_bytes(layer, plan, mods.freed)
     return layer.input_bytes
+
+
+def _share_bytes(layer: Layer, plan: ParallelPlan, shares: tuple[tuple[int, float], ...]) -> float:
+    return sum(op_saved_bytes(layer.ops[i], plan) * share for i, share in shares)
 
 
 def recompute_working_bytes(layer: Layer, plan: ParallelPlan) -> float:
     """Bytes the backward rebuilds for one layer at a time: under full recompute and torchtitan's
     per-op policy the whole layer reruns inside its checkpoint, so its saved tensors exist again
-    while its backward runs (layer_saved_bytes); Megatron's attention-core recompute rebuilds only
-    the core's, already counted as kept. 0 for a layer that is not recomputed."""
+    while its backward runs (layer_saved_bytes); Megatron's recompute modules rebuild one module's
+    freed tensors at a time (the attention core's already counted as kept). 0 for a layer that is
+    not recomputed."""
     if not layer.recomputable:
         return 0.0
-    if plan.recompute == "full" or (plan.recompute == "selective" and plan.selective_recompute == "op"):
+    if plan.recompute == "full" or (plan.recompute == "selective" and plan.selective_recompute == OP_POLICY):
         return layer_saved_bytes(layer, plan)
+    if plan.recompute == "selective":
+        rebuilt = module_recompute(layer, plan.selective_recompute).rebuilt
+        return max((_share_bytes(layer, plan, r) for r in rebuilt), default=0.0)
     return 0.0
 
 

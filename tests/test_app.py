@@ -119,6 +119,24 @@ def test_layout_that_does_not_fit_says_so() -> None:
     assert float(metric(at, "Step time (s)")) > 0
 
 
+def test_recompute_modules_selector_matches_the_library() -> None:
+    """Selective recompute offers Megatron-Core's recompute modules; picking them changes the plan
+    the estimate runs (the library's number), and none picked is a message, not a traceback."""
+    at = app(workload="deepseek-v3", acc="h100-sxm5-80gb", gpus="256", tp="1", pp="8", ep="8", vp="1", gb="256",
+             recompute="selective", sp="false")
+    no_exception(at)
+    at.multiselect(key="recompute_modules").set_value(["moe_act", "mla_up_proj"]).run()
+    no_exception(at)
+    assert not errors(at), errors(at)
+    plan = perfmodel.ParallelPlan(dp=32, tp=1, pp=8, ep=8, zero_stage=1, global_batch=256, recompute="selective",
+                                  selective_recompute="moe_act,mla_up_proj")
+    est = perfmodel.estimate("deepseek-v3", "h100-sxm5-80gb", plan)
+    assert float(metric(at, "Step time (s)")) == pytest.approx(est.step_time_s, rel=1e-3)
+    at.multiselect(key="recompute_modules").set_value([]).run()
+    no_exception(at)
+    assert any("selective_recompute" in e and "allowed" in e for e in errors(at) + sidebar_errors(at))
+
+
 def test_what_if_faster_flops_lowers_the_step_time(default_app: AppTest) -> None:
     at = app()
     base = float(metric(at, "Step time (s)"))

@@ -126,8 +126,9 @@ def test_megatron_meaning_is_unchanged() -> None:
 
 
 def test_unknown_policy_names_the_allowed_values() -> None:
-    with pytest.raises(LayoutError, match=r"selective_recompute='layer'.*'core_attn'.*'op'"):
-        ParallelPlan(selective_recompute="layer")  # type: ignore[arg-type]
+    with pytest.raises(LayoutError, match=r"selective_recompute 'layer': unknown 'layer'; allowed: 'op'.*core_attn, "
+                       r"moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts"):
+        ParallelPlan(selective_recompute="layer")
 
 
 def test_planner_equals_estimate_under_torchtitans_selective_recompute() -> None:

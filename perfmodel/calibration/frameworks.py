@@ -130,7 +130,8 @@ src/megatron/bridge/perf_recipes/ at HEAD) and what megatron-core selects from t
                    gpt_oss/gpt_oss_llm_pretrain.py:37; HEAD perf_recipes/deepseek/common.py:37): a benchmark
                    choice, not a mechanism of the stack, so moe_imbalance stays at its default; the runs
                    format has no column for it (docs/VALIDATION.md), a plan says --moe-imbalance 1.
-    also per recipe  recompute_modules (mla_up_proj, mlp, moe_act, layernorm), the DeepSeek pipeline
+    also per recipe  recompute_modules (mla_up_proj, mlp, moe_act, layernorm: a plan names them,
+                   --recompute-modules, workload/module_recompute.py; the runs format cannot), the DeepSeek pipeline
                    layout ("Et*4|(t*4|)*14tmL"), paged stash and expert-rank capacity factor 1.5 with full-
                    iteration graphs; moe_permute_fusion and moe_grouped_gemm are on everywhere (the
                    builder's permute and grouped expert GEMMs already assume them).
@@ -155,7 +156,6 @@ from perfmodel.names import spelling
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.precision import recipe_precision
 from perfmodel.workload.graph import AttentionImpl, CpRing
-from perfmodel.workload.op_checkpoint import SelectiveRecompute
 
 # the commits the evidence strings cite (fetched from GitHub)
 EVIDENCE_COMMITS = {
@@ -189,7 +189,7 @@ class Framework:
     # precisions whose MoE layouts get the 1F1B all-to-all overlap unless the plan says (module docstring)
     moe_a2a_overlap_precisions: tuple[str, ...] = ()
     grad_reduce_bytes: int | None = None  # bytes per gradient element held and reduced (None: the precision's)
-    selective: SelectiveRecompute = "core_attn"  # what recompute 'selective' reruns (module docstring)
+    selective: str = "core_attn"  # what recompute 'selective' reruns (module docstring)
     cp_ring: CpRing = "p2p"  # how context-parallel attention exchanges K/V (module docstring)
     elementwise: ElementwiseImpl = "fused"  # norms / activations / RoPE fused or as eager ATen chains
     autocast_weights: bool = False  # fp32 parameters cast by torch.autocast every micro-batch (module docstring)

@@ -37,6 +37,7 @@ from perfmodel.parallel.ranks import group_stride
 from perfmodel.parallel.shard import CP_DKV_ROTATE, CP_KV_ALLGATHER, TP_PAIR_COMMS
 from perfmodel.parallel.split import EDGE_KINDS
 from perfmodel.workload.graph import ACT_BYTES, Comm, Layer, Op
+from perfmodel.workload.module_recompute import OP_POLICY, module_recompute
 from perfmodel.workload.op_checkpoint import op_checkpoint
 
 HOST_FWD_S_PER_KERNEL = 8.1e-3 / 182  # see module docstring: B200 Llama-3.2-1B eager forward
@@ -327,18 +328,25 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
         ring_rerun_s = ring.exposed_fwd_s
     rec = plan.recompute if layer.recomputable else "none"
     r_gpu = fwd if rec == "full" else core if rec == "selective" else 0.0
-    per_op = op_checkpoint(layer, plan.tp, plan.etp) if rec == "selective" and plan.selective_recompute == "op" else None
+    per_op = op_checkpoint(layer, plan.tp, plan.etp) if rec == "selective" and plan.selective_recompute == OP_POLICY else None
+    mods = module_recompute(layer, plan.selective_recompute) if rec == "selective" and per_op is None else None
+    core_rerun = mods is None or mods.core_attn  # the attention core (and the ring's forward) reruns
     r_op_comm = 0.0
-    if per_op is not None:
+    rerun = per_op or mods
+    if rerun is not None:
         # torchtitan's per-op policy (workload/op_checkpoint.py): the forward ops and matmuls it does
-        # not save, and the collectives it does not save, rerun before the backward
-        r_gpu, kcore, r_gemm, r_tp = 0.0, 0, 0.0, 0.0
-        for op in per_op.recomputed:
+        # not save, and the collectives it does not save, rerun before the backward; Megatron's
+        # recompute modules (workload/module_recompute.py): the attention core (core_attn) and the
+        # other modules' ops and collectives
+        r_gemm, r_tp = 0.0, 0.0
+        if not core_rerun or per_op is not None:
+            r_gpu, kcore = 0.0, 0
+        for op in rerun.recomputed:
             t = op_cost(acc, op, "fwd", plan.fp8_recipe_name, fused).time_s
             r_gpu += t
             kcore += op.kernels
             r_gemm += t if op.kind == "gemm" and not op.grouped else 0.0
-        for c in per_op.comms:
+        for c in rerun.comms:
             t = comm_s(system, plan, c) * c.fwd
             if c.group == "tp" and plan.overlap_tp_comm:
                 r_tp += t  # pipelined with the rerun GEMMs, as in the forward
@@ -370,7 +378,7 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
         r_comm, r_host = cf, kf * hf
     elif rec == "selective":
         # core_attn reruns the ring's forward call (all-gather and merges); the per-op policy saves it
-        r_comm, r_host = r_op_comm + (ring_rerun_s if per_op is None else 0.0), kcore * hf
+        r_comm, r_host = r_op_comm + (ring_rerun_s if per_op is None and core_rerun else 0.0), kcore * hf
     else:
         r_comm = r_host = 0.0
     return LayerTime(fwd_gpu_s=fwd, bwd_gpu_s=bwd, recompute_gpu_s=r_gpu, fwd_comm_s=cf, bwd_comm_s=cb,

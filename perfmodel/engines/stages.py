@@ -31,6 +31,7 @@ from perfmodel.parallel.shard import RankLayout, moe_options, shard, unsharded_g
 from perfmodel.parallel.split import EDGE_KINDS, chunk_layers, stage_layers
 from perfmodel.workload.graph import ACT_BYTES, CpRing, Graph, Layer
 from perfmodel.workload.hyper_connections import streams
+from perfmodel.workload.module_recompute import OP_POLICY, check_modules, module_recompute
 from perfmodel.workload.moe import MoEOptions
 from perfmodel.workload.op_checkpoint import op_checkpoint
 from perfmodel.workload.spec import ModelSpec
@@ -62,6 +63,8 @@ def model_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
 
 
 def plan_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
+    if plan.recompute == "selective":
+        check_modules(plan.selective_recompute, spec.attention == "mla", spec.id)
     return cached_graph(spec, plan.micro_batch, plan.seq_len or spec.seq_len, plan.tp, plan.cp, plan.ep,
                         plan.sequence_parallel, plan.precision, plan.attention_impl, moe_options(plan), plan.cp_ring,
                         plan.elementwise, autocast_on(plan))
@@ -84,10 +87,12 @@ def _with_recompute(graph: Graph, plan: ParallelPlan, model: float, per_graph: f
             continue
         if plan.recompute == "full":
             recomputed += layer.fwd_model_flop * layer.count
-        elif plan.recompute == "selective" and plan.selective_recompute == "op":
+        elif plan.recompute == "selective" and plan.selective_recompute == OP_POLICY:
             recomputed += sum(o.mflop for o in op_checkpoint(layer).recomputed) * layer.count
         elif plan.recompute == "selective":
-            recomputed += sum(o.mflop for o in layer.ops if o.attn_core) * layer.count
+            mods = module_recompute(layer, plan.selective_recompute)
+            core = sum(o.mflop for o in layer.ops if o.attn_core) if mods.core_attn else 0.0
+            recomputed += (core + sum(o.mflop for o in mods.recomputed)) * layer.count
     return model, model + recomputed * per_graph
 
 

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from perfmodel import precision as registry
 from perfmodel.errors import LayoutError
 from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.split import pipeline_split
 from perfmodel.workload.graph import AttentionImpl, CpRing, ElementwiseImpl
-from perfmodel.workload.op_checkpoint import SelectiveRecompute
+from perfmodel.workload.module_recompute import DEFAULT_SELECTIVE, parse_selective
 from perfmodel.workload.spec import ModelSpec
 
 Recompute = Literal["none", "selective", "full"]
+# 'op' or Megatron-Core recompute modules, canonical (workload/module_recompute.py)
+SelectiveRecompute = Annotated[str, BeforeValidator(parse_selective)]
 
 # Tokens on the busiest expert-parallel rank over the mean, as trained MoEs route: on GLM-5's MoE
 # layers (128 experts, ep 8, H100, no auxiliary loss) the wait for the busiest rank wastes 18.6 %
@@ -45,10 +47,12 @@ class ParallelPlan(BaseModel):
     global_batch: int = Field(1, gt=0, description="sequences per optimizer step")
     seq_len: int | None = Field(None, gt=0, description="defaults to the workload's")
     recompute: Recompute = "none"
-    selective_recompute: SelectiveRecompute = Field("core_attn", description=(
-        "what recompute 'selective' reruns (workload/op_checkpoint.py): core_attn (Megatron: the attention core) "
-        "or op (torchtitan's per-op policy: saves matmul outputs but every second one, attention and "
-        "reduce-scatters; reruns the rest); the training stack selects it"))
+    selective_recompute: SelectiveRecompute = Field(DEFAULT_SELECTIVE, description=(
+        "what recompute 'selective' reruns: Megatron-Core recompute modules, comma-separated, from core_attn, "
+        "moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts (workload/module_recompute.py; default "
+        "core_attn, the attention core), or op (torchtitan's per-op policy, workload/op_checkpoint.py: saves "
+        "matmul outputs but every second one, attention and reduce-scatters; reruns the rest); the training "
+        "stack selects core_attn or op where the plan does not say"))
     offload_activations: int = Field(0, ge=0, description=(
         "transformer layers whose saved activations go to host memory in the forward and come back for the "
         "backward (Megatron-Core cpu_offloading_num_layers over Transformer Engine's offload scheduler; "

@@ -28,7 +28,8 @@ What is read (Megatron's defaults where the list is silent):
   --num-layers-per-virtual-pipeline-stage or --virtual-pipeline-model-parallel-size,
   --context-parallel-size, --expert-model-parallel-size, --expert-tensor-parallel-size,
   --sequence-parallel (ignored by Megatron when tp = 1, and here), --recompute-granularity
-  (full / selective) or --recompute-activations (selective), --micro-batch-size,
+  (full / selective) or --recompute-activations (selective) with --recompute-modules (the
+  modules selective recompute reruns, default core_attn), --micro-batch-size,
   --global-batch-size, --fp8-format (fp8 GEMMs) with --fp8-recipe (delayed, tensorwise = current
   scaling, blockwise, mxfp8), --fp4-format / --fp4-recipe (nvfp4), --fp16 / --bf16, --optimizer
   (adam = AdamW, sgd), --use-distributed-optimizer (ZeRO-1), --use-torch-fsdp2 / --use-custom-fsdp
@@ -45,7 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfmodel.errors import SpecError
+from perfmodel.errors import LayoutError, SpecError
+from perfmodel.workload.module_recompute import MODULES, OP_POLICY, parse_selective
 from perfmodel.workload.spec import ModelSpec
 
 TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000, "BertWordPieceLowerCase": 30522,
@@ -66,6 +68,7 @@ VALUED = frozenset({"num-layers", "hidden-size", "ffn-hidden-size", "num-attenti
                     "fp4-format", "fp4-recipe", "optimizer", "moe-latent-size", "hybrid-layer-pattern",
                     "hybrid-override-pattern", "mamba-num-heads", "mamba-head-dim", "mamba-state-dim", "mamba-num-groups",
                     "mtp-num-layers"})
+LISTED = frozenset({"recompute-modules"})  # nargs='*' arguments
 # Megatron's --fp8-recipe / --fp4-recipe -> (precision, perfmodel fp8_recipe)
 RECIPES = {"delayed": ("fp8", "delayed"), "tensorwise": ("fp8", "current"), "blockwise": ("fp8", "blockwise"),
            "mxfp8": ("mxfp8", "mxfp8"), "nvfp4": ("nvfp4", "nvfp4")}
@@ -112,6 +115,13 @@ def parse_arg_list(words: list[str]) -> tuple[dict[str, Any], list[str]]:
             takes = not eq and i + 1 < len(words) and not words[i + 1].startswith("--")
             if name in FLAGS:
                 got[name] = True if not eq else BRIDGE_BOOL.get(value.lower(), True)
+            elif name in LISTED:
+                # nargs='*' (Megatron-LM arguments.py): the words up to the next flag
+                vals = [value] if eq else []
+                while not eq and i + 1 < len(words) and not words[i + 1].startswith("--"):
+                    vals.append(words[i + 1])
+                    i += 1
+                got[name] = ",".join(vals)
             elif name in VALUED:
                 if not eq and not takes:
                     raise SpecError(f"--{name}", "has no value", "a value after the flag")
@@ -132,6 +142,8 @@ def parse_arg_list(words: list[str]) -> tuple[dict[str, Any], list[str]]:
                 got[name] = BRIDGE_BOOL.get(value.lower(), True)
             elif name in VALUED:
                 got[name] = value
+            elif name in LISTED:  # a Hydra / Python list: [layernorm,moe_act] or ['layernorm', 'moe_act']
+                got[name] = ",".join(v.strip(" '\"") for v in value.strip("[]").split(",") if v.strip(" '\""))
             elif name == "share-embeddings-and-output-weights":
                 got["untie-embeddings-and-output-weights"] = not BRIDGE_BOOL.get(value.lower(), True)
             elif name == "add-bias-linear":
@@ -303,6 +315,15 @@ def _layout(got: dict[str, Any], L: int, tp: int, pp: int) -> dict[str, Any]:
     rec = str(got.get("recompute-granularity", "selective" if got.get("recompute-activations") else "none"))
     if rec not in ("none", "full", "selective"):
         raise SpecError("--recompute-granularity", f"{rec!r}", "full or selective")
+    modules = None
+    if rec == "selective" and got.get("recompute-modules"):
+        try:
+            modules = parse_selective(got["recompute-modules"])
+        except LayoutError as e:
+            raise SpecError("--recompute-modules", f"{got['recompute-modules']!r}",
+                            f"Megatron-Core recompute modules from {', '.join(MODULES)}") from e
+        if modules == OP_POLICY:
+            raise SpecError("--recompute-modules", "'op'", f"Megatron-Core recompute modules from {', '.join(MODULES)}")
     precision = "fp8" if got.get("fp8-format") or got.get("fp8") else "fp16" if got.get("fp16") else "bf16"
     recipe = None
     if got.get("fp4-format") or got.get("fp4-recipe"):
@@ -322,6 +343,7 @@ def _layout(got: dict[str, Any], L: int, tp: int, pp: int) -> dict[str, Any]:
             "ep": _int(got, "expert-model-parallel-size", 1), "etp": _int(got, "expert-tensor-parallel-size", tp),
             "sp": bool(got.get("sequence-parallel")) and tp > 1, "zero": zero, "micro_batch": mb,
             "global_batch": _int(got, "global-batch-size") if "global-batch-size" in got else None,
-            "seq_len": _int(got, "seq-length"), "recompute": rec, "precision": precision, "fp8_recipe": recipe,
+            "seq_len": _int(got, "seq-length"), "recompute": rec, "recompute_modules": modules,
+            "precision": precision, "fp8_recipe": recipe,
             # Megatron's "adam" is AdamW (decoupled weight decay); both cost the same here
             "optimizer": "adamw" if optimizer == "adam" else "sgd"}

@@ -2,8 +2,9 @@
 
 Two stacks mean different things by "selective" recompute (ParallelPlan.selective_recompute):
 
-  core_attn  Megatron's: only the attention core (the unfused kernel's softmax / dropout and its two
-             batched matmuls, or the fused kernel) reruns; the op flag `attn_core` marks it
+  modules    Megatron's: the recompute modules it names (workload/module_recompute.py), by default
+             core_attn, only the attention core (the unfused kernel's softmax / dropout and its two
+             batched matmuls, or the fused kernel), which the op flag `attn_core` marks
              (Korthikanti et al. 2022 §4.2; engines/costs.layer_time, memory.selective_dropped_bytes).
   op         torchtitan's: every transformer block is wrapped in a non-reentrant checkpoint whose
              policy saves the outputs of a list of ops and recomputes everything else in the
@@ -47,13 +48,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Literal, get_args
 
 from perfmodel import precision as registry
 from perfmodel.workload.graph import ACT_BYTES, Comm, Layer, Op
 
-SelectiveRecompute = Literal["core_attn", "op"]
-SELECTIVE_RECOMPUTES: tuple[str, ...] = get_args(SelectiveRecompute)
 ROUTER_OP = "router"  # the MoE router GEMM (workload/moe.py), force-recomputed
 SAVED_KINDS = ("attention", "bmm")  # SDPA / fused attention kernels, aten.bmm (unfused attention)
 SAVED_COMMS = ("reduce_scatter", "all_to_all")  # _c10d_functional reduce_scatter_tensor, all_to_all_single
@@ -127,4 +125,4 @@ def op_checkpoint(layer: Layer, tp: int = 1, etp: int = 1) -> OpCheckpoint:
     return OpCheckpoint(tuple(rerun), tuple(comms), saved)
 
 
-__all__ = ["SELECTIVE_RECOMPUTES", "OpCheckpoint", "SelectiveRecompute", "gemm_call", "op_checkpoint", "output_bytes"]
+__all__ = ["OpCheckpoint", "gemm_call", "op_checkpoint", "output_bytes"]
