@@ -189,3 +189,15 @@ def test_cli_states_the_modules() -> None:
     assert "recompute selective (moe_act,mla_up_proj)" in out.stdout
     bad = subprocess.run([*run, "--recompute", "full", "--recompute-modules", "mlp"], capture_output=True, text=True)
     assert bad.returncode != 0 and "needs --recompute selective" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_modules_with_nothing_to_rerun_are_said() -> None:
+    dense = ParallelPlan(dp=8, global_batch=8, seq_len=T, recompute="selective", selective_recompute="moe_act,mlp")
+    notes = dense.validate_for(perfmodel.get_workload("llama3-8b"), 8)
+    assert "recompute module 'moe_act' has nothing to rerun in llama3-8b (no MoE layers)" in notes
+    assert not any("'mlp'" in n for n in notes)
+    qwen = _plan("shared_experts,moe_act").validate_for(perfmodel.get_workload("qwen3-30b-a3b"), 8)
+    assert [n for n in qwen if "recompute module" in n] == [
+        "recompute module 'shared_experts' has nothing to rerun in qwen3-30b-a3b (no shared experts)"]
+    with pytest.raises(LayoutError, match=r"'mla_up_proj' needs multi-latent attention"):
+        dense.model_copy(update={"selective_recompute": "mla_up_proj"}).validate_for(perfmodel.get_workload("llama3-8b"))

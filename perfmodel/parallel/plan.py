@@ -11,7 +11,7 @@ from perfmodel.errors import LayoutError
 from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.split import pipeline_split
 from perfmodel.workload.graph import AttentionImpl, CpRing, ElementwiseImpl
-from perfmodel.workload.module_recompute import DEFAULT_SELECTIVE, parse_selective
+from perfmodel.workload.module_recompute import DEFAULT_SELECTIVE, parse_selective, recompute_module_notes
 from perfmodel.workload.spec import ModelSpec
 
 Recompute = Literal["none", "selective", "full"]
@@ -269,6 +269,8 @@ class ParallelPlan(BaseModel):
             if self.offload_activations:
                 raise LayoutError(f"offload_activations {self.offload_activations}: activation offloading is "
                                   f"Megatron-Core's for transformer layers; {spec.id} is a {spec.family} model; allowed: 0")
+        if self.recompute == "selective":
+            notes += recompute_module_notes(self.selective_recompute, spec)
         if spec.family == "moe":
             E = spec.num_experts or 1
             if E % self.ep:

@@ -45,6 +45,7 @@ from functools import lru_cache
 
 from perfmodel.errors import LayoutError
 from perfmodel.workload.graph import Comm, Layer, Op
+from perfmodel.workload.spec import ModelSpec
 
 # Megatron-Core's order of recompute_modules (transformer_config.py:1944-1957), the ones modelled
 MODULES: tuple[str, ...] = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
@@ -179,6 +180,18 @@ def module_recompute(layer: Layer, selective: str) -> ModuleRecompute:
                            comms=tuple(comms.values()), freed=tuple(sorted(freed.items())), rebuilt=tuple(rebuilt))
 
 
+def recompute_module_notes(selective: str, spec: ModelSpec) -> list[str]:
+    """Megatron's refusal (check_modules), and a note for each named module the model has nothing
+    for (Megatron leaves those alone without a word)."""
+    check_modules(selective, spec.attention == "mla", spec.id)
+    mods = modules_of(selective)
+    moe = spec.family == "moe"
+    idle = [m for m in mods if (m in ("moe_act", "moe", "shared_experts") and not moe)
+            or (m == "shared_experts" and moe and not spec.num_shared_experts)]
+    return [f"recompute module {m!r} has nothing to rerun in {spec.id} (no {'shared experts' if moe else 'MoE layers'})"
+            for m in idle]
+
+
 def check_modules(selective: str, has_mla: bool, model_id: str) -> None:
     """Megatron's own refusals (transformer_config.py:1969-1973): mla_up_proj needs MLA."""
     if "mla_up_proj" in modules_of(selective) and not has_mla:
@@ -187,4 +200,4 @@ def check_modules(selective: str, has_mla: bool, model_id: str) -> None:
 
 
 __all__ = ["DEFAULT_SELECTIVE", "MODULES", "OP_POLICY", "ModuleRecompute", "check_modules", "module_recompute",
-           "modules_of", "parse_selective", "qkv_share"]
+           "modules_of", "parse_selective", "qkv_share", "recompute_module_notes"]
