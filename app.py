@@ -876,9 +876,14 @@ def search_space() -> Any:
     offload = _bound(c3.checkbox, "try activation offloading", "search_offload", value=False,
                      help="where a layout does not fit: the fewest layers whose activations go to host memory "
                           "(Megatron-Core: pp 1, no recompute; needs the node's host link)")
-    space = planning().SearchSpace(min_headroom_bytes=headroom * specs.GB, tp_within_node=within,
-                                   tp=(st.session_state.get("tp", 1),) if fix_tp else None,
-                                   offload_activations=offload)
+    dualpipe = _bound(st.checkbox, "also try DualPipe", "search_dualpipe", value=False,
+                      help="DeepSeek's bidirectional pipeline (deepseek-ai/DualPipe): two stages per rank, twice the "
+                           "weights, a smaller bubble; in no stack perfmodel models, so off by default")
+    sp_mod = planning()
+    schedules = sp_mod.SEARCHED_SCHEDULES if dualpipe else sp_mod.DEFAULT_SCHEDULES
+    space = sp_mod.SearchSpace(min_headroom_bytes=headroom * specs.GB, tp_within_node=within,
+                               tp=(st.session_state.get("tp", 1),) if fix_tp else None,
+                               offload_activations=offload, schedules=schedules)
     return objective, int(top), space
 
 

@@ -19,8 +19,10 @@ from perfmodel.cliargs import Parser, add_precision_arg, positive_float, positiv
 from perfmodel.compute.eager import ELEMENTWISE_IMPLS
 from perfmodel.engines.registry import ENGINE_NAMES
 from perfmodel.errors import PerfmodelError, UsageError
-from perfmodel.parallel.schedules import SCHEDULE_NAMES
+from perfmodel.parallel.schedules import SCHEDULE_NAMES, get_schedule
 from perfmodel.workload.graph import ATTENTION_IMPLS, CP_RINGS
+
+SEARCHED_SCHEDULES = tuple(n for n in SCHEDULE_NAMES if get_schedule(n).searched)  # planning/space.py's
 
 
 def _catalog_args(p: argparse.ArgumentParser) -> None:
@@ -374,6 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--offload", action="store_true",
                    help="also try activation offloading where a layout does not fit otherwise (pp 1, no recompute, a "
                         "node with a host link): the fewest offloaded layers that fit")
+    s.add_argument("--schedules", nargs="+", default=None, choices=list(SEARCHED_SCHEDULES), metavar="SCHEDULE",
+                   help=f"pipeline schedules to try, from {', '.join(SEARCHED_SCHEDULES)} (default: all but dualpipe, "
+                        "DeepSeek's own pipeline)")
     s.add_argument("--json", action="store_true")
     _catalog_args(s)
     _calibration_args(s)

@@ -199,6 +199,17 @@ def test_search_page_ranks_fitting_layouts() -> None:
     assert pareto["front"].any()
 
 
+def test_search_page_tries_dualpipe_on_request() -> None:
+    pytest.importorskip("perfmodel.planning")
+    query = dict(page="Layout search", workload="llama3-8b", acc="h100-sxm5-80gb", gpus="64", gb="512")
+    base = app(**query)
+    at = app(**query, search_dualpipe="true")
+    no_exception(at)
+    assert not errors(at)
+    more = int(metric(at, "Layouts that fit").replace(",", ""))
+    assert more > int(metric(base, "Layouts that fit").replace(",", ""))
+
+
 def test_search_page_nothing_fits_is_a_message() -> None:
     pytest.importorskip("perfmodel.planning")
     at = app(page="Layout search", headroom="200")

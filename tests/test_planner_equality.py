@@ -12,7 +12,7 @@ import pytest
 import perfmodel
 from perfmodel.hardware.catalog import resolve_system
 from perfmodel.planning.evaluate import Evaluator
-from perfmodel.planning.space import RECOMPUTES, SCHEDULE_LIST, SearchSpace, layout_grid
+from perfmodel.planning.space import RECOMPUTES, SCHEDULE_LIST, SEARCHED_SCHEDULES, SearchSpace, layout_grid
 
 REL = 1e-9
 # (accelerator, workload, GPUs, global batch, precision): one of each accelerator kind, dense and MoE
@@ -185,3 +185,38 @@ def test_planner_equals_estimate_where_the_stack_overlaps_the_moe_all_to_alls() 
                 assert est.step_time_s <= off.step_time_s, (what, plan)
                 overlapped += est.step_time_s < off.step_time_s
     assert overlapped >= 2  # hidden all-to-all seconds wherever micro-batches pair up
+
+
+@pytest.mark.parametrize(("acc", "workload", "n_gpus", "gb", "precision", "stack"), [
+    ("h100-sxm5-80gb", "mixtral-8x7b", 64, 256, "fp8", None),
+    ("a100-sxm4-80gb", "llama3-8b", 64, 256, "bf16", None),
+    ("gb200", "qwen3-30b-a3b", 64, 512, "mxfp8", "megatron-core"),  # the combined 1F1B overlap under DualPipe
+])
+def test_planner_equals_estimate_under_dualpipe(acc: str, workload: str, n_gpus: int, gb: int, precision: str,
+                                                stack: str | None) -> None:
+    """DualPipe, searched on request: two stages per rank (twice the weights), half of their time per
+    micro-batch, and the pipeline as the largest over ranks of m·t_r + the bubble of the rank's own
+    phases, from the order's piecewise-linear form (schedules/dualpipe.py bubble_pieces)."""
+    from perfmodel.calibration.frameworks import framework
+
+    spec = perfmodel.get_workload(workload)
+    system = resolve_system(acc, None, n_gpus)[0]
+    g = layout_grid(spec, system, [n_gpus], gb, spec.seq_len, SearchSpace(schedules=SEARCHED_SCHEDULES))
+    rows = np.flatnonzero(g["sched"] == SCHEDULE_LIST.index("dualpipe"))
+    assert len(rows) > 0 and set(g["pp"][rows].tolist()) >= {2, 4, 8}
+    assert (g["pp"][rows] % 2 == 0).all() and (g["m"][rows] >= 2 * g["pp"][rows]).all() and (g["m"][rows] % 2 == 0).all()
+    out = Evaluator(spec, system, spec.seq_len, precision, framework=framework(stack) if stack else None).evaluate(g)
+    rng = np.random.default_rng(7)
+    for i in rng.choice(rows, size=10, replace=False):
+        plan = _plan(g, int(i), gb, spec.seq_len, precision)
+        est = perfmodel.estimate(spec, system, plan, calibration="none", framework=stack)
+        assert out["step_time_s"][i] == pytest.approx(est.step_time_s, rel=REL), plan
+        assert out["memory_bytes"][i] == pytest.approx(est.memory.total_bytes, rel=REL), plan
+        assert out["pp_bubble_s"][i] == pytest.approx(est.breakdown_s["pp_bubble_s"], rel=1e-6, abs=1e-12), plan
+
+
+def test_dualpipe_is_searched_on_request_only() -> None:
+    spec = perfmodel.get_workload("llama3-8b")
+    system = resolve_system("a100-sxm4-80gb", None, 64)[0]
+    g = layout_grid(spec, system, [64], 256, spec.seq_len, SearchSpace())
+    assert SCHEDULE_LIST.index("dualpipe") not in set(g["sched"].tolist())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pkgutil
 
+import numpy as np
 import pytest
 
 import perfmodel
@@ -28,10 +29,17 @@ def test_unknown_schedule_names_the_valid_ones() -> None:
         ParallelPlan(pp=2, global_batch=4, schedule="chimera")
     with pytest.raises(ValueError, match=r"unknown pipeline schedule\(s\) \['chimera'\]; valid: 1f1b, dualpipe"):
         SearchSpace(schedules=("1f1b", "chimera"))
-    # a schedule the vectorised search does not model is refused by name, not silently dropped
+    # DualPipe is searched on request only (DeepSeek's own pipeline, in no stack perfmodel models)
+    assert "dualpipe" not in SearchSpace().schedules
+    assert SearchSpace(schedules=("1f1b", "dualpipe")).schedules == ("1f1b", "dualpipe")
+
+
+def test_a_schedule_the_search_does_not_model_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    from perfmodel.planning import space
+
+    monkeypatch.setattr(space, "SEARCHED_SCHEDULES", ("1f1b", "interleaved"))
     with pytest.raises(ValueError, match=r"does not evaluate schedule\(s\) \['dualpipe'\]"):
         SearchSpace(schedules=("1f1b", "dualpipe"))
-    assert "dualpipe" not in SearchSpace().schedules
 
 
 def test_a_new_schedule_needs_nothing_but_its_object(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -64,3 +72,19 @@ def test_breakdown_adds_up_for_every_schedule(schedule: str, engine: str) -> Non
         e = perfmodel.estimate(workload, hw, plan, engine=engine)
         assert sum(e.breakdown_s.values()) == pytest.approx(e.step_time_s, rel=1e-9)
         assert all(v >= -1e-15 for v in e.breakdown_s.values()), e.breakdown_s
+
+
+@pytest.mark.parametrize("p", [2, 4, 6, 8, 16])
+def test_dualpipe_bubble_pieces_equal_the_played_order(p: int) -> None:
+    """The layout search's DualPipe bubble (max over the order's undominated path counts, on
+    columns) equals the longest path played on the order itself, for any F, B, W >= 0."""
+    from perfmodel.parallel.schedules.dualpipe import bubble_pieces, uniform_bubble_columns, uniform_bubble_s
+
+    rng = np.random.default_rng(p)
+    fbw = rng.uniform(0.0, 1.0, (200, 3)) * rng.choice([1.0, 0.0, 0.01], (200, 3))
+    fbw[:, 0] += 1e-3
+    got = uniform_bubble_columns(p, fbw[:, 0], fbw[:, 1], fbw[:, 2])
+    want = [uniform_bubble_s(p, float(f), float(b), float(w)) for f, b, w in fbw]
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
+    assert uniform_bubble_columns(p, 1.0, 1.0, 1.0) == pytest.approx((p / 2 - 1) * 1.0, abs=1e-12)  # F = B = W
+    assert (bubble_pieces(p) >= 0).all()

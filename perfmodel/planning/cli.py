@@ -15,7 +15,8 @@ def search_main(a: argparse.Namespace) -> int:
 
     res = search(a.workload, a.hardware, a.n_gpus, a.global_batch, seq_len=a.seq_len, precision=a.precision,
                  calibration=a.calibration, framework=a.framework,
-                 space=SearchSpace(offload_activations=getattr(a, "offload", False)))
+                 space=SearchSpace(offload_activations=getattr(a, "offload", False),
+                                   **({"schedules": tuple(a.schedules)} if getattr(a, "schedules", None) else {})))
     top = res.table.head(a.top)
     if a.json:
         print(json.dumps({"workload": res.spec.id, "system": res.system.name, "n_layouts": res.n_layouts,

@@ -73,6 +73,11 @@ class StageTable:
     worst_rank: int
     act_per_mb_bytes: tuple[float, ...]  # per memory stage: activation bytes per in-flight micro-batch
     act_working_bytes: tuple[float, ...]
+    # per rank, for a schedule whose pipeline reads each rank's phases (per_rank_pipeline): its
+    # stage time, forward and weight-gradient seconds per micro-batch (no p2p)
+    rank_t_s: tuple[float, ...] = ()
+    rank_fwd_s: tuple[float, ...] = ()
+    rank_wgrad_s: tuple[float, ...] = ()
 
 
 class LayoutCosts(NamedTuple):
@@ -149,6 +154,7 @@ class Evaluator:
     _costs: dict[tuple[Any, ...], LayoutCosts] = field(default_factory=dict, repr=False)
     _coll: dict[tuple[Any, ...], float] = field(default_factory=dict, repr=False)
     _mem: dict[tuple[Any, ...], tuple[tuple[float, ...], ...]] = field(default_factory=dict, repr=False)
+    _pipe: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
     _cost_rows: _RowTable = field(default_factory=_RowTable, repr=False)
     _mem_rows: _RowTable = field(default_factory=_RowTable, repr=False)
 
@@ -201,50 +207,58 @@ class Evaluator:
             }
         return self._layers[key]
 
-    def stage_counts(self, g: Graph, pp: int, vp: int) -> np.ndarray:
-        """C[rank, layer] = instances of graph layer `layer` on pipeline rank `rank` (parallel.split)."""
-        key = (tuple((layer.kind, layer.count) for layer in g.layers), pp, vp)
+    def stage_counts(self, g: Graph, pp: int, vp: int, place: int = -1) -> np.ndarray:
+        """C[rank, layer] = instances of graph layer `layer` on pipeline rank `rank` (parallel.split),
+        placed as schedule SCHEDULE_LIST[place] places chunks (-1: Megatron's c·pp + s)."""
+        key = (tuple((layer.kind, layer.count) for layer in g.layers), pp, vp, place)
         if key not in self._counts:
             index = {id(layer): i for i, layer in enumerate(g.layers)}
             c = np.zeros((pp, len(g.layers)))
             for s in range(pp):
-                for layer, n in stage_layers(g, pp, s, vp):
+                for layer, n in stage_layers(g, pp, s, vp, _placement(place)):
                     c[s, index[id(layer)]] = n
             self._counts[key] = c
         return self._counts[key]
 
     def stages(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int, pp: int, vp: int,
-               split_wgrad: int = 0, a2a_m: int = 0) -> StageTable:
+               split_wgrad: int = 0, a2a_m: int = 0, place: int = -1) -> StageTable:
         """`split_wgrad`: the schedule runs the weight-gradient phase apart (schedule.defers_wgrad);
-        `a2a_m`: the micro-batches of a layout under the combined 1F1B, 0 where it is off."""
-        key = (tp, cp, ep, sp, mb, rec, pp, vp, split_wgrad, a2a_m)
+        `a2a_m`: the micro-batches of a layout under the combined 1F1B, 0 where it is off; `place`:
+        the schedule that places the chunks on ranks, -1 for Megatron's (stage_counts)."""
+        key = (tp, cp, ep, sp, mb, rec, pp, vp, split_wgrad, a2a_m, place)
         if key in self._stages:
             return self._stages[key]
         v = self.layer_vectors(tp, cp, ep, sp, mb, rec, (pp, vp, a2a_m) if a2a_m else None)
-        c = self.stage_counts(self.graph(tp, cp, ep, sp, mb), pp, vp)
-        f, b, w = c @ v["fwd"], c @ v["bwd"], c @ v["wgrad"]
-        t = f + c @ v["bwd_in"] + w if split_wgrad else f + b
+        c = self.stage_counts(self.graph(tp, cp, ep, sp, mb), pp, vp, place)
+        # a micro-batch runs through the schedule's share of a rank's chunks (stages.rank_costs)
+        ct = c * (SCHEDULES[_placement(place)].run_share() if pp > 1 else 1.0)
+        f, b, w = ct @ v["fwd"], ct @ v["bwd"], ct @ v["wgrad"]
+        t = f + ct @ v["bwd_in"] + w if split_wgrad else f + b
         i = int(np.argmax(t))
         cs = c[list(memory_stages(pp))]
         acts = (cs @ v["act"]).tolist()
         work = np.max((cs > 0) * v["work"], axis=1, initial=0.0).tolist()
+        per_rank = place >= 0 and SCHEDULES[_placement(place)].per_rank_pipeline
         tab = StageTable(
             t_max_s=float(t[i]), t_sum_s=float(t.sum()), avg_wgrad_s=float(w.sum()) / pp, worst_fwd_s=float(f[i]),
             worst_bwd_s=float(b[i]),
             worst_dense_params=float(c[i] @ v["dense"]), worst_expert_params=float(c[i] @ v["expert"]),
             worst_layers=float(c[i].sum()), worst_rank=i,
             act_per_mb_bytes=tuple(acts), act_working_bytes=tuple(work),
+            rank_t_s=tuple(t.tolist()) if per_rank else (), rank_fwd_s=tuple(f.tolist()) if per_rank else (),
+            rank_wgrad_s=tuple(w.tolist()) if per_rank else (),
         )
         self._stages[key] = tab
         return tab
 
     # -- per (degrees, ZeRO): parameter bytes, collectives --------------------------------------
-    def static_bytes(self, tp: int, cp: int, ep: int, pp: int, vp: int, dp: int, zero: int) -> tuple[float, ...]:
+    def static_bytes(self, tp: int, cp: int, ep: int, pp: int, vp: int, dp: int, zero: int,
+                     place: int = -1) -> tuple[float, ...]:
         """Per memory stage: weights + grads + optimizer states per rank."""
-        key = (tp, cp, ep, pp, vp, dp, zero)
+        key = (tp, cp, ep, pp, vp, dp, zero, place)
         if key not in self._static:
             g = self.graph(tp, cp, ep, 0, 1)
-            plan = self.plan(tp=tp, cp=cp, ep=ep, pp=pp, vp=vp, dp=dp, zero_stage=zero)
+            plan = self.plan(tp=tp, cp=cp, ep=ep, pp=pp, vp=vp, dp=dp, zero_stage=zero, schedule=_schedule_of(place))
             parts = []
             for stage in memory_stages(pp):
                 mem = memory_per_rank(g, plan, stage)
@@ -253,23 +267,23 @@ class Evaluator:
         return self._static[key]
 
     def memory_rows(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int, pp: int, vp: int,
-                    dp: int) -> tuple[tuple[float, ...], ...]:
+                    dp: int, place: int = -1) -> tuple[tuple[float, ...], ...]:
         """Per memory stage (padded to 3 by repeating the last): static bytes for ZeRO 0..3, then
         activation bytes per micro-batch and the working set."""
-        key = ("mem", tp, cp, ep, sp, mb, rec, pp, vp, dp)
+        key = ("mem", tp, cp, ep, sp, mb, rec, pp, vp, dp, place)
         if key not in self._mem:
-            st = self.stages(tp, cp, ep, sp, mb, rec, pp, vp)
-            rows = [self.static_bytes(tp, cp, ep, pp, vp, dp, z) for z in range(4)]
+            st = self.stages(tp, cp, ep, sp, mb, rec, pp, vp, place=place)
+            rows = [self.static_bytes(tp, cp, ep, pp, vp, dp, z, place) for z in range(4)]
             rows += [st.act_per_mb_bytes, st.act_working_bytes]
             self._mem[key] = tuple(_pad(r, 3) for r in rows)
         return self._mem[key]
 
     def layout_costs(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int, pp: int, vp: int, dp: int,
-                     split_wgrad: int, a2a_m: int = 0) -> LayoutCosts:
-        key = (tp, cp, ep, sp, mb, rec, pp, vp, dp, split_wgrad, a2a_m)
+                     split_wgrad: int, a2a_m: int = 0, place: int = -1) -> LayoutCosts:
+        key = (tp, cp, ep, sp, mb, rec, pp, vp, dp, split_wgrad, a2a_m, place)
         if key in self._costs:
             return self._costs[key]
-        st = self.stages(tp, cp, ep, sp, mb, rec, pp, vp, split_wgrad, a2a_m)
+        st = self.stages(tp, cp, ep, sp, mb, rec, pp, vp, split_wgrad, a2a_m, place)
         coll_key = ("dp", tp, cp, ep, pp, dp, st.worst_dense_params, st.worst_expert_params, st.worst_layers)
         if coll_key not in self._coll:
             plan = self.plan(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp)
@@ -281,8 +295,8 @@ class Evaluator:
             st.worst_dense_params, st.worst_expert_params, st.worst_layers, dpc.all_reduce_s, dpc.reduce_scatter_s,
             dpc.all_gather_s, dpc.unit_all_gather_s, dpc.unit_reduce_scatter_s, dpc.unit_copy_fwd_s,
             dpc.unit_copy_bwd_s, self.p2p(tp, cp, pp, dp, mb),
-            self.tied_embedding(tp, cp, pp, dp) + self.optimizer_matrix(tp, cp, pp, vp, dp, st.worst_rank)
-            + self.sp_grad_sync(tp, cp, ep, sp, pp, vp, dp, st.worst_rank),
+            self.tied_embedding(tp, cp, pp, dp) + self.optimizer_matrix(tp, cp, pp, vp, dp, st.worst_rank, place)
+            + self.sp_grad_sync(tp, cp, ep, sp, pp, vp, dp, st.worst_rank, place),
             self.fp8_amax(tp, cp, ep, pp, vp, dp))
         self._costs[key] = out
         return out
@@ -300,13 +314,15 @@ class Evaluator:
             self._coll[key] = tied_embedding_sync_s(self.system, self.plan(tp=tp, cp=cp, pp=pp, dp=dp), self.spec)
         return self._coll[key]
 
-    def sp_grad_sync(self, tp: int, cp: int, ep: int, sp: int, pp: int, vp: int, dp: int, rank: int) -> float:
+    def sp_grad_sync(self, tp: int, cp: int, ep: int, sp: int, pp: int, vp: int, dp: int, rank: int,
+                     place: int = -1) -> float:
         """The tp all-reduce of sequence-parallel replicated gradients (stages.sp_replicated_grad_sync_s)."""
         if not sp or tp == 1:
             return 0.0
-        key = ("spgrad", tp, cp, ep, pp, vp, dp, rank)
+        key = ("spgrad", tp, cp, ep, pp, vp, dp, rank, place)
         if key not in self._coll:
-            plan = self.plan(tp=tp, cp=cp, ep=ep, pp=pp, vp=vp, dp=dp, sequence_parallel=True)
+            plan = self.plan(tp=tp, cp=cp, ep=ep, pp=pp, vp=vp, dp=dp, sequence_parallel=True,
+                             schedule=_schedule_of(place))
             self._coll[key] = sp_replicated_grad_sync_s(self.system, plan, self.graph(tp, cp, ep, 1, 1), rank)
         return self._coll[key]
 
@@ -318,12 +334,12 @@ class Evaluator:
             self._coll[key] = delayed_amax_s_per_micro_batch(self.system, plan, self.graph(tp, cp, ep, 0, 1))
         return self._coll[key]
 
-    def optimizer_matrix(self, tp: int, cp: int, pp: int, vp: int, dp: int, rank: int) -> float:
+    def optimizer_matrix(self, tp: int, cp: int, pp: int, vp: int, dp: int, rank: int, place: int = -1) -> float:
         if self.optimizer != "muon":
             return 0.0
-        key = ("opt", tp, cp, pp, vp, dp, rank)
+        key = ("opt", tp, cp, pp, vp, dp, rank, place)
         if key not in self._coll:
-            plan = self.plan(tp=tp, cp=cp, pp=pp, vp=vp, dp=dp)
+            plan = self.plan(tp=tp, cp=cp, pp=pp, vp=vp, dp=dp, schedule=_schedule_of(place))
             self._coll[key] = optimizer_matrix_s(self.system, plan, self.spec, self.graph(tp, cp, 1, 0, 1), rank)
         return self._coll[key]
 
@@ -333,14 +349,14 @@ class Evaluator:
         (frameworks.apply_framework, ParallelPlan.a2a_overlap_refusal), as estimate decides it."""
         if self.framework is None or self.precision not in self.framework.moe_a2a_overlap_precisions:
             return np.zeros(len(g["tp"]), dtype=np.int64)  # the stack selects it for no layout of this precision
-        uniq, inv = unique_rows([g["ep"], g["rec"], g["pp"], g["vp"]])
+        uniq, inv = unique_rows([g["ep"], g["rec"], g["pp"], g["vp"], placements(g)])
         on = np.array([self._a2a_overlap(*row) for row in uniq.tolist()])
         return np.where(on[inv], g["m"], 0).astype(np.int64)
 
-    def _a2a_overlap(self, ep: int, rec: int, pp: int, vp: int) -> bool:
-        key = ("a2a", ep, rec, pp, vp)
+    def _a2a_overlap(self, ep: int, rec: int, pp: int, vp: int, place: int = -1) -> bool:
+        key = ("a2a", ep, rec, pp, vp, place)
         if key not in self._coll:
-            plan = self.plan(ep=ep, dp=ep, recompute=RECOMPUTES[rec], pp=pp, vp=vp)
+            plan = self.plan(ep=ep, dp=ep, recompute=RECOMPUTES[rec], pp=pp, vp=vp, schedule=_schedule_of(place))
             self._coll[key] = float(plan.moe_a2a_overlap)
         return bool(self._coll[key])
 
@@ -352,7 +368,7 @@ class Evaluator:
         n = len(g["tp"])
         split = np.array([SCHEDULES[name].defers_wgrad for name in SCHEDULE_LIST], dtype=np.int64)[g["sched"]]
         uniq, inv = unique_rows([g[c] for c in ("tp", "cp", "ep", "sp", "mb", "rec", "pp", "vp", "dp")]
-                                + [split, self.a2a_overlap_micro_batches(g)])
+                                + [split, self.a2a_overlap_micro_batches(g), placements(g)])
         idx = self._cost_rows.lookup([tuple(row) for row in uniq.tolist()], self.layout_costs)
         c = _columns(self._cost_rows.array()[idx[inv]])
 
@@ -367,7 +383,9 @@ class Evaluator:
         bubble = np.zeros(n)
         for k, name in enumerate(SCHEDULE_LIST):
             rows = (sched == k) & (pp > 1)
-            if rows.any():
+            if rows.any() and SCHEDULES[name].per_rank_pipeline:
+                bubble[rows] = self._per_rank_bubble(name, uniq, inv, np.flatnonzero(rows), m, hops)
+            elif rows.any():
                 t_avg = (c["t_sum_s"][rows] + pp[rows] * hops[rows]) / pp[rows]
                 bubble[rows] = SCHEDULES[name].bubble_s(idle[rows], m[rows], pp[rows], vp[rows], t_avg,
                                                         c["avg_wgrad_s"][rows])
@@ -392,10 +410,40 @@ class Evaluator:
         assert mem.shape == (n,)
         return {"step_time_s": step, "memory_bytes": mem, "pp_bubble_s": bubble, "dp_comm_exposed_s": np.asarray(dp_exp)}
 
+    def _per_rank_bubble(self, name: str, uniq: np.ndarray, inv: np.ndarray, rows: np.ndarray, m: np.ndarray,
+                         hops: np.ndarray) -> np.ndarray:
+        """pipeline_s of a schedule that reads each rank's phases (DualPipe: the largest over ranks
+        of m·t_r + its bubble on rank r's own F, B, W), less m·max t, for grid rows `rows`: per
+        distinct layout its ranks' t_r and bubbles once (cached; the hops are one layout's), then
+        one padded max over ranks for every row."""
+        keys, kinv = np.unique(inv[rows], return_inverse=True)
+        first = rows[np.unique(kinv, return_index=True)[1]]  # a row of each distinct layout, for its hops
+        terms = [self._rank_terms(name, tuple(uniq[u].tolist()), float(hops[r])) for u, r in zip(keys, first, strict=True)]
+        width = max(len(t) for t, _ in terms)
+        t_all = np.zeros((len(terms), width))
+        lift = np.full((len(terms), width), -np.inf)
+        for j, (t, b) in enumerate(terms):
+            t_all[j, :len(t)], lift[j, :len(b)] = t, b
+        mm = m[rows][:, None]
+        return np.max(mm * t_all[kinv] + lift[kinv], axis=1) - mm[:, 0] * t_all.max(axis=1)[kinv]
+
+    def _rank_terms(self, name: str, row: tuple[int, ...], hops: float) -> tuple[np.ndarray, np.ndarray]:
+        """(t_r with p2p, the bubble of rank r's own phases) of one distinct layout (`row`: its
+        uniq columns, tp .. place) for schedule `name`, as the analytic engine forms them."""
+        key = ("ranks", name, row, hops)
+        if key not in self._pipe:
+            st = self.stages(*row[:8], *row[9:])  # less dp
+            t = np.asarray(st.rank_t_s) + hops
+            f = np.asarray(st.rank_fwd_s) + hops / 2  # a micro-batch's p2p: one send each way
+            w = np.asarray(st.rank_wgrad_s)
+            self._pipe[key] = (t, SCHEDULES[name].rank_bubbles_s(len(t), f, np.maximum(0.0, t - f - w), w))
+        return self._pipe[key]
+
     def _memory(self, g: dict[str, np.ndarray], uniq: np.ndarray, inv: np.ndarray, m: np.ndarray, pp: np.ndarray,
                 vp: np.ndarray, sched: np.ndarray, zero: np.ndarray) -> np.ndarray:
         """memory.peak_memory over the grid: max over the memory stages (first, second, last)."""
-        idx = self._mem_rows.lookup([tuple(row[:-2]) for row in uniq.tolist()], self.memory_rows)  # less split, a2a_m
+        idx = self._mem_rows.lookup([tuple(row[:-3] + row[-1:]) for row in uniq.tolist()],
+                                    self.memory_rows)  # less split, a2a_m
         per = self._mem_rows.array()[idx]  # (distinct, 6, k)
         s = per[inv, zero]  # (n, k): static bytes of the row's ZeRO stage
         a = per[inv, 4:]  # (n, 2, k): activations per micro-batch, working set
@@ -408,6 +456,21 @@ class Evaluator:
                 flight_p[rows] = SCHEDULES[name].in_flight(m[rows, None], pp[rows, None], vp[rows, None], stage[rows])
         flight = np.asarray(cf.in_flight(pp[:, None], flight_p))
         return np.max(cf.rank_memory_bytes(s, a[:, 0], flight, a[:, 1], RUNTIME_BYTES), axis=1)
+
+
+def placements(g: dict[str, np.ndarray]) -> np.ndarray:
+    """Per grid row, the schedule that places its chunks on the ranks where that is not Megatron's
+    c·pp + s (DualPipe's two stages per rank: an index into SCHEDULE_LIST), else -1."""
+    own = np.array([k if SCHEDULES[name].per_rank_pipeline else -1 for k, name in enumerate(SCHEDULE_LIST)])
+    return np.where(g["pp"] > 1, own[g["sched"]], -1).astype(np.int64)
+
+
+def _placement(place: int) -> str:
+    return "1f1b" if place < 0 else SCHEDULE_LIST[place]
+
+
+def _schedule_of(place: int) -> str | None:
+    return None if place < 0 else SCHEDULE_LIST[place]
 
 
 def _pad(xs: tuple[float, ...], k: int) -> tuple[float, ...]:

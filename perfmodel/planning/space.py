@@ -23,8 +23,9 @@ from perfmodel.parallel.split import splittable
 from perfmodel.workload.spec import ModelSpec
 
 SCHEDULE_LIST: tuple[str, ...] = SCHEDULE_NAMES  # the grid's `sched` column indexes this
-# DualPipe holds two stages per rank and has no vectorised bubble: estimated one layout at a time
 SEARCHED_SCHEDULES: tuple[str, ...] = tuple(n for n in SCHEDULE_NAMES if get_schedule(n).searched)
+# what a search tries unless told: DualPipe (DeepSeek's own code, in no stack perfmodel models) on request
+DEFAULT_SCHEDULES: tuple[str, ...] = tuple(n for n in SEARCHED_SCHEDULES if get_schedule(n).searched_by_default)
 SCHEDULES = SCHEDULE_LIST
 RECOMPUTES: tuple[str, ...] = ("none", "selective", "full")
 ONE_F_ONE_B = SCHEDULE_LIST.index("1f1b")
@@ -46,8 +47,8 @@ class SearchSpace(BaseModel):
     micro_batch: Ints = Field((1, 2, 4, 8), description="sequences per micro-batch")
     zero_stage: tuple[Literal[0, 1, 2, 3], ...] = (0, 1, 2, 3)
     recompute: tuple[Literal["none", "selective", "full"], ...] = RECOMPUTES  # type: ignore[assignment]
-    schedules: tuple[str, ...] = Field(SEARCHED_SCHEDULES, description="pipeline schedules to try (parallel/schedules/ "
-                                       "whose `searched` is set)")
+    schedules: tuple[str, ...] = Field(DEFAULT_SCHEDULES, description=(
+        "pipeline schedules to try (parallel/schedules/ whose `searched` is set); default all but dualpipe"))
     sequence_parallel: tuple[bool, ...] = (False, True)
     max_cp: int = Field(8, gt=0)
     tp_within_node: bool = Field(True, description="tp group inside one scale-up domain (NVLink)")
@@ -151,6 +152,10 @@ def layout_grid(spec: ModelSpec, system: System, gpu_counts: list[int], global_b
     chunked = np.array([get_schedule(name).chunked for name in SCHEDULE_LIST])[sched]
     one_stage = (pp == 1) & (vp == 1) & (sched == ONE_F_ONE_B)
     flat = (pp > 1) & (vp == 1) & ~chunked & np.isin(sched, allowed)
+    for k, name in enumerate(SCHEDULE_LIST):  # a schedule's own conditions on pp and m (DualPipe's asserts)
+        rows = flat & (sched == k)
+        if rows.any():
+            flat[rows] = get_schedule(name).grid_mask(pp[rows], cols["m"][rows])
     # Megatron's interleaved schedule needs the micro-batch count a multiple of pp
     inter = (pp > 1) & (vp > 1) & chunked & np.isin(sched, allowed) & np.isin(vp, space.vp) & (cols["m"] % pp == 0)
     cols = _keep(cols, one_stage | flat | inter)

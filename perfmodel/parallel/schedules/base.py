@@ -29,6 +29,11 @@ class PipelineSchedule:
     chunked: ClassVar[bool] = False  # runs vp > 1 model chunks per rank
     defers_wgrad: ClassVar[bool] = False  # splits backward into B (input grads) and W (weight grads)
     searched: ClassVar[bool] = True  # the layout search's vectorised evaluator (planning/evaluate.py) models it
+    # the pipeline reads each rank's own phases (pipeline_s), not the mean stage's (bubble_s): the
+    # layout search evaluates pipeline_s per rank for it (planning/evaluate.py)
+    per_rank_pipeline: ClassVar[bool] = False
+    # in the layout search's default schedules (a schedule no common stack runs is searched on request)
+    searched_by_default: ClassVar[bool] = True
 
     # -- where a rank's work sits: the engines, memory and the DES read these ---------------------
     def rank_stages(self, p: int, v: int, s: int) -> tuple[int, ...]:
@@ -81,11 +86,22 @@ class PipelineSchedule:
             return m * t_max
         return m * t_max + float(self.bubble_s(t_sum - t_max, m, p, v, t_sum / p, sum(wgrad_s) / p))
 
+    def rank_bubbles_s(self, p: int, fwd_s: npt.NDArray[np.float64], bwd_input_s: npt.NDArray[np.float64],
+                       wgrad_s: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """For a per_rank_pipeline schedule: per rank, what its pipeline_s adds to m·t_r (the bubble
+        of the rank's own phases), on columns."""
+        raise NotImplementedError
+
     def in_flight(self, m: Num, p: Num, v: Num, s: Num = 0) -> Num:
         """Micro-batches of a whole rank's activations pipeline rank s holds at its peak, for
         p > 1: the most forwards `order(p, m, v, s)` has run whose backward (weight gradient,
         for a schedule that defers it) has not, over v (tests/test_schedules.py checks it)."""
         raise NotImplementedError
+
+    def grid_mask(self, pp: npt.NDArray[np.int64], m: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """Which (pp > 1, micro-batches) columns of the layout search this schedule runs (check's
+        conditions on pp and m, vectorised; vp is the grid's own rule)."""
+        return np.ones(np.shape(pp), dtype=bool)
 
     def check(self, pp: int, vp: int, m: int) -> list[str]:
         """Notes on a layout this schedule runs with caveats; a LayoutError if it cannot run it."""

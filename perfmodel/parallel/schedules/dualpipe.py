@@ -16,7 +16,8 @@ Needs p even, m even and m >= 2p (DualPipe.step's asserts) and one chunk per dir
 Bubble: what the order itself gives on uniform stages of F (forward), B (input gradients) and W
 (weight gradients), beyond m·(F + B + W). It does not depend on m for m >= 2p, so it is played once
 for m = 2p (a longest path over the p ranks' sequences, O(p²), memoised). The analytic pipeline is
-the largest over ranks of m·t_r + that bubble on rank r's own phases (`pipeline_s`). The published form
+the largest over ranks of m·t_r + that bubble on rank r's own phases (`pipeline_s`); the layout
+search evaluates the same bubble on columns from the order's path counts (`bubble_pieces`). The published form
 (p/2 − 1)(F&B + B − 3W) counts an overlapped pair's time F&B; the order played without overlap
 inside a pair (a pair's forward output leaves when the forward ends) gives less on equal phases:
 F = B = W -> (p/2 − 1)·F against the published (p/2 − 1)·2F; B = 2F, W = F -> (3p/2 − 4)·F. Both
@@ -34,6 +35,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 import numpy as np
+import numpy.typing as npt
 
 from perfmodel.parallel.schedules.base import Num, PipelineSchedule, Work
 
@@ -159,10 +161,61 @@ def uniform_bubble_s(p: int, f: float, b: float, w: float) -> float:
     return max(clock) - 2 * p * (f + b + w)
 
 
+@lru_cache(maxsize=64)
+def bubble_pieces(p: int) -> npt.NDArray[np.float64]:
+    """The makespan of the order on p ranks of equal F, B, W seconds (m = 2p) as the maximum of
+    linear forms nF·F + nB·B + nW·W, one row (nF, nB, nW) per path through the order that is the
+    longest for some F, B, W >= 0: the count triples of every path, kept where no other path's
+    triple is at least as large in all three (a longest path over the same dependency graph that
+    uniform_bubble_s walks, with sets of triples in place of one length). The layout search
+    evaluates uniform_bubble_s as max(pieces @ (F, B, W)) - 2p·(F + B + W) on columns; p 16 gives
+    120 rows, p 32 about 500 (a second to build, once)."""
+    progs = _program(p)
+    done: list[frozenset[tuple[int, int, int]] | None] = [None] * (3 * 2 * p * 2 * p)
+    clock = [frozenset({(0, 0, 0)}) for _ in range(p)]
+    nxt = [0] * p
+    moved = True
+    while moved:
+        moved = False
+        for s, prog in enumerate(progs):
+            i, c = nxt[s], clock[s]
+            while i < len(prog):
+                k, dep, ev = prog[i]
+                if dep >= 0:
+                    ready = done[dep]
+                    if ready is None:
+                        break
+                    c = _undominated(c | ready)
+                c = frozenset((f + (k == 0), b + (k == 1), w + (k == 2)) for f, b, w in c)
+                done[ev] = c
+                i += 1
+            if i != nxt[s]:
+                nxt[s], clock[s], moved = i, c, True
+    return np.array(sorted(_undominated(frozenset().union(*clock))), dtype=float)
+
+
+def _undominated(triples: frozenset[tuple[int, int, int]]) -> frozenset[tuple[int, int, int]]:
+    keep: list[tuple[int, int, int]] = []
+    for q in sorted(triples, reverse=True):
+        if not any(k[0] >= q[0] and k[1] >= q[1] and k[2] >= q[2] for k in keep):
+            keep.append(q)
+    return frozenset(keep)
+
+
+def uniform_bubble_columns(p: int, f: npt.ArrayLike, b: npt.ArrayLike, w: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """uniform_bubble_s on columns of F, B, W (one pipeline depth p), from bubble_pieces."""
+    fbw = np.stack(np.broadcast_arrays(np.asarray(f, float), np.asarray(b, float), np.asarray(w, float)), axis=-1)
+    return np.max(fbw @ bubble_pieces(p).T, axis=-1) - 2 * p * fbw.sum(axis=-1)
+
+
 class DualPipe(PipelineSchedule):
     name = "dualpipe"
     defers_wgrad = True
-    searched = False
+    per_rank_pipeline = True
+    searched_by_default = False  # DeepSeek's own pipeline (deepseek-ai/DualPipe), in no stack perfmodel models
+
+    def grid_mask(self, pp: npt.NDArray[np.int64], m: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        return np.asarray((pp % 2 == 0) & (m % 2 == 0) & (m >= 2 * pp))
 
     def order(self, p: int, m: int, v: int, s: int) -> list[Work]:
         return dualpipe_order(p, m, s)
@@ -189,6 +242,10 @@ class DualPipe(PipelineSchedule):
             return m * stage_s[0]
         return max(m * t + uniform_bubble_s(p, f, max(0.0, t - f - w), w)
                    for t, f, w in zip(stage_s, fwd_s, wgrad_s, strict=True))
+
+    def rank_bubbles_s(self, p: int, fwd_s: npt.NDArray[np.float64], bwd_input_s: npt.NDArray[np.float64],
+                       wgrad_s: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        return uniform_bubble_columns(p, fwd_s, bwd_input_s, wgrad_s)
 
     def in_flight(self, m: Num, p: Num, v: Num, s: Num = 0) -> Num:
         return np.minimum(m, p + 1) / 2
