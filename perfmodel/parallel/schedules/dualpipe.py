@@ -31,13 +31,16 @@ reverse one (p + 1 stage activations, Table 2); a stage is half of the rank's la
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from perfmodel.parallel.schedules.base import Num, PipelineSchedule, Work
+
+T = TypeVar("T")
 
 
 def dualpipe_order(p: int, m: int, s: int) -> list[Work]:
@@ -130,15 +133,14 @@ def _program(p: int) -> tuple[tuple[tuple[int, int, int], ...], ...]:
     return tuple(out)
 
 
-@lru_cache(maxsize=4096)
-def uniform_bubble_s(p: int, f: float, b: float, w: float) -> float:
-    """The order's makespan on p ranks of equal F, B, W seconds per micro-batch (m = 2p, sends
-    free: p2p is in F and B), less 2p·(F + B + W): a longest path, so it never grows when a phase
-    shrinks by more than the 2p·(F + B + W) it takes off."""
+def _play(p: int, start: T, join: Callable[[T, T], T], step: Callable[[T, int], T]) -> list[T]:
+    """Each rank's clock after the order for m = 2p (_program), events in an order that respects
+    their dependencies: a rank's clock starts at `start`, joins (`join`) the completion of the
+    event it waits for, and passes each phase (`step`, phase 0 F / 1 B / 2 W). With numbers, max
+    and + this is the makespan; with sets of path counts, the longest path's candidates."""
     progs = _program(p)
-    done = [-1.0] * (3 * 2 * p * 2 * p)
-    dur = (f, b, w)
-    clock, nxt = [0.0] * p, [0] * p
+    done: list[T | None] = [None] * (3 * 2 * p * 2 * p)
+    clock, nxt = [start] * p, [0] * p
     moved = True
     while moved:
         moved = False
@@ -148,16 +150,26 @@ def uniform_bubble_s(p: int, f: float, b: float, w: float) -> float:
                 k, dep, ev = prog[i]
                 if dep >= 0:
                     ready = done[dep]
-                    if ready < 0:
+                    if ready is None:
                         break
-                    c = max(c, ready)
-                c += dur[k]
+                    c = join(c, ready)
+                c = step(c, k)
                 done[ev] = c
                 i += 1
             if i != nxt[s]:
                 nxt[s], clock[s], moved = i, c, True
     if any(nxt[s] < len(progs[s]) for s in range(p)):
         raise AssertionError(f"DualPipe order deadlocked for p {p}")
+    return clock
+
+
+@lru_cache(maxsize=4096)
+def uniform_bubble_s(p: int, f: float, b: float, w: float) -> float:
+    """The order's makespan on p ranks of equal F, B, W seconds per micro-batch (m = 2p, sends
+    free: p2p is in F and B), less 2p·(F + B + W): a longest path, so it never grows when a phase
+    shrinks by more than the 2p·(F + B + W) it takes off."""
+    dur = (f, b, w)
+    clock = _play(p, 0.0, max, lambda c, k: c + dur[k])
     return max(clock) - 2 * p * (f + b + w)
 
 
@@ -170,27 +182,8 @@ def bubble_pieces(p: int) -> npt.NDArray[np.float64]:
     uniform_bubble_s walks, with sets of triples in place of one length). The layout search
     evaluates uniform_bubble_s as max(pieces @ (F, B, W)) - 2p·(F + B + W) on columns; p 16 gives
     120 rows, p 32 about 500 (a second to build, once)."""
-    progs = _program(p)
-    done: list[frozenset[tuple[int, int, int]] | None] = [None] * (3 * 2 * p * 2 * p)
-    clock = [frozenset({(0, 0, 0)}) for _ in range(p)]
-    nxt = [0] * p
-    moved = True
-    while moved:
-        moved = False
-        for s, prog in enumerate(progs):
-            i, c = nxt[s], clock[s]
-            while i < len(prog):
-                k, dep, ev = prog[i]
-                if dep >= 0:
-                    ready = done[dep]
-                    if ready is None:
-                        break
-                    c = _undominated(c | ready)
-                c = frozenset((f + (k == 0), b + (k == 1), w + (k == 2)) for f, b, w in c)
-                done[ev] = c
-                i += 1
-            if i != nxt[s]:
-                nxt[s], clock[s], moved = i, c, True
+    clock = _play(p, frozenset({(0, 0, 0)}), lambda x, y: _undominated(x | y),
+                  lambda c, k: frozenset((f + (k == 0), b + (k == 1), w + (k == 2)) for f, b, w in c))
     return np.array(sorted(_undominated(frozenset().union(*clock))), dtype=float)
 
 
