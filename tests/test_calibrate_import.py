@@ -10,13 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from perfmodel.calibration.trace_import import (
-    apply_to_spec,
-    curve_from_nccl,
-    parse_nccl_tests,
-    parse_torch_trace,
-    read_torch_trace,
-)
+from perfmodel.calibration.nccl_tests import curve_from_nccl, parse_nccl_tests
+from perfmodel.calibration.trace_import import apply_to_spec, parse_torch_trace, read_torch_trace
 from perfmodel.hardware.catalog import REPO_ROOT, parse_model, read_yaml
 from perfmodel.hardware.specs import Accelerator, Node
 

@@ -72,7 +72,8 @@ def import_trace(trace: str, accelerator: str | None, out: Path) -> dict[str, An
 def import_nccl(log: str, node: str | None, out: Path, collective: str | None, group_size: int | None,
                 algorithm: str) -> dict[str, Any]:
     """An nccl-tests bus-bandwidth curve into a copy of node spec `node`."""
-    from perfmodel.calibration.trace_import import apply_to_spec, curve_from_nccl, parse_nccl_tests
+    from perfmodel.calibration.nccl_tests import curve_from_nccl, parse_nccl_tests
+    from perfmodel.calibration.trace_import import apply_to_spec
     from perfmodel.hardware.catalog import specs_dir
 
     if not node:
