@@ -9,6 +9,7 @@ import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import perfmodel
@@ -284,6 +285,24 @@ def test_cli_search_and_compare(capsys, tmp_path) -> None:
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["plan"]["dp"] * rows[0]["plan"]["tp"] * rows[0]["plan"]["pp"] * rows[0]["plan"]["cp"] == 8
     assert "model_fields" not in rows[0]["plan"]
+
+
+def test_cli_search_tries_dualpipe_when_asked(capsys) -> None:
+    """--schedules names what the search tries; DualPipe rows come back as plans that estimate
+    gives the same step time for (their schedule travels in the row)."""
+    from perfmodel.cli import main
+    from perfmodel.planning.search import row_plan
+
+    assert main(["search", "llama3.2-1b", "--hardware", A100, "--n-gpus", "8", "--global-batch", "64", "--top", "400",
+                 "--schedules", "dualpipe", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["top"]
+    dual = [r for r in rows if r["schedule"] == "dualpipe"]
+    assert dual and all(r["pp"] % 2 == 0 and r["num_micro_batches"] >= 2 * r["pp"] for r in dual)
+    assert {r["schedule"] for r in rows} <= {"dualpipe", "1f1b"}  # pp 1 runs "1f1b" whatever is allowed
+    plan = row_plan(pd.Series(dual[0]), 64, perfmodel.get_workload("llama3.2-1b").seq_len, "bf16")
+    assert plan.schedule == "dualpipe"
+    est = perfmodel.estimate("llama3.2-1b", A100, plan)
+    assert est.step_time_s == pytest.approx(dual[0]["step_time_s"], rel=1e-9)
 
 
 def test_row_plan_round_trip() -> None:
