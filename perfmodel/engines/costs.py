@@ -327,20 +327,19 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
         cb += ring.exposed_bwd_s
         ring_rerun_s = ring.exposed_fwd_s
     rec = plan.recompute if layer.recomputable else "none"
-    r_gpu = fwd if rec == "full" else core if rec == "selective" else 0.0
     per_op = op_checkpoint(layer, plan.tp, plan.etp) if rec == "selective" and plan.selective_recompute == OP_POLICY else None
     mods = module_recompute(layer, plan.selective_recompute) if rec == "selective" and per_op is None else None
-    core_rerun = mods is None or mods.core_attn  # the attention core (and the ring's forward) reruns
+    # selective recompute reruns the attention core (and the ring's forward call) under core_attn only
+    core_rerun = mods is not None and mods.core_attn
+    r_gpu = fwd if rec == "full" else core if core_rerun else 0.0
+    kcore = kcore if core_rerun else 0
     r_op_comm = 0.0
     rerun = per_op or mods
     if rerun is not None:
         # torchtitan's per-op policy (workload/op_checkpoint.py): the forward ops and matmuls it does
         # not save, and the collectives it does not save, rerun before the backward; Megatron's
-        # recompute modules (workload/module_recompute.py): the attention core (core_attn) and the
-        # other modules' ops and collectives
+        # recompute modules (workload/module_recompute.py): the other modules' ops and collectives
         r_gemm, r_tp = 0.0, 0.0
-        if not core_rerun or per_op is not None:
-            r_gpu, kcore = 0.0, 0
         for op in rerun.recomputed:
             t = op_cost(acc, op, "fwd", plan.fp8_recipe_name, fused).time_s
             r_gpu += t
@@ -378,7 +377,7 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
         r_comm, r_host = cf, kf * hf
     elif rec == "selective":
         # core_attn reruns the ring's forward call (all-gather and merges); the per-op policy saves it
-        r_comm, r_host = r_op_comm + (ring_rerun_s if per_op is None and core_rerun else 0.0), kcore * hf
+        r_comm, r_host = r_op_comm + (ring_rerun_s if core_rerun else 0.0), kcore * hf
     else:
         r_comm = r_host = 0.0
     return LayerTime(fwd_gpu_s=fwd, bwd_gpu_s=bwd, recompute_gpu_s=r_gpu, fwd_comm_s=cf, bwd_comm_s=cb,
