@@ -19,10 +19,8 @@ from perfmodel.cliargs import Parser, add_precision_arg, positive_float, positiv
 from perfmodel.compute.eager import ELEMENTWISE_IMPLS
 from perfmodel.engines.registry import ENGINE_NAMES
 from perfmodel.errors import PerfmodelError, UsageError
-from perfmodel.parallel.schedules import SCHEDULE_NAMES, get_schedule
+from perfmodel.parallel.schedules import SCHEDULE_NAMES, SEARCHED_SCHEDULES
 from perfmodel.workload.graph import ATTENTION_IMPLS, CP_RINGS
-
-SEARCHED_SCHEDULES = tuple(n for n in SCHEDULE_NAMES if get_schedule(n).searched)  # planning/space.py's
 
 
 def _catalog_args(p: argparse.ArgumentParser) -> None:

@@ -343,13 +343,13 @@ class Evaluator:
             self._coll[key] = optimizer_matrix_s(self.system, plan, self.spec, self.graph(tp, cp, 1, 0, 1), rank)
         return self._coll[key]
 
-    def a2a_overlap_micro_batches(self, g: dict[str, np.ndarray]) -> np.ndarray:
+    def a2a_overlap_micro_batches(self, g: dict[str, np.ndarray], place: np.ndarray) -> np.ndarray:
         """Per grid row, its micro-batches where the stack runs the MoE all-to-alls under the combined
         1F1B, else 0: decided per distinct (ep, recompute, pp, vp) by the plan the stack makes of it
         (frameworks.apply_framework, ParallelPlan.a2a_overlap_refusal), as estimate decides it."""
         if self.framework is None or self.precision not in self.framework.moe_a2a_overlap_precisions:
             return np.zeros(len(g["tp"]), dtype=np.int64)  # the stack selects it for no layout of this precision
-        uniq, inv = unique_rows([g["ep"], g["rec"], g["pp"], g["vp"], placements(g)])
+        uniq, inv = unique_rows([g["ep"], g["rec"], g["pp"], g["vp"], place])
         on = np.array([self._a2a_overlap(*row) for row in uniq.tolist()])
         return np.where(on[inv], g["m"], 0).astype(np.int64)
 
@@ -367,8 +367,9 @@ class Evaluator:
         g = grid
         n = len(g["tp"])
         split = np.array([SCHEDULES[name].defers_wgrad for name in SCHEDULE_LIST], dtype=np.int64)[g["sched"]]
+        place = placements(g)
         uniq, inv = unique_rows([g[c] for c in ("tp", "cp", "ep", "sp", "mb", "rec", "pp", "vp", "dp")]
-                                + [split, self.a2a_overlap_micro_batches(g), placements(g)])
+                                + [split, self.a2a_overlap_micro_batches(g, place), place])
         idx = self._cost_rows.lookup([tuple(row) for row in uniq.tolist()], self.layout_costs)
         c = _columns(self._cost_rows.array()[idx[inv]])
 
@@ -416,9 +417,10 @@ class Evaluator:
         of m·t_r + its bubble on rank r's own F, B, W), less m·max t, for grid rows `rows`: per
         distinct layout its ranks' t_r and bubbles once (cached; the hops are one layout's), then
         one padded max over ranks for every row."""
-        keys, kinv = np.unique(inv[rows], return_inverse=True)
-        first = rows[np.unique(kinv, return_index=True)[1]]  # a row of each distinct layout, for its hops
-        terms = [self._rank_terms(name, tuple(uniq[u].tolist()), float(hops[r])) for u, r in zip(keys, first, strict=True)]
+        keys, first, kinv = np.unique(inv[rows], return_index=True, return_inverse=True)
+        # each distinct layout's terms, its hops read at its first row
+        terms = [self._rank_terms(name, tuple(uniq[u].tolist()), float(hops[rows[r]]))
+                 for u, r in zip(keys, first, strict=True)]
         width = max(len(t) for t, _ in terms)
         t_all = np.zeros((len(terms), width))
         lift = np.full((len(terms), width), -np.inf)

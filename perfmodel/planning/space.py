@@ -18,14 +18,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from perfmodel.errors import LayoutError
 from perfmodel.hardware.catalog import System
-from perfmodel.parallel.schedules import SCHEDULE_NAMES, get_schedule
+from perfmodel.parallel.schedules import DEFAULT_SEARCHED_SCHEDULES, SCHEDULE_NAMES, SEARCHED_SCHEDULES, get_schedule
 from perfmodel.parallel.split import splittable
 from perfmodel.workload.spec import ModelSpec
 
 SCHEDULE_LIST: tuple[str, ...] = SCHEDULE_NAMES  # the grid's `sched` column indexes this
-SEARCHED_SCHEDULES: tuple[str, ...] = tuple(n for n in SCHEDULE_NAMES if get_schedule(n).searched)
 # what a search tries unless told: DualPipe (DeepSeek's own code, in no stack perfmodel models) on request
-DEFAULT_SCHEDULES: tuple[str, ...] = tuple(n for n in SEARCHED_SCHEDULES if get_schedule(n).searched_by_default)
+DEFAULT_SCHEDULES = DEFAULT_SEARCHED_SCHEDULES
 SCHEDULES = SCHEDULE_LIST
 RECOMPUTES: tuple[str, ...] = ("none", "selective", "full")
 ONE_F_ONE_B = SCHEDULE_LIST.index("1f1b")

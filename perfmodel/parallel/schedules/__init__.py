@@ -23,6 +23,9 @@ def _discover() -> dict[str, PipelineSchedule]:
 
 SCHEDULES: dict[str, PipelineSchedule] = _discover()
 SCHEDULE_NAMES: tuple[str, ...] = tuple(SCHEDULES)
+# the layout search's: the schedules it can evaluate, and those it tries unless told (planning/space.py)
+SEARCHED_SCHEDULES: tuple[str, ...] = tuple(n for n, s in SCHEDULES.items() if s.searched)
+DEFAULT_SEARCHED_SCHEDULES: tuple[str, ...] = tuple(n for n in SEARCHED_SCHEDULES if SCHEDULES[n].searched_by_default)
 
 
 def get_schedule(name: str) -> PipelineSchedule:
@@ -39,4 +42,5 @@ def rank_chunks(schedule: str, pp: int, vp: int, s: int) -> tuple[int, ...]:
     return get_schedule(schedule).rank_stages(pp, vp, s) if pp > 1 else tuple(range(vp))
 
 
-__all__ = ["SCHEDULES", "SCHEDULE_NAMES", "Num", "PipelineSchedule", "Work", "get_schedule", "rank_chunks"]
+__all__ = ["DEFAULT_SEARCHED_SCHEDULES", "SCHEDULES", "SCHEDULE_NAMES", "SEARCHED_SCHEDULES", "Num",
+            "PipelineSchedule", "Work", "get_schedule", "rank_chunks"]
