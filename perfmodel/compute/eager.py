@@ -58,7 +58,7 @@ RMSNORM = EagerChain(fused_fwd=2 * ACT_BYTES, fwd=36.0, bwd=96.0, saved=6.0)
 SWIGLU = EagerChain(fused_fwd=3 * ACT_BYTES, fwd=10.0, bwd=18.0, saved=6.0)
 ROPE = EagerChain(fused_fwd=2 * ACT_BYTES, fwd=20.0, bwd=22.0, saved=0.0)
 
-# the builder's op names for each chain (workload/builder.py: _block, _head, _attention_ops, _ffn_ops)
+# the builder's op names for each chain (workload/builder.py: _block, _head, _ffn_ops; workload/attention_ops.py: attention_ops)
 NORM_OPS = ("norm1", "norm2", "final_norm", "q_norm", "kv_norm")
 GATED_ACT_OPS = ("mlp_act", "shared_act")
 ROPE_OPS = ("rope",)

@@ -28,11 +28,12 @@ from functools import partial
 from perfmodel import precision as registry
 from perfmodel.errors import LayoutError
 from perfmodel.workload import hyper_connections as hc
+from perfmodel.workload.attention_ops import attention_ops, local_attention_pairs
 from perfmodel.workload.compressed_attention import csa_attention_ops, csa_params
 from perfmodel.workload.graph import ACT_BYTES, ATTENTION_IMPLS, Axes, Comm, CpExchange, Graph, Layer, LayerLayout, Op
 from perfmodel.workload.latent_moe import latent_params
 from perfmodel.workload.moe import MoEOptions, moe_block
-from perfmodel.workload.op_make import elementwise_op, gemm_op
+from perfmodel.workload.op_make import elementwise_op, gemm_op, replace_op
 from perfmodel.workload.spec import ModelSpec
 from perfmodel.workload.ssm import mamba2_ops, mamba2_params
 from perfmodel.workload.timeseries import mlp_layers, rnn_layers, tcn_layers
@@ -163,7 +164,7 @@ def _with_mtp(spec: ModelSpec, head: Layer, b: int, s: int, T: int, ax: Axes, pr
             kind = {"M": ("mamba", None), "*": ("attention", None), "-": (None, "dense"), "E": (None, "moe")}[sym]
             layer = _block(spec, b, s, T, ax, precision, attn_impl, moe=kind[1] == "moe", count=1,
                            mixer=kind[0], ffn=kind[1], scope=scope)
-            sub += [_replace(o, name=f"mtp{depth}_{o.name}") for o in layer.ops]
+            sub += [replace_op(o, name=f"mtp{depth}_{o.name}") for o in layer.ops]
             assert layer.layout is not None
             parts.append((f"mtp{depth}_", layer.layout))
             if depth == 0 or not spec.mtp_shared_weights:
@@ -172,7 +173,7 @@ def _with_mtp(spec: ModelSpec, head: Layer, b: int, s: int, T: int, ax: Axes, pr
                 active_full += layer.params_full if layer.active_params_full is None else layer.active_params_full
                 expert += layer.expert_params
         # the output layer is the main head's: its weights counted there, its gradient computed again
-        sub += [_replace(o, name=f"mtp{depth}_{o.name}") for o in out_ops]
+        sub += [replace_op(o, name=f"mtp{depth}_{o.name}") for o in out_ops]
         ops += sub
         if depth == 0 or not spec.mtp_shared_weights:
             # eh_proj and the enorm / hnorm / final norms; with hyper-connections the block's own head mix
@@ -247,106 +248,6 @@ def _head(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision: str, ln_
                  layout=LayerLayout(vocab="head", tp_bytes=T * h * ACT_BYTES, loss_bytes=T * 4 * 3))
 
 
-def _replace(op: Op, **kw: object) -> Op:
-    return replace(op, **kw)  # type: ignore[arg-type]
-
-
-def _attention_ops(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision: str, attn_impl: str,
-                   saved_in: float | None = None, scope: str = "global") -> tuple[list[Op], float]:
-    """Q/K/V projections, attention core and output projection; returns (ops, params of the block).
-
-    `saved_in` is what the input projections keep for their weight gradient: the whole input
-    (T·h) without sequence parallelism, the local T/tp shard with it (Megatron-LM re-gathers the
-    input in the backward pass instead of storing it)."""
-    h = spec.hidden
-    hl, kvl = ax.heads(spec.num_heads or 1, spec.kv_heads, spec.id)
-    ops: list[Op] = []
-    bias = spec.bias
-    params = 0.0
-    if spec.attention == "mla" and spec.mla:
-        m = spec.mla
-        dqk = m.qk_nope_head_dim + m.qk_rope_head_dim
-        dv = m.v_head_dim
-        ops += [
-            gemm_op("q_down", T, m.q_lora_rank, h, precision, saved=saved_in),
-            elementwise_op("q_norm", T * m.q_lora_rank, 1, 1, 5, saved=T * m.q_lora_rank * ACT_BYTES, kind="norm",
-                           params=m.q_lora_rank),
-            gemm_op("q_up", T, hl * dqk, m.q_lora_rank, precision, split="column"),
-            # same input as q_down, kept once
-            gemm_op("kv_down", T, m.kv_lora_rank + m.qk_rope_head_dim, h, precision, saved=0.0),
-            elementwise_op("kv_norm", T * m.kv_lora_rank, 1, 1, 5, saved=T * m.kv_lora_rank * ACT_BYTES, kind="norm",
-                           params=m.kv_lora_rank),
-            gemm_op("kv_up", T, hl * (m.qk_nope_head_dim + dv), m.kv_lora_rank, precision, split="column"),
-        ]
-        params = (h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * hl * dqk + h * (m.kv_lora_rank + m.qk_rope_head_dim)
-                  + m.kv_lora_rank + m.kv_lora_rank * hl * (m.qk_nope_head_dim + dv))
-        d_qk, d_v, q_out = dqk, dv, hl * dv
-        rope_el = T * (hl + 1) * m.qk_rope_head_dim  # rope on the q heads' rope part and the one shared k_pe
-    else:
-        d = spec.dhead
-        qkv_n = (hl + 2 * kvl) * d
-        ops.append(_replace(gemm_op("qkv_proj", T, qkv_n, h, precision, bias=bias, saved=saved_in, split="column"),
-                            norm_input=True, mm_parts=(hl * d, kvl * d, kvl * d)))
-        params = h * qkv_n + (qkv_n if bias else 0)
-        d_qk, d_v, q_out = d, d, hl * d
-        rope_el = T * (hl + kvl) * d
-    if spec.position == "rope":
-        ops.append(elementwise_op("rope", rope_el, 1, 1, 3))
-    sq, skv = ax.query_len(s), s
-    full_fwd = 2.0 * b * hl * sq * skv * (d_qk + d_v)  # QK^T and PV
-    causal = spec.causal
-    exec_fwd = full_fwd / 2 if causal else full_fwd
-    if scope == "local":
-        pairs, keys = local_attention_pairs(spec, s)
-        # model FLOPs count the dense blocks a blocked local kernel computes (2x the visible
-        # causal pairs, as full causal attention counts s² for s²/2 visible pairs); executed half
-        full_fwd = 2.0 * b * hl * (2.0 * pairs / ax.cp) * (d_qk + d_v)
-        exec_fwd = full_fwd / 2
-        skv = keys  # keys one query sees: what the kernel's efficiency depends on
-    # one learned logit per local head, added to the softmax denominator (gpt-oss)
-    params_sinks = float(hl) if spec.attention_sink_logits else 0.0
-    if attn_impl != "unfused":
-        # saves Q (q heads), K and V (kv heads) and the fp32 log-sum-exp per row; its output O is
-        # the out-proj input, counted there
-        saved = b * sq * (hl * d_qk + kvl * (d_qk + d_v)) * ACT_BYTES + b * hl * sq * 4
-        io = b * sq * hl * (d_qk + d_v) * ACT_BYTES + b * min(skv, s) * kvl * (d_qk + d_v) * ACT_BYTES
-        ops.append(Op("flash_attention", "attention", flop=exec_fwd, bytes=io, model_flop=full_fwd,
-                      saved_bytes=saved, bwd_flop_factor=2.5, bwd_bytes_factor=2.5, kernels=1, bwd_kernels=3,
-                      attn_core=True, causal=causal, heads=hl, head_dim=d_qk, seq_q=sq, seq_kv=skv, precision=precision,
-                      split="heads", attention_kernel=attn_impl,
-                      out_bytes=b * sq * hl * d_v * ACT_BYTES + b * hl * sq * 4))
-    else:
-        # unfused (Megatron before FlashAttention): baddbmm, fused scale-mask-softmax, dropout, bmm
-        scores = b * hl * sq * skv
-        ops += [
-            _replace(gemm_op("attn_scores", sq, skv, d_qk, precision, weight=False, batch=b * hl, split="heads",
-                           saved=b * sq * hl * d_qk * ACT_BYTES * 2), attn_core=True, model_flop=2.0 * b * hl * sq * skv * d_qk),
-            elementwise_op("scale_mask_softmax", scores, 1, 1, 5, saved=scores * ACT_BYTES, attn_core=True),
-            elementwise_op("attn_dropout", scores, 1, 1.5, 1, saved=scores * (ACT_BYTES + 1), attn_core=True),
-            _replace(gemm_op("attn_values", sq, d_v, skv, precision, weight=False, batch=b * hl, split="heads",
-                           saved=b * sq * hl * d_v * ACT_BYTES), attn_core=True, model_flop=2.0 * b * hl * sq * skv * d_v),
-        ]
-    ops.append(gemm_op("out_proj", T, h, q_out, precision, bias=bias, split="row"))
-    params += q_out * h + (h if bias else 0) + params_sinks
-    return ops, params
-
-
-def local_attention_pairs(spec: ModelSpec, s: int) -> tuple[float, int]:
-    """(visible causal query-key pairs of one local-attention sequence, keys per query).
-
-    Sliding window w (each query sees itself and the w - 1 keys before it), s >= w:
-        pairs = s·w - w²/2  (the continuous count that gives s²/2 at w = s, as full causal does);
-    chunked attention, chunk c (queries see their own chunk only, causally):
-        pairs = s·c/2;
-    k sink tokens (StreamingLLM) add s·k pairs to a sliding window."""
-    if spec.attention_chunk is not None:
-        c = min(spec.attention_chunk, s)
-        return s * c / 2.0, c
-    w = min(spec.sliding_window or s, s)
-    k = min(spec.sink_tokens, s)
-    return s * w - w * w / 2.0 + s * k, w + k
-
-
 def _ffn_ops(spec: ModelSpec, T: int, width: int, ax: Axes, precision: str, name: str, bias: bool,
              saved_in: float | None = None) -> tuple[list[Op], float]:
     """FC1 -> activation -> FC2. Saved: FC1 input, the activation's input (GELU: T·f, gated:
@@ -357,7 +258,7 @@ def _ffn_ops(spec: ModelSpec, T: int, width: int, ax: Axes, precision: str, name
     up_n = f * (2 if gated else 1)
     act = elementwise_op(f"{name}_act", T * f, 2 if gated else 1, 1, 8, saved=T * up_n * ACT_BYTES)
     # a dense FC1 reads the pre-MLP norm's output directly (an MoE layer's norm also feeds the router)
-    fc1 = _replace(gemm_op(f"{name}_fc1", T, up_n, h, precision, bias=bias, saved=saved_in, split="column"),
+    fc1 = replace_op(gemm_op(f"{name}_fc1", T, up_n, h, precision, bias=bias, saved=saved_in, split="column"),
                    norm_input=name == "mlp", mm_parts=(f, f) if gated else ())
     ops = [fc1, act,
            gemm_op(f"{name}_fc2", T, h, f, precision, bias=bias, split="row")]
@@ -392,7 +293,7 @@ def _block(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision: str, at
                                                              saved_in)
         ops += [norm("norm1"), *attn_ops, dropout_add("attn_residual")]
     elif mixer == "attention":
-        attn_ops, attn_params = _attention_ops(spec, b, s, T, ax, precision, attn_impl, saved_in, scope)
+        attn_ops, attn_params = attention_ops(spec, b, s, T, ax, precision, attn_impl, saved_in, scope)
         ops += [norm("norm1"), *attn_ops, dropout_add("attn_residual")]
     elif mixer == "mamba":
         mamba_ops, attn_params, cp_a2a = mamba2_ops(spec, b, s, T, ax, precision, saved_in)

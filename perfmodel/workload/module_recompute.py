@@ -98,7 +98,7 @@ def qkv_share(op: Op) -> float:
     """Share of a fused attention op's saved bytes that are Q, K and V (the rest is the fp32
     log-sum-exp, 4 B per query head and row). For MLA (as many k/v heads as q heads) the saved
     bytes are rows·heads·(2·d_qk + d_v)·2 + rows·heads·4 and its output rows·heads·d_v·2 +
-    rows·heads·4 (workload/builder.py), so saved - output = 4·rows·heads·d_qk gives rows·heads."""
+    rows·heads·4 (workload/attention_ops.py), so saved - output = 4·rows·heads·d_qk gives rows·heads."""
     if op.saved_bytes <= 0 or op.out_bytes < 0 or op.head_dim <= 0:
         return 1.0
     lse = (op.saved_bytes - op.out_bytes) / op.head_dim

@@ -1,13 +1,15 @@
-"""The two op constructors every layer builder shares (workload/builder.py, ssm.py, timeseries.py):
-a (batched) GEMM and a memory-bound element-wise op, with their FLOPs, bytes, saved activations
-and kernel counts."""
+"""The two op constructors every layer builder shares (workload/builder.py, attention_ops.py,
+ssm.py, timeseries.py): a (batched) GEMM and a memory-bound element-wise op, with their FLOPs,
+bytes, saved activations and kernel counts; and replace_op, an op with some fields changed."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from perfmodel import precision as registry
 from perfmodel.workload.graph import ACT_BYTES, Op, TpSplit
 
-__all__ = ["elementwise_op", "gemm_op"]
+__all__ = ["elementwise_op", "gemm_op", "replace_op"]
 
 
 def gemm_op(name: str, m: int, n: int, k: int, precision: str, weight: bool = True, batch: int = 1,
@@ -36,3 +38,8 @@ def elementwise_op(name: str, elems: float, reads: float = 1, writes: float = 1,
         saved_bytes=saved, bwd_flop_factor=1.0, bwd_bytes_factor=bwd_bytes_factor,
         weight_params=params, kernels=kernels, bwd_kernels=kernels, attn_core=attn_core,
     )
+
+
+def replace_op(op: Op, **kw: object) -> Op:
+    """`op` with the given fields changed (dataclasses.replace, typed for Op)."""
+    return replace(op, **kw)  # type: ignore[arg-type]
