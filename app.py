@@ -206,6 +206,13 @@ def sidebar() -> dict[str, Any] | None:
                                       "pre-MLP); moe_act the experts' activation; mla_up_proj MLA's up-projections "
                                       "and RoPE; mlp a dense MLP; moe the whole MoE layer; shared_experts the "
                                       "shared experts")
+    window = 0
+    if recompute == "full":
+        window = _bound(sb.number_input, "recompute only the first N layers per chunk", "recompute_window",
+                        min_value=0, max_value=100_000, value=0,
+                        help="Megatron-Core recompute_method block with recompute_num_layers N: only the first N "
+                             "layers of each model chunk rerun their forward, the rest keep their activations; "
+                             "0 = every layer")
     c1, c2 = sb.columns(2)
     schedule = _bound(c1.selectbox, "schedule", "schedule", options=["auto", *SCHEDULE_NAMES],
                       help="; ".join(f"{k}: {SCHEDULE_LABELS.get(k, k)}" for k in ["auto", *SCHEDULE_NAMES]))
@@ -219,7 +226,7 @@ def sidebar() -> dict[str, Any] | None:
                 calibration_label=cal_label, framework=None if stack == NO_STACK else stack,
                 zero=int(zero), mb=int(mb),
                 gb=int(gb), seq=int(seq), recompute=recompute, modules=tuple(modules), precision=precision,
-                schedule=schedule, sp=bool(sp),
+                window=int(window), schedule=schedule, sp=bool(sp),
                 offload=int(offload), slots=slots)
 
 
@@ -360,6 +367,8 @@ def build_plan(cfg: dict[str, Any]) -> Any:
         # the default (core_attn) left unset, so that a stack with its own policy (torchtitan: op) keeps it
         **({"selective_recompute": ",".join(mods)} if cfg["recompute"] == "selective"
            and (mods := cfg.get("modules", ("core_attn",))) != ("core_attn",) else {}),
+        **({"recompute_method": "block", "recompute_num_layers": cfg["window"]}
+           if cfg["recompute"] == "full" and cfg.get("window") else {}),
     )
     plan.validate_for(spec_of(cfg["workload"]), cfg["gpus"])
     return plan
@@ -430,8 +439,7 @@ def assumptions(cfg: dict[str, Any], plan: Any, est: Any) -> dict[str, Any]:
             "sequence length from": "the sidebar" if plan.seq_len else f"the workload's default ({cfg['workload']})",
             "precision": plan.precision,
             # the plan the estimate ran (the stack may pick what selective recompute reruns: torchtitan's op)
-            "recompute": est.plan.recompute + (f" ({est.plan.selective_recompute})"
-                                               if est.plan.recompute == "selective" else ""),
+            "recompute": est.plan.recompute_label,
             "training stack": cfg.get("framework") or ("none chosen (flash attention, eager dispatch, fused norms / "
                                                        "activations, 16-bit weights, none of the stack fusions)"),
             "calibration profile": calibration_text(cfg, est),

@@ -70,6 +70,13 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                    help="what selective recompute reruns: Megatron-Core recompute_modules, comma-separated, from "
                         "core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; or op (torchtitan's "
                         "per-op policy); default: the --framework's (core_attn; op for torchtitan)")
+    g.add_argument("--recompute-method", default=None, choices=["uniform", "block"],
+                   help="which layers full recompute reruns (Megatron-Core recompute_method): uniform every layer, "
+                        "checkpointed in runs of --recompute-num-layers (default 1); block only the first "
+                        "--recompute-num-layers layers of each model chunk; needs --recompute full")
+    g.add_argument("--recompute-num-layers", type=positive_int, default=None, metavar="N",
+                   help="with --recompute full: layers per checkpointed run (uniform) or per model chunk recomputed "
+                        "(block; implies --recompute-method block when no method is given)")
     g.add_argument("--offload-activations", type=int, default=0, metavar="N",
                    help="the first N transformer layers' saved activations go to host memory and back (Megatron-Core "
                         "cpu_offloading_num_layers; needs pp 1, no recompute; over the node's measured host link)")
@@ -116,6 +123,12 @@ def _plan(a: argparse.Namespace, n_gpus: int):
     if modules and recompute != "selective":
         raise UsageError(f"--recompute-modules {modules} names what selective recompute reruns; it needs --recompute "
                          f"selective (got --recompute {recompute})")
+    method, window = getattr(a, "recompute_method", None), getattr(a, "recompute_num_layers", None)
+    if (method or window) and recompute != "full":
+        flag = f"--recompute-method {method}" if method else f"--recompute-num-layers {window}"
+        raise UsageError(f"{flag} chooses which layers full recompute reruns; it needs --recompute full "
+                         f"(got --recompute {recompute})")
+    method = method or ("block" if window else None)
     return ParallelPlan(dp=dp, tp=a.tp, pp=a.pp, cp=a.cp, ep=a.ep, etp=a.etp, vp=a.vp, sequence_parallel=a.sp,
                         moe_fp8_dispatch=a.moe_fp8_dispatch, moe_shared_expert_overlap=a.moe_shared_overlap,
                         moe_dispatcher=a.moe_dispatcher,
@@ -127,6 +140,8 @@ def _plan(a: argparse.Namespace, n_gpus: int):
                         zero_stage=a.zero, micro_batch=a.micro_batch, global_batch=gb, seq_len=a.seq_len,
                         recompute=recompute, offload_activations=a.offload_activations,
                         **({"selective_recompute": modules} if modules else {}),
+                        **({"recompute_method": method} if method else {}),
+                        **({"recompute_num_layers": window} if window else {}),
                         precision=a.precision, schedule=a.schedule,
                         overlap_dp_comm=not a.no_overlap, overlap_fsdp_prefetch=not a.no_overlap,
                         **({"attention_impl": a.attention} if a.attention else {}), fp8_recipe=a.fp8_recipe,

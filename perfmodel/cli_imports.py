@@ -93,6 +93,8 @@ def _apply_layout(a: argparse.Namespace, lay: dict[str, Any]) -> argparse.Namesp
     b.zero, b.micro_batch, b.seq_len = lay["zero"], lay["micro_batch"], lay["seq_len"]
     b.recompute, b.precision = lay["recompute"], lay["precision"]
     b.recompute_modules = lay.get("recompute_modules") or getattr(a, "recompute_modules", None)
+    b.recompute_method = lay.get("recompute_method") or getattr(a, "recompute_method", None)
+    b.recompute_num_layers = lay.get("recompute_num_layers") or getattr(a, "recompute_num_layers", None)
     b.fp8_recipe, b.optimizer = lay.get("fp8_recipe"), lay.get("optimizer", a.optimizer)
     b.schedule = lay.get("schedule") or a.schedule
     b.dp = lay.get("dp") or a.dp

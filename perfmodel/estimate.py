@@ -121,8 +121,7 @@ class Estimate:
             + (f" etp {self.plan.etp}" if self.plan.etp > 1 else "")
             + (f" ({self.plan.moe_dispatcher or 'alltoall'} dispatcher)" if self.plan.ep > 1 else "")
             + f" vp {self.plan.vp} zero {self.plan.zero_stage} mb {self.plan.micro_batch} gb {self.plan.global_batch}"
-            f" recompute {self.plan.recompute}"
-            + (f" ({self.plan.selective_recompute})" if self.plan.recompute == "selective" else "")
+            f" recompute {self.plan.recompute_label}"
             + f" {self.plan.precision}"
             + (f" {self.plan.fp8_recipe}" if self.plan.fp8_recipe else "") + _mechanisms(self.plan),
             f"  step    {self.step_time_s:.4g} s   {self.tokens_per_s:,.0f} tokens/s   "

@@ -37,9 +37,10 @@ from perfmodel import precision as registry
 from perfmodel.compute.fp8_recipes import recipe_for
 from perfmodel.compute.optimizers import state_bytes_per_param
 from perfmodel.engines.offload import body_instances, resident_bytes
+from perfmodel.parallel.partial_recompute import chunk_runs, is_block, uniform_group
 from perfmodel.parallel.plan import ParallelPlan
-from perfmodel.parallel.schedules import get_schedule
-from perfmodel.parallel.split import stage_layers
+from perfmodel.parallel.schedules import get_schedule, rank_chunks
+from perfmodel.parallel.split import graph_split, stage_layers
 from perfmodel.units import fmt
 from perfmodel.workload.graph import Graph, Layer, Op
 from perfmodel.workload.module_recompute import OP_POLICY, module_recompute
@@ -166,6 +167,32 @@ def recompute_working_bytes(layer: Layer, plan: ParallelPlan) -> float:
     return 0.0
 
 
+def windowed_activation_bytes(graph: Graph, plan: ParallelPlan, stage: int) -> tuple[float, float]:
+    """(bytes kept per micro-batch, working bytes of the backward) on pipeline rank `stage` under
+    full recompute with a recompute_method window (parallel/partial_recompute.py), chunk by chunk:
+    block N keeps the inputs of each chunk's first N layers and everything the later ones save,
+    and rebuilds one recomputed layer at a time; uniform N keeps the input of each run of N layers
+    and rebuilds a whole run at once. Layers outside the transformer block (embedding, head) keep
+    what they save."""
+    acts = working = 0.0
+    group = uniform_group(plan)
+    for vs in rank_chunks(plan.schedule_name, plan.pp, plan.vp, stage):
+        runs = chunk_runs(graph, plan, vs)
+        body: list[Layer] = []
+        for layer, n, run_plan in runs:
+            if not layer.recomputable:
+                acts += layer_activation_bytes(layer, run_plan) * n
+            elif group > 1:
+                body += [layer] * round(n)
+            else:
+                acts += layer_activation_bytes(layer, run_plan) * n
+                working = max(working, recompute_working_bytes(layer, run_plan))
+        for i in range(0, len(body), group):
+            acts += body[i].input_bytes
+            working = max(working, sum(layer_saved_bytes(layer, plan) for layer in body[i:i + group]))
+    return acts, working
+
+
 def memory_per_rank(graph: Graph, plan: ParallelPlan, stage: int = 0) -> MemoryBreakdown:
     layers = stage_layers(graph, plan.pp, stage, plan.vp, plan.schedule_name)
     dense = sum((layer.params - layer.expert_params) * n for layer, n in layers)
@@ -197,6 +224,9 @@ def memory_per_rank(graph: Graph, plan: ParallelPlan, stage: int = 0) -> MemoryB
     acts = 0.0
     working = 0.0
     body: list[float] = []  # transformer-layer instances, under activation offloading
+    if is_block(plan) or uniform_group(plan) > 1:
+        acts, working = windowed_activation_bytes(graph, plan, stage)
+        layers = []
     for layer, n in layers:
         per = layer_activation_bytes(layer, plan)
         if plan.offload_activations and layer.recomputable:
@@ -259,10 +289,37 @@ def fit_message(graph: Graph, plan: ParallelPlan, hbm_bytes: float, need_bytes: 
     for level in stronger:
         alt = peak_memory(graph, plan.model_copy(update={"recompute": level, "offload_activations": 0})).total_bytes
         if alt <= hbm_bytes:
-            return f"{msg} (with {level} recompute{instead} {fmt(alt, 'B')}{also})"
+            window = block_that_fits(graph, plan, hbm_bytes) if level == "full" else None
+            fewer = (f"; or block recompute of the first {window[0]} layers per model chunk {fmt(window[1], 'B')}"
+                     if window is not None else "")
+            return f"{msg} (with {level} recompute{instead} {fmt(alt, 'B')}{fewer}{also})"
     if stronger:
         return f"{msg} (with full recompute {fmt(alt, 'B')}, still over{also})"
     return msg
+
+
+def block_that_fits(graph: Graph, plan: ParallelPlan, hbm_bytes: float) -> tuple[int, float] | None:
+    """(the fewest layers per model chunk whose block recompute fits, that peak), or None where
+    recomputing fewer than every layer of the largest chunk does not fit: Megatron-Core's
+    recompute_method block (parallel/partial_recompute.py), which reruns only those layers. The
+    peak falls as the count grows."""
+    most = max(graph_split(graph, plan.pp, plan.vp).chunk_layers)
+
+    def peak(n: int) -> float:
+        return peak_memory(graph, plan.model_copy(update={"recompute": "full", "offload_activations": 0,
+                                                          "recompute_method": "block", "recompute_num_layers": n})
+                           ).total_bytes
+
+    lo, hi = 1, most - 1
+    if lo > hi or peak(hi) > hbm_bytes:
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if peak(mid) <= hbm_bytes:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo, peak(lo)
 
 
 def offload_that_fits(graph: Graph, plan: ParallelPlan, hbm_bytes: float) -> tuple[int, float] | None:

@@ -160,8 +160,13 @@ def test_message_names_the_recompute_that_fits() -> None:
     need = peak_memory(g, plan).total_bytes
     full = peak_memory(g, plan.model_copy(update={"recompute": "full"})).total_bytes
     assert need > hbm > full
+    # and the fewest layers per chunk Megatron-Core's block recompute needs (31 of 32 here)
+    block = plan.model_copy(update={"recompute": "full", "recompute_method": "block", "recompute_num_layers": 31})
+    fewer = block.model_copy(update={"recompute_num_layers": 30})
+    assert peak_memory(g, fewer).total_bytes > hbm >= peak_memory(g, block).total_bytes
     assert fit_message(g, plan, hbm) == (f"does not fit: {fmt(need, 'B')} per GPU > {fmt(hbm, 'B')} of HBM "
-                                         f"(with full recompute {fmt(full, 'B')})")
+                                         f"(with full recompute {fmt(full, 'B')}; or block recompute of the first 31 "
+                                         f"layers per model chunk {fmt(peak_memory(g, block).total_bytes, 'B')})")
     assert fit_message(g, plan.model_copy(update={"recompute": "full"}), hbm) is None
 
 

@@ -65,9 +65,9 @@ from perfmodel.engines.stages import (
 from perfmodel.engines.step import StepInputs, finish, prepare
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import System
+from perfmodel.parallel.partial_recompute import chunk_runs
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.schedules import Work, get_schedule, rank_chunks
-from perfmodel.parallel.split import chunk_layers
 from perfmodel.workload.graph import Graph
 from perfmodel.workload.spec import ModelSpec
 
@@ -175,8 +175,8 @@ def _fsdp_waits(system: System, plan: ParallelPlan, graph: Graph, vstage: int,
     micro-batch's F, the chunk_cat copies before the grad-final op, one reduce-scatter bucket per
     unit for the DP stream, ready when that op ends)."""
     units: list[FsdpUnit] = []
-    for layer, n in chunk_layers(graph, plan.pp, plan.vp, vstage):
-        lt = cached_layer_time(system, plan, layer)
+    for layer, n, run_plan in chunk_runs(graph, plan, vstage):
+        lt = cached_layer_time(system, run_plan, layer)
         dp = dp_collectives(system, plan, layer.params - layer.expert_params, layer.expert_params)
         units += [FsdpUnit(lt.fwd_s, lt.bwd_s, dp.unit_all_gather_s, dp.unit_reduce_scatter_s, dp.unit_copy_fwd_s,
                            dp.unit_copy_bwd_s)] * int(n)
@@ -197,8 +197,8 @@ def _buckets(system: System, plan: ParallelPlan, graph: Graph, vstage: int, grad
     if grad_s <= 0:
         return ()
     inst = []
-    for layer, n in reversed(chunk_layers(graph, plan.pp, plan.vp, vstage)):
-        lt = cached_layer_time(system, plan, layer)
+    for layer, n, run_plan in reversed(chunk_runs(graph, plan, vstage)):
+        lt = cached_layer_time(system, run_plan, layer)
         inst += [(lt.wgrad_s if zb else lt.bwd_s, layer.params)] * int(n)
     t_sum = sum(t for t, _ in inst) or 1.0
     p_sum = sum(q for _, q in inst) or 1.0

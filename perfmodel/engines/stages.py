@@ -24,6 +24,7 @@ from perfmodel.errors import LayoutError, SpecError
 from perfmodel.hardware.catalog import System
 from perfmodel.hardware.specs import Accelerator
 from perfmodel.memory import layer_saved_bytes
+from perfmodel.parallel.partial_recompute import LayerRun, chunk_runs, is_block, kept_plan, recomputed_instances
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.ranks import expert_dp_stride, group_stride
 from perfmodel.parallel.schedules import get_schedule, rank_chunks
@@ -82,11 +83,12 @@ def model_flop_per_step(spec: ModelSpec, plan: ParallelPlan) -> tuple[float, flo
 
 def _with_recompute(graph: Graph, plan: ParallelPlan, model: float, per_graph: float) -> tuple[float, float]:
     recomputed = 0.0
+    window = recomputed_instances(graph, plan) if is_block(plan) else None  # block: some layers per chunk
     for layer in graph.layers:
         if not layer.recomputable:
             continue
         if plan.recompute == "full":
-            recomputed += layer.fwd_model_flop * layer.count
+            recomputed += layer.fwd_model_flop * (layer.count if window is None else window.get(id(layer), 0.0))
         elif plan.recompute == "selective" and plan.selective_recompute == OP_POLICY:
             recomputed += sum(o.mflop for o in op_checkpoint(layer).recomputed) * layer.count
         elif plan.recompute == "selective":
@@ -194,13 +196,24 @@ def chunk_costs(system: System, plan: ParallelPlan, graph: Graph) -> tuple[Stage
         return hit[1]
     p, v = plan.pp, plan.vp
     memo: dict[int, LayerTime] = {}
-    out = tuple(layers_cost(system, plan, chunk_layers(graph, p, v, vs), memo) for vs in range(p * v))
+    if is_block(plan):
+        out = tuple(_block_cost(system, plan, chunk_runs(graph, plan, vs), memo) for vs in range(p * v))
+    else:
+        out = tuple(layers_cost(system, plan, chunk_layers(graph, p, v, vs), memo) for vs in range(p * v))
     if plan.offload_activations:
         out = (with_offload(system, plan, chunk_layers(graph, p, v, 0), out[0]),)  # pp 1 (ParallelPlan)
     if len(_CHUNK_CACHE) >= _CHUNK_CACHE_SIZE:
         _CHUNK_CACHE.pop(next(iter(_CHUNK_CACHE)))
     _CHUNK_CACHE[key] = (graph, out)
     return out
+
+
+def _block_cost(system: System, plan: ParallelPlan, runs: list[LayerRun], memo: dict[int, LayerTime]) -> StageCost:
+    """A chunk under block recompute (parallel/partial_recompute.py): its recompute window's layers
+    under `plan`, the layers after it under no recompute."""
+    kept = kept_plan(plan)
+    window = layers_cost(system, plan, [(layer, n) for layer, n, q in runs if q is plan], memo)
+    return window + layers_cost(system, kept, [(layer, n) for layer, n, q in runs if q is not plan], {})
 
 
 def with_offload(system: System, plan: ParallelPlan, layers: list[tuple[Layer, float]], cost: StageCost) -> StageCost:

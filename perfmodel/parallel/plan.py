@@ -8,6 +8,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from perfmodel import precision as registry
 from perfmodel.errors import LayoutError
+from perfmodel.parallel.partial_recompute import window_label, window_notes
 from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.split import pipeline_split
 from perfmodel.workload.graph import AttentionImpl, CpRing, ElementwiseImpl
@@ -53,6 +54,13 @@ class ParallelPlan(BaseModel):
         "core_attn, the attention core), or op (torchtitan's per-op policy, workload/op_checkpoint.py: saves "
         "matmul outputs but every second one, attention and reduce-scatters; reruns the rest); the training "
         "stack selects core_attn or op where the plan does not say"))
+    recompute_method: Literal["uniform", "block"] = Field("uniform", description=(
+        "which layers recompute 'full' reruns (Megatron-Core recompute_method, parallel/partial_recompute.py): "
+        "uniform (every layer, checkpointed in runs of recompute_num_layers, default 1) or block (only the first "
+        "recompute_num_layers layers of each model chunk; the rest keep their activations)"))
+    recompute_num_layers: int | None = Field(None, gt=0, description=(
+        "with recompute 'full' (Megatron-Core recompute_num_layers): layers per checkpointed run (uniform) or "
+        "layers recomputed per model chunk (block); unset: 1 (uniform); block needs it"))
     offload_activations: int = Field(0, ge=0, description=(
         "transformer layers whose saved activations go to host memory in the forward and come back for the "
         "backward (Megatron-Core cpu_offloading_num_layers over Transformer Engine's offload scheduler; "
@@ -149,6 +157,15 @@ class ParallelPlan(BaseModel):
         return "interleaved" if self.vp > 1 else "1f1b"
 
     @property
+    def recompute_label(self) -> str:
+        """The recompute as the layout line says it: 'selective (core_attn)', 'full (first 4 layers per
+        chunk)', 'none'."""
+        if self.recompute == "selective":
+            return f"selective ({self.selective_recompute})"
+        window = window_label(self)
+        return f"{self.recompute} ({window})" if window else self.recompute
+
+    @property
     def fp8_recipe_name(self) -> str | None:
         """The recipe fp8 / fp4 GEMMs run under (the precision's default when none is named)."""
         recipes = registry.get(self.precision).recipes
@@ -182,6 +199,7 @@ class ParallelPlan(BaseModel):
             allowed = list(registry.get(self.precision).recipes) or "none (16/32-bit GEMMs)"
             raise LayoutError(f"fp8_recipe {self.fp8_recipe!r} runs precision {registry.recipe_precision(self.fp8_recipe)}, "
                               f"not {self.precision}; recipes for {self.precision}: {allowed}")
+        self._check_recompute_window()
         if self.moe_a2a_overlap:
             self._check_a2a_overlap()
         if self.offload_activations:
@@ -194,6 +212,19 @@ class ParallelPlan(BaseModel):
         if self.sequence_parallel and self.tp == 1:
             object.__setattr__(self, "sequence_parallel", False)
         return self
+
+    def _check_recompute_window(self) -> None:
+        """Megatron-Core's rules (transformer_config.py:1908-1931): recompute_num_layers only with full
+        recompute, and the block method needs it."""
+        if self.recompute != "full" and (self.recompute_num_layers is not None or self.recompute_method != "uniform"):
+            got = (f"recompute_num_layers {self.recompute_num_layers}" if self.recompute_num_layers is not None
+                   else f"recompute_method {self.recompute_method}")
+            raise LayoutError(f"{got} chooses which layers full recompute reruns; it needs recompute full "
+                              f"(got recompute {self.recompute}); allowed with {self.recompute}: recompute_method "
+                              "uniform and no recompute_num_layers")
+        if self.recompute_method == "block" and self.recompute_num_layers is None:
+            raise LayoutError("recompute_method block needs recompute_num_layers: the layers per model chunk to "
+                              "recompute (1 to the chunk's layers)")
 
     def _check_a2a_overlap(self) -> None:
         """Megatron-Core refuses overlap_moe_expert_parallel_comm outside these layouts
@@ -271,6 +302,8 @@ class ParallelPlan(BaseModel):
                                   f"Megatron-Core's for transformer layers; {spec.id} is a {spec.family} model; allowed: 0")
         if self.recompute == "selective":
             notes += recompute_module_notes(self.selective_recompute, spec)
+        if spec.num_layers:
+            notes += window_notes(spec.num_layers, self)
         if spec.family == "moe":
             E = spec.num_experts or 1
             if E % self.ep:

@@ -29,7 +29,8 @@ What is read (Megatron's defaults where the list is silent):
   --context-parallel-size, --expert-model-parallel-size, --expert-tensor-parallel-size,
   --sequence-parallel (ignored by Megatron when tp = 1, and here), --recompute-granularity
   (full / selective) or --recompute-activations (selective) with --recompute-modules (the
-  modules selective recompute reruns, default core_attn), --micro-batch-size,
+  modules selective recompute reruns, default core_attn) or, under full, --recompute-method
+  (uniform / block) and --recompute-num-layers, --micro-batch-size,
   --global-batch-size, --fp8-format (fp8 GEMMs) with --fp8-recipe (delayed, tensorwise = current
   scaling, blockwise, mxfp8), --fp4-format / --fp4-recipe (nvfp4), --fp16 / --bf16, --optimizer
   (adam = AdamW, sgd), --use-distributed-optimizer (ZeRO-1), --use-torch-fsdp2 / --use-custom-fsdp
@@ -64,7 +65,8 @@ VALUED = frozenset({"num-layers", "hidden-size", "ffn-hidden-size", "num-attenti
                     "qk-pos-emb-head-dim", "v-head-dim", "tensor-model-parallel-size", "pipeline-model-parallel-size",
                     "num-layers-per-virtual-pipeline-stage", "virtual-pipeline-model-parallel-size",
                     "context-parallel-size", "expert-model-parallel-size", "expert-tensor-parallel-size",
-                    "recompute-granularity", "micro-batch-size", "global-batch-size", "fp8-format", "fp8", "fp8-recipe",
+                    "recompute-granularity", "recompute-method", "recompute-num-layers",
+                    "micro-batch-size", "global-batch-size", "fp8-format", "fp8", "fp8-recipe",
                     "fp4-format", "fp4-recipe", "optimizer", "moe-latent-size", "hybrid-layer-pattern",
                     "hybrid-override-pattern", "mamba-num-heads", "mamba-head-dim", "mamba-state-dim", "mamba-num-groups",
                     "mtp-num-layers"})
@@ -324,6 +326,17 @@ def _layout(got: dict[str, Any], L: int, tp: int, pp: int) -> dict[str, Any]:
                             f"Megatron-Core recompute modules from {', '.join(MODULES)}") from e
         if modules == OP_POLICY:
             raise SpecError("--recompute-modules", "'op'", f"Megatron-Core recompute modules from {', '.join(MODULES)}")
+    method = got.get("recompute-method")
+    window = _int(got, "recompute-num-layers") if got.get("recompute-num-layers") not in (None, "None", "null") else None
+    if method in ("None", "null"):
+        method = None
+    if method is not None and method not in ("uniform", "block"):
+        raise SpecError("--recompute-method", f"{method!r}", "uniform or block")
+    if rec != "full":
+        method = window = None  # Megatron reads them only under full recompute (selective refuses a count)
+    elif method == "block" and window is None:
+        raise SpecError("--recompute-num-layers", "not given with --recompute-method block",
+                        "the layers per model chunk to recompute (1 to the chunk's layers)")
     precision = "fp8" if got.get("fp8-format") or got.get("fp8") else "fp16" if got.get("fp16") else "bf16"
     recipe = None
     if got.get("fp4-format") or got.get("fp4-recipe"):
@@ -344,6 +357,7 @@ def _layout(got: dict[str, Any], L: int, tp: int, pp: int) -> dict[str, Any]:
             "sp": bool(got.get("sequence-parallel")) and tp > 1, "zero": zero, "micro_batch": mb,
             "global_batch": _int(got, "global-batch-size") if "global-batch-size" in got else None,
             "seq_len": _int(got, "seq-length"), "recompute": rec, "recompute_modules": modules,
+            "recompute_method": method, "recompute_num_layers": window,
             "precision": precision, "fp8_recipe": recipe,
             # Megatron's "adam" is AdamW (decoupled weight decay); both cost the same here
             "optimizer": "adamw" if optimizer == "adam" else "sgd"}
