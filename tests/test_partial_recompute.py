@@ -139,7 +139,7 @@ def test_megatron_arguments_and_dense_etp() -> None:
             "--recompute-granularity full --recompute-method block --recompute-num-layers 4")
     lay = parse_megatron_args(args).layout
     assert (lay["recompute"], lay["recompute_method"], lay["recompute_num_layers"]) == ("full", "block", 4)
-#ETP
+    assert lay["etp"] == 1  # Megatron's etp = tp default has no expert layers to split in a dense model
     bridge = parse_megatron_args(args.replace("--recompute-method block --recompute-num-layers 4",
                                               "model.recompute_method=uniform model.recompute_num_layers=2")).layout
     assert (bridge["recompute_method"], bridge["recompute_num_layers"]) == ("uniform", 2)

@@ -352,8 +352,10 @@ def _layout(got: dict[str, Any], L: int, tp: int, pp: int) -> dict[str, Any]:
     zero = 3 if got.get("use-torch-fsdp2") or got.get("use-custom-fsdp") else 1 if got.get("use-distributed-optimizer") else 0
     mb = _int(got, "micro-batch-size", 1)
     return {"tp": tp, "pp": pp, "vp": vp, "cp": _int(got, "context-parallel-size", 1),
-            # Megatron-LM's arguments.py: an unset --expert-tensor-parallel-size takes the tp size
-            "ep": _int(got, "expert-model-parallel-size", 1), "etp": _int(got, "expert-tensor-parallel-size", tp),
+            # Megatron-LM's arguments.py: an unset --expert-tensor-parallel-size takes the tp size (a dense
+            # model has no expert layers for it to split: 1)
+            "ep": _int(got, "expert-model-parallel-size", 1),
+            "etp": _int(got, "expert-tensor-parallel-size", tp) if got.get("num-experts") else 1,
             "sp": bool(got.get("sequence-parallel")) and tp > 1, "zero": zero, "micro_batch": mb,
             "global_batch": _int(got, "global-batch-size") if "global-batch-size" in got else None,
             "seq_len": _int(got, "seq-length"), "recompute": rec, "recompute_modules": modules,
