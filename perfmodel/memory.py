@@ -31,6 +31,7 @@ Runtime: CUDA context, cuBLAS / NCCL workspaces and allocator slack, RUNTIME_BYT
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from perfmodel import precision as registry
@@ -310,7 +311,12 @@ def block_that_fits(graph: Graph, plan: ParallelPlan, hbm_bytes: float) -> tuple
                                                           "recompute_method": "block", "recompute_num_layers": n})
                            ).total_bytes
 
-    lo, hi = 1, most - 1
+    return fewest_that_fit(peak, 1, most - 1, hbm_bytes)
+
+
+def fewest_that_fit(peak: Callable[[int], float], lo: int, hi: int, hbm_bytes: float) -> tuple[int, float] | None:
+    """(the smallest n in [lo, hi] with peak(n) <= hbm_bytes, that peak) by bisection, for a peak
+    that falls as n grows; None where even hi does not fit."""
     if lo > hi or peak(hi) > hbm_bytes:
         return None
     while lo < hi:
@@ -332,13 +338,4 @@ def offload_that_fits(graph: Graph, plan: ParallelPlan, hbm_bytes: float) -> tup
     def peak(n: int) -> float:
         return peak_memory(graph, plan.model_copy(update={"offload_activations": n})).total_bytes
 
-    lo, hi = plan.offload_activations + 1, layers - 1
-    if lo > hi or peak(hi) > hbm_bytes:
-        return None
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if peak(mid) <= hbm_bytes:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo, peak(lo)
+    return fewest_that_fit(peak, plan.offload_activations + 1, layers - 1, hbm_bytes)
