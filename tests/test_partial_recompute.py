@@ -155,3 +155,16 @@ def test_cli_layout_line_and_usage_error() -> None:
     assert "recompute full (first 3 layers per chunk)" in out
     bad = subprocess.run([*cmd[:-6], "--recompute-num-layers", "3"], capture_output=True, text=True)
     assert bad.returncode != 0 and "needs --recompute full" in bad.stderr
+
+
+def test_runs_file_block_is_read_as_full_and_said() -> None:
+    """A runs-file row cannot carry recompute_num_layers: 'block' is charged every layer's rerun, and
+    the row's notes say it is an upper bound."""
+    from perfmodel.validation.runs import spelled
+
+    notes: list[str] = []
+    assert spelled({"recompute": "block"}, "recompute", notes) == "full"
+    assert "upper bound" in notes[0] and "recompute_num_layers" in notes[0]
+    notes.clear()
+    assert spelled({"recompute": "uniform"}, "recompute", notes) == "full"
+    assert notes == ["recompute 'uniform' read as full"]

@@ -181,7 +181,12 @@ def spelled(vals: dict[str, str], col: str, notes: list[str]) -> str:
     key = spelling(v)
     for canon, names in SPELLINGS[col].items():
         if key in names:
-            if key != canon and v != canon:
+            if col == "recompute" and key == "block":
+                # the format has no recompute_num_layers: every layer is charged its rerun
+                notes.append(f"recompute {quote(vals[col])} read as full recompute of every layer (the runs format "
+                             "has no recompute_num_layers); Megatron's block method reruns only the first N layers "
+                             "per model chunk, so this step time is an upper bound")
+            elif key != canon and v != canon:
                 notes.append(f"{col} {quote(vals[col])} read as {canon}")
             return canon
     raise RowError(f"column {col} {quote(vals[col])}; allowed values: {', '.join(SPELLINGS[col])}")
