@@ -222,12 +222,20 @@ def memory_per_rank(graph: Graph, plan: ParallelPlan, stage: int = 0) -> MemoryB
         # FSDP materialises one layer's full weights (and its prefetched neighbour)
         biggest = max((layer.params for layer, _ in layers), default=0.0)
         weights += 2 * copy_bytes * biggest
-    acts = 0.0
-    working = 0.0
-    body: list[float] = []  # transformer-layer instances, under activation offloading
     if is_block(plan) or uniform_group(plan) > 1:
         acts, working = windowed_activation_bytes(graph, plan, stage)
-        layers = []
+    else:
+        acts, working = stage_activation_bytes(layers, plan)
+    acts = acts * in_flight_micro_batches(plan, stage) + working
+    return MemoryBreakdown(weights, grads, optimizer, acts, RUNTIME_BYTES)
+
+
+def stage_activation_bytes(layers: list[tuple[Layer, float]], plan: ParallelPlan) -> tuple[float, float]:
+    """(bytes kept per micro-batch, working bytes of the backward) of a rank's layers when every
+    layer recomputes alike: each layer's layer_activation_bytes (the offloaded layers' only while
+    resident, engines/offload.py) and the largest layer rebuilt at a time."""
+    acts = working = 0.0
+    body: list[float] = []  # transformer-layer instances, under activation offloading
     for layer, n in layers:
         per = layer_activation_bytes(layer, plan)
         if plan.offload_activations and layer.recomputable:
@@ -237,8 +245,7 @@ def memory_per_rank(graph: Graph, plan: ParallelPlan, stage: int = 0) -> MemoryB
         working = max(working, recompute_working_bytes(layer, plan))
     if body:
         acts += resident_bytes(body, plan.offload_activations)
-    acts = acts * in_flight_micro_batches(plan, stage) + working
-    return MemoryBreakdown(weights, grads, optimizer, acts, RUNTIME_BYTES)
+    return acts, working
 
 
 _PEAK_CACHE: dict[tuple[ParallelPlan, int], tuple[Graph, MemoryBreakdown]] = {}

@@ -197,7 +197,8 @@ def chunk_costs(system: System, plan: ParallelPlan, graph: Graph) -> tuple[Stage
     p, v = plan.pp, plan.vp
     memo: dict[int, LayerTime] = {}
     if is_block(plan):
-        out = tuple(_block_cost(system, plan, chunk_runs(graph, plan, vs), memo) for vs in range(p * v))
+        kept_memo: dict[int, LayerTime] = {}
+        out = tuple(_block_cost(system, plan, chunk_runs(graph, plan, vs), memo, kept_memo) for vs in range(p * v))
     else:
         out = tuple(layers_cost(system, plan, chunk_layers(graph, p, v, vs), memo) for vs in range(p * v))
     if plan.offload_activations:
@@ -208,12 +209,13 @@ def chunk_costs(system: System, plan: ParallelPlan, graph: Graph) -> tuple[Stage
     return out
 
 
-def _block_cost(system: System, plan: ParallelPlan, runs: list[LayerRun], memo: dict[int, LayerTime]) -> StageCost:
+def _block_cost(system: System, plan: ParallelPlan, runs: list[LayerRun], memo: dict[int, LayerTime],
+                kept_memo: dict[int, LayerTime]) -> StageCost:
     """A chunk under block recompute (parallel/partial_recompute.py): its recompute window's layers
-    under `plan`, the layers after it under no recompute."""
-    kept = kept_plan(plan)
+    under `plan`, the layers after it under no recompute (each plan with its own memo of layer times)."""
     window = layers_cost(system, plan, [(layer, n) for layer, n, q in runs if q is plan], memo)
-    return window + layers_cost(system, kept, [(layer, n) for layer, n, q in runs if q is not plan], {})
+    return window + layers_cost(system, kept_plan(plan), [(layer, n) for layer, n, q in runs if q is not plan],
+                                kept_memo)
 
 
 def with_offload(system: System, plan: ParallelPlan, layers: list[tuple[Layer, float]], cost: StageCost) -> StageCost:

@@ -77,6 +77,7 @@ RECIPES = {"delayed": ("fp8", "delayed"), "tensorwise": ("fp8", "current"), "blo
 ALIASES = {"tensor-parallel-size": "tensor-model-parallel-size", "pipeline-parallel-size": "pipeline-model-parallel-size",
            "moe-router-top-k": "moe-router-topk", "num-moe-experts": "num-experts",
            "gated-linear-unit": "swiglu"}
+UNSET = (None, "None", "null")  # an argument not given, or given as Python's / YAML's nothing
 BRIDGE_BOOL = {"true": True, "false": False, "1": True, "0": False}
 
 
@@ -326,10 +327,9 @@ def _layout(got: dict[str, Any], L: int, tp: int, pp: int) -> dict[str, Any]:
                             f"Megatron-Core recompute modules from {', '.join(MODULES)}") from e
         if modules == OP_POLICY:
             raise SpecError("--recompute-modules", "'op'", f"Megatron-Core recompute modules from {', '.join(MODULES)}")
-    method = got.get("recompute-method")
-    window = _int(got, "recompute-num-layers") if got.get("recompute-num-layers") not in (None, "None", "null") else None
-    if method in ("None", "null"):
-        method = None
+    # the Bridge recipes write an unset method / count as None (recompute_method = None)
+    method = None if got.get("recompute-method") in UNSET else got["recompute-method"]
+    window = None if got.get("recompute-num-layers") in UNSET else _int(got, "recompute-num-layers")
     if method is not None and method not in ("uniform", "block"):
         raise SpecError("--recompute-method", f"{method!r}", "uniform or block")
     if rec != "full":
