@@ -100,6 +100,26 @@ def test_megatron_bridge_overrides_vp_recompute_fp8_and_moe_pattern() -> None:
         assert (got["precision"], got["fp8_recipe"]) == want
 
 
+def test_bridge_none_is_an_argument_not_given() -> None:
+    """Megatron-Bridge prints the fields it leaves unset as None; each one is Megatron's default, a
+    later None clears an earlier value, and the Megatron-LM flag form still refuses the word."""
+    base = ("model.num_layers=8 model.hidden_size=1024 model.num_attention_heads=16 model.seq_length=2048 "
+            "model.vocab_size=32000 model.pipeline_model_parallel_size=2 ")
+    lay = parse_megatron_args(base + "model.virtual_pipeline_model_parallel_size=None model.context_parallel_size=null "
+                              "model.expert_model_parallel_size=None model.recompute_granularity=None "
+                              "model.recompute_method=None model.recompute_num_layers=None "
+                              "model.recompute_modules=None model.sequence_parallel=None").layout
+    assert (lay["vp"], lay["cp"], lay["ep"], lay["sp"], lay["recompute"]) == (1, 1, 1, False, "none")
+    assert (lay["recompute_method"], lay["recompute_num_layers"]) == (None, None)
+    cleared = parse_megatron_args(base + "model.virtual_pipeline_model_parallel_size=2 "
+                                  "model.virtual_pipeline_model_parallel_size=None").layout
+    assert cleared["vp"] == 1
+    # 'none' is a value, not Bridge's nothing: Megatron's --position-embedding-type has a 'none' choice
+    assert parse_megatron_args(base + "model.position_embedding_type=none").spec.position == "none"
+    with pytest.raises(SpecError, match=r"--virtual-pipeline-model-parallel-size.*'None'"):
+        parse_megatron_args(base + "--virtual-pipeline-model-parallel-size None")
+
+
 def test_megatron_virtual_stages_and_errors() -> None:
     base = "--num-layers 32 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 --vocab-size 1000 "
     assert parse_megatron_args(base + "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2"

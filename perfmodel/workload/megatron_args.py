@@ -8,7 +8,9 @@ Accepted forms: Megatron-LM flags (`--num-layers 32`, `--swiglu`), the same with
 (`--num-layers=32`), and Megatron-Bridge / NeMo overrides (`model.num_layers=32`,
 `model.tensor_model_parallel_size=8`: the last dotted component, underscores for dashes). A file
 may hold one argument per line, bash arrays (`MODEL_ARGS=( ... )`) and `#` comments; a value that
-is still a shell variable (`$DATA_PATH`) is an error only where perfmodel needs it.
+is still a shell variable (`$DATA_PATH`) is an error only where perfmodel needs it. A Bridge
+override set to Python's or YAML's nothing (`model.virtual_pipeline_model_parallel_size=None`, how
+Bridge prints a field it leaves unset) is an argument not given: Megatron's default holds.
 
 What is read (Megatron's defaults where the list is silent):
 - model: --num-layers, --hidden-size, --ffn-hidden-size (4h), --num-attention-heads,
@@ -77,7 +79,7 @@ RECIPES = {"delayed": ("fp8", "delayed"), "tensorwise": ("fp8", "current"), "blo
 ALIASES = {"tensor-parallel-size": "tensor-model-parallel-size", "pipeline-parallel-size": "pipeline-model-parallel-size",
            "moe-router-top-k": "moe-router-topk", "num-moe-experts": "num-experts",
            "gated-linear-unit": "swiglu"}
-UNSET = (None, "None", "null")  # an argument not given, or given as Python's / YAML's nothing
+UNSET = ("None", "null", "Null", "NULL", "~")  # a Bridge override's value for "not given": Python's / YAML's nothing
 BRIDGE_BOOL = {"true": True, "false": False, "1": True, "0": False}
 
 
@@ -141,7 +143,12 @@ def parse_arg_list(words: list[str]) -> tuple[dict[str, Any], list[str]]:
             key, _, value = w.partition("=")
             last = key.rsplit(".", 1)[-1].replace("_", "-")
             name = ALIASES.get(last, last)
-            if name in FLAGS:
+            if value in UNSET and name in FLAGS | VALUED | LISTED:
+                # Bridge prints a field it leaves unset as `None` (virtual_pipeline_model_parallel_size=None):
+                # the argument is not given and Megatron's default holds; a later override wins, so it
+                # also clears an earlier value
+                got.pop(name, None)
+            elif name in FLAGS:
                 got[name] = BRIDGE_BOOL.get(value.lower(), True)
             elif name in VALUED:
                 got[name] = value
@@ -327,9 +334,8 @@ def _layout(got: dict[str, Any], L: int, tp: int, pp: int) -> dict[str, Any]:
                             f"Megatron-Core recompute modules from {', '.join(MODULES)}") from e
         if modules == OP_POLICY:
             raise SpecError("--recompute-modules", "'op'", f"Megatron-Core recompute modules from {', '.join(MODULES)}")
-    # the Bridge recipes write an unset method / count as None (recompute_method = None)
-    method = None if got.get("recompute-method") in UNSET else got["recompute-method"]
-    window = None if got.get("recompute-num-layers") in UNSET else _int(got, "recompute-num-layers")
+    method = got.get("recompute-method")
+    window = _int(got, "recompute-num-layers") if "recompute-num-layers" in got else None
     if method is not None and method not in ("uniform", "block"):
         raise SpecError("--recompute-method", f"{method!r}", "uniform or block")
     if rec != "full":
