@@ -233,7 +233,12 @@ def ep_exchange_time_s(system: System, dispatcher: str, size: float, degree: int
     remote = per_copy * remote_rows  # bytes each rank sends over its NIC
     # a row bound for another domain leaves its level-(k-1) unit; the share of remote domains
     # beyond that unit is (degree - g_{k-1}) / (degree - g_0) (all of them at the first scale-out level)
-    t_out = max(remote * (degree - g[k - 1]) / (degree - g[0]) / levels[k].achieved_Bps for k in range(1, len(levels)))
+    # the RDMA leg runs at the kernels' own rate, a share of the NIC's line rate (less any taper) that
+    # the caller's ep_dispatch_efficiency sets, not at what ring collectives reach: DeepEP's README
+    # measures its internode normal kernels at 43-58 GB/s of RDMA per GPU on 50 GB/s CX7 NICs (H800,
+    # EP 16-64), where a ring all-reduce's busbw over the same NICs is 48 GB/s alone (GTC24 S62129)
+    t_out = max(remote * (degree - g[k - 1]) / (degree - g[0]) * levels[k].oversubscription / levels[k].bandwidth_Bps
+                for k in range(1, len(levels)))
     t_in = intra_time_s(system, "all_to_all", per_copy * ranks_hit, g[0]) if g[0] > 1 else 0.0
     latency = levels[0].latency_s + sum(lv.latency_s for lv in levels[1:])
     return latency + max(t_out, t_in)

@@ -182,6 +182,26 @@ def combined_1f1b_pair_s(pre_f: float, mlp_f: float, pre_b: float, pre_w: float,
     return max(comb_f_end, pre_b_end)
 
 
+# NCCL runs one CTA per channel on an SM of its own ("NCCL CTAs won't share an SM with compute
+# kernels", NVIDIA/nccl#689 / #1656), and a ring collective on an 8-GPU NVSwitch node with one NIC
+# per GPU runs about 16 channels (2 per NIC: NVIDIA/nccl#438, sjeaugey). While a collective hides
+# behind compute, that compute runs on SMs - 16 SMs (engines/stages.comm_contention_fraction).
+NCCL_CHANNELS = 16
+# SMs the MoE token-exchange kernels hold while they run: NCCL's all-to-all its channels, the flex
+# dispatcher's DeepEP / HybridEP kernels Megatron-Core's historical default of 20 (Megatron-LM @
+# d98e8a64 transformer_config.py moe_deepep_num_sms; HybridEP takes DeepEP's default, the Bridge
+# recipes set 16 or 32)
+A2A_SMS = {"alltoall": NCCL_CHANNELS, "flex": 20}
+
+
+def a2a_contention_fraction(acc: Accelerator, dispatcher: str | None) -> float:
+    """Share of compute throughput lost while an overlapped MoE token exchange runs beside it: its
+    kernels occupy SMs the GEMMs would use (as engines/stages.comm_contention_fraction for NCCL)."""
+    if acc.kind != "gpu":
+        return 0.0
+    return min(0.5, A2A_SMS[dispatcher or "alltoall"] / max(1, acc.num_compute_units))
+
+
 def combined_1f1b_paired_fraction(plan: ParallelPlan) -> float:
     """Share of a rank's layer forwards that run paired with another micro-batch's backward under
     the combined 1F1B (the rest run alone, their all-to-alls exposed). Without pipelining, m
@@ -275,10 +295,12 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
             a2a[side + "_b"] += t * c.bwd
             continue
         if c.overlappable and c.hide_behind:
-            # e.g. the MoE dispatch / combine all-to-alls beside the shared experts' GEMMs
+            # e.g. the MoE dispatch / combine all-to-alls beside the shared experts' GEMMs, which
+            # run on the SMs the exchange leaves them while it hides
             hf_s, hb_s = behind[c.hide_behind]
-            ep_f += max(0.0, t - hf_s) * c.fwd
-            ep_b += max(0.0, t - hb_s) * c.bwd
+            slow = a2a_contention_fraction(acc, plan.moe_dispatcher) if c.routing is not None else 0.0
+            ep_f += (max(0.0, t - hf_s) + slow * min(t, hf_s)) * c.fwd
+            ep_b += (max(0.0, t - hb_s) + slow * min(t, hb_s)) * c.bwd
             continue
         if c.group in ("ep", "etp"):
             ep_f += t * c.fwd
@@ -363,7 +385,8 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
         pair = combined_1f1b_pair_s(fwd - mlp_f, mlp_f, bwd - mlp_b - pre_w + r_gpu, pre_w, mlp_b - mlp_w, mlp_w,
                                     a2a["disp_f"], a2a["comb_f"], a2a["disp_b"], a2a["comb_b"])
         paired = combined_1f1b_paired_fraction(plan)
-        exposed = pair - comp
+        hidden = comp + plain_f + plain_b - pair  # seconds both streams are busy
+        exposed = pair - comp + a2a_contention_fraction(acc, plan.moe_dispatcher) * hidden
         ep_f += paired * exposed * plain_f / (plain_f + plain_b) + (1.0 - paired) * plain_f
         ep_b += paired * exposed * plain_b / (plain_f + plain_b) + (1.0 - paired) * plain_b
     cf += ep_f

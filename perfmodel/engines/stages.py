@@ -18,7 +18,7 @@ from perfmodel.compute.autocast import autocast_applies, autocast_on, with_autoc
 from perfmodel.compute.eager import with_elementwise
 from perfmodel.compute.fp8_recipes import amax_allreduce_s, delayed_amax_bytes, recipe_for
 from perfmodel.compute.ops import memory_bound_cost
-from perfmodel.engines.costs import LayerTime, layer_time
+from perfmodel.engines.costs import NCCL_CHANNELS, LayerTime, layer_time
 from perfmodel.engines.offload import body_instances, offload_stall
 from perfmodel.errors import LayoutError, SpecError
 from perfmodel.hardware.catalog import System
@@ -36,13 +36,6 @@ from perfmodel.workload.module_recompute import OP_POLICY, check_modules, module
 from perfmodel.workload.moe import MoEOptions
 from perfmodel.workload.op_checkpoint import op_checkpoint
 from perfmodel.workload.spec import ModelSpec
-
-# NCCL runs one CTA per channel on an SM of its own ("NCCL CTAs won't share an SM with compute
-# kernels", NVIDIA/nccl#689 / #1656), and a ring collective on an 8-GPU NVSwitch node with one NIC
-# per GPU runs about 16 channels (2 per NIC: NVIDIA/nccl#438, sjeaugey). While a DP collective
-# hides behind compute, that compute runs on SMs - 16 SMs.
-NCCL_CHANNELS = 16
-
 
 # ---- graphs and FLOPs -------------------------------------------------------------------------
 
