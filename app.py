@@ -79,7 +79,7 @@ def workloads() -> dict[str, Any]:
 
 @st.cache_resource(show_spinner=False, max_entries=512)
 def system_for(acc: str, system: str | None, n_gpus: int, scales: tuple[float, ...]) -> tuple[Any, tuple[str, ...]]:
-    from perfmodel.hardware.catalog import resolve_system
+    from perfmodel.hardware.system import resolve_system
 
     base, msgs = resolve_system(acc, system, n_gpus)
     kw = {name: f for (_, (_, name)), f in zip(WHATIF.items(), scales, strict=True)}

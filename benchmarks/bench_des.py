@@ -16,7 +16,7 @@ import time
 import perfmodel
 from perfmodel import ParallelPlan
 from perfmodel.engines.des import des_estimate
-from perfmodel.hardware.catalog import resolve_system
+from perfmodel.hardware.system import resolve_system
 from perfmodel.workload.graph import Graph, Layer, Op
 
 

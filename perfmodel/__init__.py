@@ -5,7 +5,8 @@ from typing import TYPE_CHECKING, Any
 from perfmodel.api import estimate, estimate_graph, resolve
 from perfmodel.errors import LayoutError, PerfmodelError, SpecError, UnknownIdError
 from perfmodel.estimate import Estimate
-from perfmodel.hardware.catalog import add_specs_dir, load_catalog, resolve_system
+from perfmodel.hardware.catalog import add_specs_dir, load_catalog
+from perfmodel.hardware.system import resolve_system
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.workload.builder import build_graph
 from perfmodel.workload.catalog import add_workloads_dir, get_workload, load_workloads

@@ -14,7 +14,7 @@ from perfmodel.calibration.profile import Profile, calibrated_system, load_profi
 from perfmodel.engines.registry import DEFAULT_ENGINE, run_engine
 from perfmodel.errors import LayoutError
 from perfmodel.estimate import Estimate
-from perfmodel.hardware.catalog import System, resolve_hardware
+from perfmodel.hardware.system import System, resolve_hardware
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.workload.catalog import get_workload
 from perfmodel.workload.graph import Graph

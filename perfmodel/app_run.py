@@ -74,7 +74,7 @@ def _converge(workload: Any, hardware: str, n_gpus: int, target: float, e_min: f
 @st.cache_data(show_spinner=False, max_entries=16)
 def _goodput(workload: Any, hardware: str, plan: Any, storage: str, asynchronous: bool, calibration: str) -> pd.DataFrame:
     import perfmodel
-    from perfmodel.hardware.catalog import resolve_hardware
+    from perfmodel.hardware.system import resolve_hardware
     from perfmodel.planning.checkpoint import goodput_from_model, load_storage
     from perfmodel.workload.builder import build_graph
 
@@ -102,7 +102,7 @@ def _rl(workload: str, hardware: str, spec: Any, calibration: str) -> Any:
 def input_pipeline_section(cfg: dict[str, Any], spec: Any, plan: Any, hardware: str) -> None:
     """Is the data loader the bottleneck? The sidebar's estimate bounded by an input pipeline."""
     import perfmodel
-    from perfmodel.hardware.catalog import resolve_hardware
+    from perfmodel.hardware.system import resolve_hardware
     from perfmodel.planning.input_pipeline import InputPipelineSpec, apply_input_pipeline
 
     st.subheader("Input pipeline")

@@ -150,7 +150,7 @@ def _plan(a: argparse.Namespace, n_gpus: int):
 
 def _scale_arg(text: str) -> tuple[str, float]:
     """--scale KEY=FACTOR: a what-if factor on one hardware resource."""
-    from perfmodel.hardware.catalog import SCALE_KEYS, check_scale_factor
+    from perfmodel.hardware.system import SCALE_KEYS, check_scale_factor
 
     key, _, value = text.partition("=")
     try:
@@ -169,7 +169,7 @@ def _hardware(a: argparse.Namespace, world: int):
     """--hardware, resolved and scaled when --scale gives what-if factors."""
     if not a.scale:
         return a.hardware
-    from perfmodel.hardware.catalog import resolve_hardware
+    from perfmodel.hardware.system import resolve_hardware
 
     keys = [k for k, _ in a.scale]
     if len(set(keys)) < len(keys):
@@ -205,7 +205,7 @@ def cmd_estimate(a: argparse.Namespace) -> int:
         est = perfmodel.estimate(spec, _hardware(a, plan.world), plan, engine=a.engine, gpus_per_node=a.gpus_per_node,
                                  calibration=a.calibration, framework=a.framework)
     if a.input_pipeline:
-        from perfmodel.hardware.catalog import resolve_hardware
+        from perfmodel.hardware.system import resolve_hardware
         from perfmodel.planning.input_pipeline import apply_input_pipeline, load_input_pipeline
 
         system, _ = resolve_hardware(a.hardware, plan.world, a.gpus_per_node)

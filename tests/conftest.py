@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfmodel.hardware.catalog import resolve_system
+from perfmodel.hardware.system import resolve_system
 
 
 @pytest.fixture(scope="session")

@@ -448,7 +448,7 @@ def test_tornado_labels_seconds_and_percent_red_slower_nothing_for_zero(default_
 def test_every_what_if_slider_moves_the_step_as_the_library_does(key: str) -> None:
     # the sliders feed System.scaled (tests/test_whatif.py holds every key moving the step on every
     # reference node where its term is over 1 %); here: the app shows the library's scaled step
-    from perfmodel.hardware.catalog import resolve_system
+    from perfmodel.hardware.system import resolve_system
 
     at = app()
     base = float(metric(at, "Step time (s)"))

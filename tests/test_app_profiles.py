@@ -86,7 +86,7 @@ def test_profile_summary_reports_the_fit_provenance(fitted: Path) -> None:
 
 
 def test_layout_sensitivity_follows_the_calibration(fitted: Path) -> None:
-    from perfmodel.hardware.catalog import resolve_system
+    from perfmodel.hardware.system import resolve_system
     from perfmodel.planning.purchase import layout_sensitivity
     from perfmodel.workload.catalog import get_workload
 

@@ -10,8 +10,9 @@ from perfmodel.calibration.parameters import KNOBS
 from perfmodel.calibration.profile import system_with_knobs
 from perfmodel.compute.ops import FLASH_FALLBACK_RATIO, attention_rate_flop_per_s, gemm_rate_flop_per_s
 from perfmodel.hardware.attention import attention_curve, mamf16_flop_per_s
-from perfmodel.hardware.catalog import load_catalog, resolve_system
+from perfmodel.hardware.catalog import load_catalog
 from perfmodel.hardware.derating import accelerator_provenance
+from perfmodel.hardware.system import resolve_system
 
 ONE = dict.fromkeys(KNOBS, 1.0)
 

@@ -64,7 +64,7 @@ def test_step_is_slower_by_the_cast_bytes():
     plan = perfmodel.ParallelPlan(seq_len=4096, micro_batch=1, global_batch=4)
     a = perfmodel.estimate(spec, "h200-sxm-141gb", plan, calibration="none")
     b = perfmodel.estimate(spec, "h200-sxm-141gb", plan.model_copy(update={"autocast_weights": True}), calibration="none")
-    from perfmodel.hardware.catalog import resolve_system
+    from perfmodel.hardware.system import resolve_system
 
     acc = resolve_system("h200-sxm-141gb", None, 1)[0].accelerator
     layers = cached_graph(spec, 1, 4096, 1, 1, 1, False, "bf16", "flash").layers

@@ -26,7 +26,7 @@ from perfmodel.cli import main
 from perfmodel.comm.collectives import intra_time_s
 from perfmodel.compute.ops import attention_rate_flop_per_s, gemm_rate_flop_per_s
 from perfmodel.engines.costs import host_op_s
-from perfmodel.hardware.catalog import resolve_system
+from perfmodel.hardware.system import resolve_system
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC = ROOT / "validation" / "runs_public.csv"

@@ -15,7 +15,7 @@ from perfmodel.cli import main as cli_main
 from perfmodel.compute.eager import RMSNORM, ROPE, SWIGLU, with_elementwise
 from perfmodel.compute.ops import op_cost
 from perfmodel.engines.stages import cached_graph
-from perfmodel.hardware.catalog import resolve_system
+from perfmodel.hardware.system import resolve_system
 from perfmodel.workload.catalog import get_workload
 
 SEQ = 4096

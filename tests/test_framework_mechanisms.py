@@ -13,8 +13,9 @@ from perfmodel.calibration.profile import system_with_knobs
 from perfmodel.compute.fp8_recipes import RECIPES, gemm_cast_work
 from perfmodel.compute.ops import gemm_rate_flop_per_s, low_precision_in_model_efficiency
 from perfmodel.engines.costs import fused_cross_entropy, host_op_s, layer_time
-from perfmodel.hardware.catalog import load_catalog, resolve_system
+from perfmodel.hardware.catalog import load_catalog
 from perfmodel.hardware.derating import mamf_ratio
+from perfmodel.hardware.system import resolve_system
 from perfmodel.parallel.shard import shard
 from perfmodel.workload.builder import build_graph
 from perfmodel.workload.catalog import get_workload as load_workload

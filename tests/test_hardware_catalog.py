@@ -14,8 +14,9 @@ import yaml
 from perfmodel.compute.ops import gemm_fixed_s
 from perfmodel.errors import PrecisionError, SpecError
 from perfmodel.hardware import catalog, host_cpu
-from perfmodel.hardware.catalog import load_catalog, resolve_system, specs_dir
+from perfmodel.hardware.catalog import load_catalog, specs_dir
 from perfmodel.hardware.specs import Accelerator, Sourced
+from perfmodel.hardware.system import resolve_system
 from perfmodel.units import parse_quantity
 
 # DESIGN.md, "Hardware specs": the identifiers the validation files use.
@@ -542,7 +543,7 @@ def test_host_cpu_is_the_spec_calibrated_on_this_machines_cpu(monkeypatch: pytes
         cat = _cpu_cat(monkeypatch, HostCpu(vendor="AuthenticAMD", family=family, model=model))
         assert cat.accelerator("host-cpu").id == spec
         assert cat.node("host-node").accelerator == spec
-        system, _ = catalog.resolve_system("host-cpu", None, 2)
+        system, _ = resolve_system("host-cpu", None, 2)
         assert system.accelerator.id == spec and system.node.id == spec.replace("cpu", "node")
         assert any(f"calibrated as {spec}" in m for m in system.notes)
     finally:
@@ -556,7 +557,7 @@ def test_host_cpu_on_an_uncalibrated_machine_says_so(monkeypatch: pytest.MonkeyP
     try:
         cat = _cpu_cat(monkeypatch, HostCpu(vendor="GenuineIntel", family=6, model=143))
         assert cat.accelerator("host-cpu").id == host_cpu.HOST_CPU_FALLBACK
-        _, msgs = catalog.resolve_system("host-cpu", None, 1)
+        _, msgs = resolve_system("host-cpu", None, 1)
         assert any("no spec is calibrated on this machine's CPU (GenuineIntel family 6 model 143)" in m
                    and "perfmodel calibrate" in m for m in msgs)
         # the stand-in's prediction is the same number, with an interval as wide as CPUs differ

@@ -9,7 +9,7 @@ import pytest
 import perfmodel
 from perfmodel.cli import main
 from perfmodel.errors import SpecError
-from perfmodel.hardware.catalog import resolve_hardware
+from perfmodel.hardware.system import resolve_hardware
 from perfmodel.planning.checkpoint import PCIE5_X16_ONE_WAY_BPS, StorageSpec, checkpoint_cost, goodput_from_model, load_storage
 from perfmodel.planning.converge import (
     CHINCHILLA,

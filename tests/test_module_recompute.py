@@ -17,7 +17,7 @@ from perfmodel.compute.ops import op_cost
 from perfmodel.engines.costs import comm_s, layer_time
 from perfmodel.engines.stages import model_flop_per_step, plan_graph
 from perfmodel.errors import LayoutError, SpecError
-from perfmodel.hardware.catalog import resolve_system
+from perfmodel.hardware.system import resolve_system
 from perfmodel.memory import layer_activation_bytes, peak_memory, recompute_working_bytes
 from perfmodel.parallel.plan import MOE_IMBALANCE_DEFAULT, ParallelPlan
 from perfmodel.workload.graph import Layer

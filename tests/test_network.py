@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from perfmodel.comm.collectives import collective_time_s, intra_time_s, placement
 from perfmodel.errors import LayoutError
-from perfmodel.hardware.catalog import System, resolve_hardware, resolve_system
 from perfmodel.hardware.network import NetworkLevel
+from perfmodel.hardware.system import System, resolve_hardware, resolve_system
 
 
 def _with_levels(system: System, *levels: NetworkLevel) -> System:

@@ -18,7 +18,7 @@ from perfmodel.compute.ops import op_cost
 from perfmodel.engines.costs import comm_s, layer_time
 from perfmodel.engines.stages import model_flop_per_step, plan_graph
 from perfmodel.errors import LayoutError
-from perfmodel.hardware.catalog import resolve_system
+from perfmodel.hardware.system import resolve_system
 from perfmodel.memory import layer_saved_bytes, memory_per_rank
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.planning.evaluate import Evaluator

@@ -15,7 +15,7 @@ import pytest
 import perfmodel
 from perfmodel.engines.stages import model_flop_per_step, plan_graph
 from perfmodel.errors import LayoutError
-from perfmodel.hardware.catalog import resolve_system
+from perfmodel.hardware.system import resolve_system
 from perfmodel.memory import block_that_fits, layer_saved_bytes, peak_memory
 from perfmodel.parallel.partial_recompute import recomputed_instances
 from perfmodel.parallel.plan import ParallelPlan

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import perfmodel
-from perfmodel.hardware.catalog import resolve_system
+from perfmodel.hardware.system import resolve_system
 from perfmodel.planning.evaluate import Evaluator
 from perfmodel.planning.space import RECOMPUTES, SCHEDULE_LIST, SEARCHED_SCHEDULES, SearchSpace, layout_grid
 

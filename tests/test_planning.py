@@ -14,7 +14,8 @@ import pytest
 
 import perfmodel
 from perfmodel.errors import LayoutError
-from perfmodel.hardware.catalog import load_catalog, resolve_system
+from perfmodel.hardware.catalog import load_catalog
+from perfmodel.hardware.system import resolve_system
 from perfmodel.planning.compare import compare, sensitivity, write_report
 from perfmodel.planning.evaluate import Evaluator
 from perfmodel.planning.goodput import LLAMA3_GPU_MTBF_S, goodput, system_mtbf_s, young_daly_interval_s

@@ -13,7 +13,7 @@ from perfmodel.comm.collectives import collective_time_s
 from perfmodel.compute.ops import memory_bound_cost, op_cost
 from perfmodel.engines.costs import layer_time
 from perfmodel.engines.torch_ring import merge_bytes, ring_backward_exposed_s, ring_forward_exposed_s
-from perfmodel.hardware.catalog import resolve_system
+from perfmodel.hardware.system import resolve_system
 from perfmodel.parallel.shard import sharded_graph
 from perfmodel.planning.evaluate import Evaluator
 from perfmodel.planning.space import RECOMPUTES, SearchSpace, layout_grid

@@ -29,7 +29,7 @@ from perfmodel.engines.userbuffers import (
     tp_pairs,
 )
 from perfmodel.errors import LayoutError
-from perfmodel.hardware.catalog import resolve_system
+from perfmodel.hardware.system import resolve_system
 from perfmodel.parallel.shard import shard
 from perfmodel.workload.builder import build_graph
 from perfmodel.workload.catalog import get_workload

@@ -8,7 +8,8 @@ import pytest
 import perfmodel
 from perfmodel.cli import main
 from perfmodel.comm.collectives import intra_time_s
-from perfmodel.hardware.catalog import SCALE_KEYS, load_catalog, resolve_system
+from perfmodel.hardware.catalog import load_catalog
+from perfmodel.hardware.system import SCALE_KEYS, resolve_system
 
 
 def test_measured_curve_scales_its_bandwidth_part(a100_system) -> None:

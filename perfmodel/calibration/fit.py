@@ -36,7 +36,7 @@ from perfmodel.calibration.frameworks import Framework, apply_framework, framewo
 from perfmodel.calibration.parameters import KNOBS, REGISTRY, TIME_KNOBS, Knob, Parameter, key
 from perfmodel.calibration.profile import Profile, scale_bucket, step_time_interval, system_with_knobs
 from perfmodel.errors import PerfmodelError
-from perfmodel.hardware.catalog import System
+from perfmodel.hardware.system import System
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.workload.spec import ModelSpec
 

@@ -27,9 +27,9 @@ from perfmodel.compute.ops import FLASH_FALLBACK_RATIO, kernel_ratio
 from perfmodel.errors import PerfmodelError
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.attention import FLASH1_KERNEL, attention_curve
-from perfmodel.hardware.catalog import System
 from perfmodel.hardware.network import NetworkLevel
 from perfmodel.hardware.specs import Accelerator
+from perfmodel.hardware.system import System
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.units import parse_quantity
 from perfmodel.workload.spec import ModelSpec

@@ -28,8 +28,8 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from perfmodel.hardware.catalog import System
 from perfmodel.hardware.network import MeasuredCurve, bus_factor
+from perfmodel.hardware.system import System
 
 __all__ = ["Placement", "bus_factor", "collective_time_s", "distinct_share", "ep_exchange_time_s", "intra_time_s",
            "nic_Bps_per_gpu", "placement"]

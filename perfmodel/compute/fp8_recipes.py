@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 from perfmodel import precision as registry
 from perfmodel.comm.collectives import collective_time_s
-from perfmodel.hardware.catalog import System
+from perfmodel.hardware.system import System
 from perfmodel.precision import BF16_BYTES, RECIPES, Fp8Recipe
 
 AMAX_BYTES = 4.0  # one fp32 amax per tensor

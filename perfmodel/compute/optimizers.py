@@ -50,7 +50,7 @@ from perfmodel.hardware.specs import Accelerator
 from perfmodel.workload.graph import Layer
 
 if TYPE_CHECKING:
-    from perfmodel.hardware.catalog import System
+    from perfmodel.hardware.system import System
     from perfmodel.parallel.plan import ParallelPlan
 
 STATE_BYTES_PER_PARAM = {"adam": 12.0, "adamw": 12.0, "adam8bit": 6.0, "sgd": 8.0, "adafactor": 4.0, "muon": 8.0}

@@ -13,7 +13,7 @@ from perfmodel.engines import closed_forms as cf
 from perfmodel.engines.stages import can_overlap, comm_contention_fraction, dp_collectives
 from perfmodel.engines.step import StepInputs, finish, prepare
 from perfmodel.estimate import Estimate
-from perfmodel.hardware.catalog import System
+from perfmodel.hardware.system import System
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.schedules import get_schedule
 from perfmodel.workload.graph import Graph

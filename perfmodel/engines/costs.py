@@ -30,8 +30,8 @@ from perfmodel.compute.fp8_recipes import AMAX_BYTES, amax_allreduce_s, recipe_f
 from perfmodel.compute.ops import op_cost
 from perfmodel.engines.torch_ring import torch_ring
 from perfmodel.engines.userbuffers import all_gather_bytes_per_element, tp_overlap_s
-from perfmodel.hardware.catalog import System
 from perfmodel.hardware.specs import Accelerator
+from perfmodel.hardware.system import System
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.ranks import group_stride
 from perfmodel.parallel.shard import CP_DKV_ROTATE, CP_KV_ALLGATHER, TP_PAIR_COMMS

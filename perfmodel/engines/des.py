@@ -64,7 +64,7 @@ from perfmodel.engines.stages import (
 )
 from perfmodel.engines.step import StepInputs, finish, prepare
 from perfmodel.estimate import Estimate
-from perfmodel.hardware.catalog import System
+from perfmodel.hardware.system import System
 from perfmodel.parallel.partial_recompute import chunk_runs
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.schedules import Work, get_schedule, rank_chunks

@@ -33,7 +33,7 @@ from perfmodel.parallel.plan import check_offload
 from perfmodel.workload.graph import Layer
 
 if TYPE_CHECKING:
-    from perfmodel.hardware.catalog import System
+    from perfmodel.hardware.system import System
 
 
 @dataclass(frozen=True, slots=True)

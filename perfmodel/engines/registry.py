@@ -12,7 +12,7 @@ from typing import Any
 
 from perfmodel.errors import PerfmodelError
 from perfmodel.estimate import Estimate
-from perfmodel.hardware.catalog import System
+from perfmodel.hardware.system import System
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.workload.graph import Graph
 from perfmodel.workload.spec import ModelSpec

@@ -21,8 +21,8 @@ from perfmodel.compute.ops import memory_bound_cost
 from perfmodel.engines.costs import NCCL_CHANNELS, LayerTime, layer_time
 from perfmodel.engines.offload import body_instances, offload_stall
 from perfmodel.errors import LayoutError, SpecError
-from perfmodel.hardware.catalog import System
 from perfmodel.hardware.specs import Accelerator
+from perfmodel.hardware.system import System
 from perfmodel.memory import layer_saved_bytes
 from perfmodel.parallel.partial_recompute import LayerRun, chunk_runs, is_block, kept_plan, recomputed_instances
 from perfmodel.parallel.plan import ParallelPlan

@@ -27,8 +27,8 @@ from perfmodel.engines.stages import (
     tied_embedding_sync_s,
 )
 from perfmodel.estimate import Estimate
-from perfmodel.hardware.catalog import System
 from perfmodel.hardware.derating import estimate_context
+from perfmodel.hardware.system import System
 from perfmodel.memory import fit_message, offloaded_bytes, peak_memory
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.schedules import get_schedule

@@ -75,7 +75,7 @@ from perfmodel import precision as registry
 from perfmodel.hardware.specs import Accelerator
 
 if TYPE_CHECKING:
-    from perfmodel.hardware.catalog import System
+    from perfmodel.hardware.system import System
 
 LEVELS = ("generation", "vendor", "kind", "any accelerator")
 GENERIC_MAMF_RATIO = 0.80  # only when no accelerator in the catalogue measured a MAMF: Bekman's

@@ -4,7 +4,7 @@ The committed host specs are calibrations of particular CPUs (Accelerator.host_c
 and model as /proc/cpuinfo names them, written by `perfmodel calibrate`). The id `host-cpu` (and its
 node `host-node`) resolves to the one whose CPU this machine has; where none has it, to
 HOST_CPU_FALLBACK, the CPU validation/runs_cpu.csv and the shipped profile's first CPU rows were
-measured on, and every prediction says so (hardware/catalog.resolve_system). A spec whose id is
+measured on, and every prediction says so (hardware/system.resolve_system). A spec whose id is
 `host-cpu` itself (what `perfmodel calibrate` writes, added with --specs) is used as it is.
 PERFMODEL_HOST_CPU=ID pins the alias (to predict runs measured on another machine).
 """

@@ -44,8 +44,9 @@ from pydantic import Field
 
 from perfmodel.errors import SpecError, UnknownIdError
 from perfmodel.estimate import Estimate
-from perfmodel.hardware.catalog import System, parse_model, read_yaml, specs_dir
+from perfmodel.hardware.catalog import parse_model, read_yaml, specs_dir
 from perfmodel.hardware.specs import Sourced, _Strict
+from perfmodel.hardware.system import System
 from perfmodel.memory import per_param_state_bytes
 from perfmodel.planning.goodput import LLAMA3_GPU_MTBF_S, Goodput, goodput
 

@@ -19,7 +19,7 @@ import pandas as pd
 from perfmodel.calibration.profile import Profile
 from perfmodel.engines.stages import cached_graph
 from perfmodel.errors import PerfmodelError
-from perfmodel.hardware.catalog import System
+from perfmodel.hardware.system import System
 from perfmodel.planning.goodput import checkpoint_bytes, goodput
 from perfmodel.planning.search import layout_label, resolve_hardware, search
 from perfmodel.planning.space import SearchSpace

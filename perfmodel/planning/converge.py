@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel.errors import LayoutError, PerfmodelError
-from perfmodel.hardware.catalog import System
+from perfmodel.hardware.system import System
 from perfmodel.workload.spec import ModelSpec
 
 

@@ -42,7 +42,7 @@ from perfmodel.engines.stages import (
     sp_replicated_grad_sync_s,
     tied_embedding_sync_s,
 )
-from perfmodel.hardware.catalog import System
+from perfmodel.hardware.system import System
 from perfmodel.memory import (
     RUNTIME_BYTES,
     layer_activation_bytes,

@@ -70,7 +70,7 @@ def cmd_noise_scale(a: argparse.Namespace) -> int:
 
 def cmd_goodput(a: argparse.Namespace, plan_from_args: Callable[[argparse.Namespace, int], Any]) -> int:
     from perfmodel.engines.registry import DEFAULT_ENGINE, run_engine
-    from perfmodel.hardware.catalog import resolve_hardware
+    from perfmodel.hardware.system import resolve_hardware
     from perfmodel.planning.checkpoint import goodput_from_model, load_storage
     from perfmodel.workload.builder import build_graph
     from perfmodel.workload.catalog import get_workload

@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import pandas as pd
 
 from perfmodel.errors import UnknownIdError
-from perfmodel.hardware.catalog import System, load_catalog
-from perfmodel.hardware.catalog import resolve_hardware as catalog_resolve_hardware
+from perfmodel.hardware.catalog import load_catalog
 from perfmodel.hardware.network import network_levels
+from perfmodel.hardware.system import System
+from perfmodel.hardware.system import resolve_hardware as catalog_resolve_hardware
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.planning.train import HOURS_PER_YEAR, power_basis_w
 from perfmodel.workload.spec import ModelSpec

@@ -168,7 +168,7 @@ def policy_timings(workload: str, hardware: str, spec: RLPipelineSpec,
     from perfmodel.compute.ops import op_cost
     from perfmodel.engines.costs import host_op_s
     from perfmodel.engines.registry import DEFAULT_ENGINE, run_engine
-    from perfmodel.hardware.catalog import resolve_hardware
+    from perfmodel.hardware.system import resolve_hardware
     from perfmodel.parallel.plan import ParallelPlan
     from perfmodel.workload.builder import build_graph
     from perfmodel.workload.catalog import get_workload

@@ -12,7 +12,7 @@ from typing import Literal
 
 import pandas as pd
 
-from perfmodel.hardware.catalog import System
+from perfmodel.hardware.system import System
 from perfmodel.planning.search import layout_label, search
 from perfmodel.planning.space import SearchSpace
 from perfmodel.workload.spec import ModelSpec

@@ -32,8 +32,8 @@ from perfmodel.engines.registry import DEFAULT_ENGINE, run_engine
 from perfmodel.engines.stages import model_flop_per_step
 from perfmodel.errors import LayoutError
 from perfmodel.estimate import Estimate
-from perfmodel.hardware.catalog import System
-from perfmodel.hardware.catalog import resolve_hardware as catalog_resolve_hardware
+from perfmodel.hardware.system import System
+from perfmodel.hardware.system import resolve_hardware as catalog_resolve_hardware
 from perfmodel.memory import offload_that_fits
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.planning.evaluate import Evaluator

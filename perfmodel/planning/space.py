@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from perfmodel.errors import LayoutError
-from perfmodel.hardware.catalog import System
+from perfmodel.hardware.system import System
 from perfmodel.parallel.schedules import DEFAULT_SEARCHED_SCHEDULES, SCHEDULE_NAMES, SEARCHED_SCHEDULES, get_schedule
 from perfmodel.parallel.split import splittable
 from perfmodel.workload.spec import ModelSpec

@@ -35,9 +35,10 @@ from typing import Literal
 
 from perfmodel.errors import PerfmodelError
 from perfmodel.estimate import Estimate
-from perfmodel.hardware.catalog import System, load_catalog
+from perfmodel.hardware.catalog import load_catalog
 from perfmodel.hardware.derating import Derived, peer_median
 from perfmodel.hardware.specs import Accelerator
+from perfmodel.hardware.system import System
 
 HOURS_PER_YEAR = 8766.0  # 365.25 days
 DEFAULT_AMORTISATION_YEARS = 4.0  # an assumption: a typical straight-line depreciation period for servers

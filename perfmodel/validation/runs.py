@@ -21,7 +21,7 @@ from pathlib import Path
 
 from perfmodel import precision as registry
 from perfmodel.errors import PerfmodelError, quote
-from perfmodel.hardware.catalog import System, resolve_system
+from perfmodel.hardware.system import System, resolve_system
 from perfmodel.names import spelling
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.validation.match import by_architecture, by_name
