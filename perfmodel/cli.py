@@ -46,6 +46,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--moe-dispatcher", choices=["alltoall", "flex"], default=None,
                    help="MoE token dispatcher: alltoall (NCCL all-to-all, a row per routed copy) or flex (DeepEP / "
                         "HybridEP: once per destination node over the network); default: the --framework's")
+    g.add_argument("--moe-a2a-sms", type=positive_int, default=None,
+                   help="MoE: SMs the dispatch / combine kernels hold (Megatron-Core moe_flex_dispatcher_num_sms), "
+                        "lost to the compute beside an overlapped exchange; default: 16 (NCCL) or 20 (flex)")
     g.add_argument("--moe-a2a-overlap", action=argparse.BooleanOptionalAction, default=None,
                    help="MoE: hide the all-to-alls of one micro-batch behind another's compute (combined 1F1B); "
                         "default: the --framework's (megatron-core: on for mxfp8 where Megatron-Core accepts it)")
@@ -131,7 +134,7 @@ def _plan(a: argparse.Namespace, n_gpus: int):
     method = method or ("block" if window else None)
     return ParallelPlan(dp=dp, tp=a.tp, pp=a.pp, cp=a.cp, ep=a.ep, etp=a.etp, vp=a.vp, sequence_parallel=a.sp,
                         moe_fp8_dispatch=a.moe_fp8_dispatch, moe_shared_expert_overlap=a.moe_shared_overlap,
-                        moe_dispatcher=a.moe_dispatcher,
+                        moe_dispatcher=a.moe_dispatcher, moe_a2a_sms=getattr(a, "moe_a2a_sms", None),
                         **({"moe_a2a_overlap": a.moe_a2a_overlap} if a.moe_a2a_overlap is not None else {}),
                         **({"cp_ring": a.cp_ring} if a.cp_ring else {}),
                         **({"elementwise": a.elementwise} if a.elementwise else {}),

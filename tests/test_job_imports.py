@@ -120,6 +120,32 @@ def test_bridge_none_is_an_argument_not_given() -> None:
         parse_megatron_args(base + "--virtual-pipeline-model-parallel-size None")
 
 
+def test_megatron_moe_mechanisms_reach_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The MoE choices a Megatron job states (dispatcher, combined-1F1B overlap, forced balance, the
+    flex kernels' SMs) are the plan's; where it is silent the stack's defaults hold; Megatron's
+    allgather dispatcher, which perfmodel does not model, is refused by name."""
+    base = ("--num-layers 4 --hidden-size 2048 --ffn-hidden-size 6144 --num-attention-heads 32 --seq-length 4096 "
+            "--vocab-size 151936 --num-experts 128 --moe-router-topk 8 --moe-ffn-hidden-size 768 "
+            "--expert-model-parallel-size 8 --micro-batch-size 1 --global-batch-size 64 --bf16 ")
+    stated = parse_megatron_args(base + "--moe-token-dispatcher-type flex --overlap-moe-expert-parallel-comm "
+                                 "--moe-router-force-load-balancing --moe-hybridep-num-sms 32").layout
+    assert (stated["moe_dispatcher"], stated["moe_a2a_overlap"], stated["moe_imbalance"], stated["moe_a2a_sms"]) == (
+        "flex", True, 1.0, 32)
+    silent = parse_megatron_args(base).layout
+    assert all(silent[k] is None for k in ("moe_dispatcher", "moe_a2a_overlap", "moe_imbalance", "moe_a2a_sms"))
+    bridge = parse_megatron_args(base + "model.moe_token_dispatcher_type=alltoall model.moe_flex_dispatcher_num_sms=24 "
+                                 "model.moe_shared_expert_overlap=true").layout
+    assert (bridge["moe_dispatcher"], bridge["moe_a2a_sms"], bridge["moe_shared_overlap"]) == ("alltoall", 24, True)
+    with pytest.raises(SpecError, match=r"allgather.*alltoall or flex"):
+        parse_megatron_args(base + "--moe-token-dispatcher-type allgather")
+    args = tmp_path / "moe-stated.args"
+    args.write_text(base + "--moe-token-dispatcher-type flex --moe-router-force-load-balancing --moe-deepep-num-sms 24")
+    assert main(["estimate", "--megatron-args-file", str(args), "--hardware", "h100-sxm5-80gb", "--n-gpus", "8",
+                 "--calibration", "none", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["plan"]
+    assert (plan["moe_dispatcher"], plan["moe_imbalance"], plan["moe_a2a_sms"]) == ("flex", 1.0, 24)
+
+
 def test_megatron_virtual_stages_and_errors() -> None:
     base = "--num-layers 32 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 --vocab-size 1000 "
     assert parse_megatron_args(base + "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2"

@@ -267,7 +267,7 @@ def test_shared_expert_overlap_hides_the_all_to_all() -> None:
     # 16 all-to-all CTAs hold 16 of the H100's 132 SMs: the hidden seconds come back x 16/132
     fc1, fc2 = (op_cost(acc, ops(layer)[n], "fwd").time_s for n in ("shared_fc1", "shared_fc2"))
     disp, comb = (comm_s(sys_, over, comms(layer)[n]) for n in ("moe_dispatch", "moe_combine"))
-    assert a2a_contention_fraction(acc, over.moe_dispatcher) == pytest.approx(16 / 132)
+    assert a2a_contention_fraction(acc, over) == pytest.approx(16 / 132)
     hidden = min(fc1, disp) + min(fc2, comb)
     assert t0.fwd_comm_s - t1.fwd_comm_s == pytest.approx(hidden * (1 - 16 / 132), rel=1e-9)
 
@@ -558,7 +558,27 @@ def test_the_token_exchange_holds_sms_while_it_hides() -> None:
     16 all-to-all CTAs or the flex dispatcher's 20 (Megatron-Core's DeepEP default), of 148 on B200;
     nothing on a CPU, where nothing overlaps."""
     b200 = perfmodel.resolve_system("b200", None, 8)[0].accelerator
-    assert a2a_contention_fraction(b200, "flex") == pytest.approx(20 / 148)
-    assert a2a_contention_fraction(b200, "alltoall") == a2a_contention_fraction(b200, None) == pytest.approx(16 / 148)
+    plan = ParallelPlan(dp=8, ep=8, global_batch=8)
+    flex = plan.model_copy(update={"moe_dispatcher": "flex"})
+    assert a2a_contention_fraction(b200, flex) == pytest.approx(20 / 148)
+    assert a2a_contention_fraction(b200, plan.model_copy(update={"moe_dispatcher": "alltoall"})) == \
+        a2a_contention_fraction(b200, plan) == pytest.approx(16 / 148)
+    # a recipe that gives HybridEP 32 SMs (Megatron-Core moe_flex_dispatcher_num_sms) says so
+    assert a2a_contention_fraction(b200, flex.model_copy(update={"moe_a2a_sms": 32})) == pytest.approx(32 / 148)
     cpu = perfmodel.resolve_system("host-cpu-zen4", None, 1)[0].accelerator
-    assert a2a_contention_fraction(cpu, "flex") == 0.0
+    assert a2a_contention_fraction(cpu, flex) == 0.0
+
+
+def test_more_sms_for_the_exchange_slow_the_overlapped_layer() -> None:
+    """Under the combined 1F1B the exposed seconds grow with the SMs the exchange holds, and only there:
+    without an overlap nothing hides, so the SM count changes nothing."""
+    sys_ = h100(64)
+    spec = DSV3.with_(seq_len=4096)
+    plan = ParallelPlan(dp=64, ep=64, global_batch=128, seq_len=4096, moe_dispatcher="flex", moe_a2a_overlap=True)
+    layer = moe_layer(plan_graph(spec, plan))
+    exposed = [layer_time(sys_, plan.model_copy(update={"moe_a2a_sms": n}), layer) for n in (8, 20, 40)]
+    comm = [t.fwd_comm_s + t.bwd_comm_s for t in exposed]
+    assert comm[0] < comm[1] < comm[2]
+    assert exposed[1] == layer_time(sys_, plan, layer)  # 20 is flex's default
+    alone = plan.model_copy(update={"moe_a2a_overlap": False})
+    assert layer_time(sys_, alone.model_copy(update={"moe_a2a_sms": 40}), layer) == layer_time(sys_, alone, layer)

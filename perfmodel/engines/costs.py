@@ -194,12 +194,14 @@ NCCL_CHANNELS = 16
 A2A_SMS = {"alltoall": NCCL_CHANNELS, "flex": 20}
 
 
-def a2a_contention_fraction(acc: Accelerator, dispatcher: str | None) -> float:
+def a2a_contention_fraction(acc: Accelerator, plan: ParallelPlan) -> float:
     """Share of compute throughput lost while an overlapped MoE token exchange runs beside it: its
-    kernels occupy SMs the GEMMs would use (as engines/stages.comm_contention_fraction for NCCL)."""
+    kernels occupy SMs the GEMMs would use (as engines/stages.comm_contention_fraction for NCCL);
+    the plan's moe_a2a_sms where it states them, else the dispatcher's default."""
     if acc.kind != "gpu":
         return 0.0
-    return min(0.5, A2A_SMS[dispatcher or "alltoall"] / max(1, acc.num_compute_units))
+    sms = plan.moe_a2a_sms or A2A_SMS[plan.moe_dispatcher or "alltoall"]
+    return min(0.5, sms / max(1, acc.num_compute_units))
 
 
 def combined_1f1b_paired_fraction(plan: ParallelPlan) -> float:
@@ -298,7 +300,7 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
             # e.g. the MoE dispatch / combine all-to-alls beside the shared experts' GEMMs, which
             # run on the SMs the exchange leaves them while it hides
             hf_s, hb_s = behind[c.hide_behind]
-            slow = a2a_contention_fraction(acc, plan.moe_dispatcher) if c.routing is not None else 0.0
+            slow = a2a_contention_fraction(acc, plan) if c.routing is not None else 0.0
             ep_f += (max(0.0, t - hf_s) + slow * min(t, hf_s)) * c.fwd
             ep_b += (max(0.0, t - hb_s) + slow * min(t, hb_s)) * c.bwd
             continue
@@ -386,7 +388,7 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
                                     a2a["disp_f"], a2a["comb_f"], a2a["disp_b"], a2a["comb_b"])
         paired = combined_1f1b_paired_fraction(plan)
         hidden = comp + plain_f + plain_b - pair  # seconds both streams are busy
-        exposed = pair - comp + a2a_contention_fraction(acc, plan.moe_dispatcher) * hidden
+        exposed = pair - comp + a2a_contention_fraction(acc, plan) * hidden
         ep_f += paired * exposed * plain_f / (plain_f + plain_b) + (1.0 - paired) * plain_f
         ep_b += paired * exposed * plain_b / (plain_f + plain_b) + (1.0 - paired) * plain_b
     cf += ep_f

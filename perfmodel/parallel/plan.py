@@ -128,6 +128,10 @@ class ParallelPlan(BaseModel):
         "MoE token dispatcher: alltoall (Megatron-Core MoEAlltoAllTokenDispatcher, one NCCL all-to-all, a row per "
         "routed copy) or flex (--moe-token-dispatcher-type flex over DeepEP / HybridEP: a token crosses the network "
         "once per destination domain and NVLink once per destination rank); empty = the training stack's default"))
+    moe_a2a_sms: int | None = Field(None, ge=1, description=(
+        "MoE: SMs the dispatch / combine kernels hold while they run, which the compute beside an overlapped "
+        "exchange loses (Megatron-Core moe_flex_dispatcher_num_sms); empty = the dispatcher's default: NCCL's 16 "
+        "channels for alltoall, 20 for flex (engines/costs.A2A_SMS)"))
     grad_reduce_bytes: int | None = Field(None, description="bytes per gradient element reduced; default the "
                                           "precision's grad_bytes (perfmodel/precision.py: 4, fp32, for bf16/fp8; 2 for fp16)")
 

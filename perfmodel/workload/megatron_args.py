@@ -37,6 +37,9 @@ What is read (Megatron's defaults where the list is silent):
   scaling, blockwise, mxfp8), --fp4-format / --fp4-recipe (nvfp4), --fp16 / --bf16, --optimizer
   (adam = AdamW, sgd), --use-distributed-optimizer (ZeRO-1), --use-torch-fsdp2 / --use-custom-fsdp
   (ZeRO-3).
+- MoE mechanisms: --moe-token-dispatcher-type (alltoall / flex), --overlap-moe-expert-parallel-comm,
+  --moe-shared-expert-overlap, --moe-router-force-load-balancing (balanced routing: moe_imbalance 1),
+  --moe-flex-dispatcher-num-sms (or the deprecated --moe-deepep-num-sms / --moe-hybridep-num-sms).
 Every other argument (learning rate, data, logging...) does not change a step's shapes and is
 listed in `ignored` so that the caller can show it.
 """
@@ -59,7 +62,8 @@ FLAGS = frozenset({"swiglu", "untie-embeddings-and-output-weights", "disable-bia
                    "sequence-parallel", "recompute-activations", "fp16", "bf16", "use-distributed-optimizer",
                    "use-torch-fsdp2", "use-custom-fsdp", "multi-latent-attention", "use-rotary-position-embeddings",
                    "no-position-embedding", "add-qkv-bias", "squared-relu", "is-hybrid-model",
-                   "mtp-use-repeated-layer"})
+                   "mtp-use-repeated-layer", "moe-router-force-load-balancing", "overlap-moe-expert-parallel-comm",
+                   "moe-shared-expert-overlap"})
 VALUED = frozenset({"num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "num-query-groups",
                     "kv-channels", "seq-length", "vocab-size", "tokenizer-type", "make-vocab-size-divisible-by",
                     "normalization", "position-embedding-type", "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
@@ -71,7 +75,8 @@ VALUED = frozenset({"num-layers", "hidden-size", "ffn-hidden-size", "num-attenti
                     "micro-batch-size", "global-batch-size", "fp8-format", "fp8", "fp8-recipe",
                     "fp4-format", "fp4-recipe", "optimizer", "moe-latent-size", "hybrid-layer-pattern",
                     "hybrid-override-pattern", "mamba-num-heads", "mamba-head-dim", "mamba-state-dim", "mamba-num-groups",
-                    "mtp-num-layers"})
+                    "mtp-num-layers", "moe-token-dispatcher-type", "moe-flex-dispatcher-num-sms", "moe-deepep-num-sms",
+                    "moe-hybridep-num-sms"})
 LISTED = frozenset({"recompute-modules"})  # nargs='*' arguments
 # Megatron's --fp8-recipe / --fp4-recipe -> (precision, perfmodel fp8_recipe)
 RECIPES = {"delayed": ("fp8", "delayed"), "tensorwise": ("fp8", "current"), "blockwise": ("fp8", "blockwise"),
@@ -283,7 +288,7 @@ def _job(got: dict[str, Any], ignored: list[str], model_id: str, source: str) ->
         data["activation"] = "squared_relu"
     data.update(_hybrid(got, L, h))
     spec = ModelSpec.model_validate(data)
-    return MegatronJob(spec, _layout(got, L, tp, pp), tuple(ignored))
+    return MegatronJob(spec, {**_layout(got, L, tp, pp), **_moe_mechanisms(got)}, tuple(ignored))
 
 
 def _hybrid(got: dict[str, Any], L: int, h: int) -> dict[str, Any]:
@@ -311,6 +316,26 @@ def _hybrid(got: dict[str, Any], L: int, h: int) -> dict[str, Any]:
                             str(len(mtp)))
         out.update(mtp_pattern=mtp[0], mtp_depth=len(mtp), mtp_shared_weights=bool(got.get("mtp-use-repeated-layer")))
     return out
+
+
+def _moe_mechanisms(got: dict[str, Any]) -> dict[str, Any]:
+    """The MoE choices the list states, each None where it is silent (the training stack's default
+    then holds): the token dispatcher, the combined-1F1B all-to-all overlap, the shared-expert
+    overlap, forced load balancing (router logits replaced by random ones: balanced routing,
+    moe_imbalance 1) and the SMs the flex kernels hold (moe_flex_dispatcher_num_sms, or the
+    deprecated per-backend moe_deepep_num_sms / moe_hybridep_num_sms it replaces; Megatron-LM @
+    d98e8a64 transformer_config.py)."""
+    dispatcher = got.get("moe-token-dispatcher-type")
+    if dispatcher is not None and dispatcher not in ("alltoall", "flex"):
+        raise SpecError("--moe-token-dispatcher-type", f"{dispatcher!r} (Megatron's allgather dispatcher is not modelled)",
+                        "alltoall or flex")
+    sms_arg = next((n for n in ("moe-flex-dispatcher-num-sms", "moe-deepep-num-sms", "moe-hybridep-num-sms")
+                    if n in got), None)
+    return {"moe_dispatcher": dispatcher,
+            "moe_a2a_overlap": True if got.get("overlap-moe-expert-parallel-comm") else None,
+            "moe_shared_overlap": True if got.get("moe-shared-expert-overlap") else None,
+            "moe_imbalance": 1.0 if got.get("moe-router-force-load-balancing") else None,
+            "moe_a2a_sms": _int(got, sms_arg) if sms_arg else None}
 
 
 def _layout(got: dict[str, Any], L: int, tp: int, pp: int) -> dict[str, Any]:
