@@ -956,7 +956,9 @@ def open_layout(plan: Any) -> None:
     """Callback: copy a searched layout into the sidebar widgets and switch to the Estimate page."""
     st.session_state.update(tp=plan.tp, pp=plan.pp, cp=plan.cp, ep=plan.ep, vp=plan.vp, zero=plan.zero_stage,
                             mb=plan.micro_batch, recompute=plan.recompute, sp=plan.sequence_parallel,
-                            schedule=plan.schedule or "auto", page="Estimate")
+                            schedule=plan.schedule or "auto", offload=plan.offload_activations,
+                            recompute_window=plan.recompute_num_layers if plan.recompute_method == "block" else 0,
+                            page="Estimate")
 
 
 # ---- page: Validation -----------------------------------------------------------------------------

@@ -37,6 +37,9 @@ def layout_labels(t: pd.DataFrame) -> pd.Series:
     out = out.where(~t["sequence_parallel"].astype(bool), out + " sp")
     out = out + " zero " + s("zero_stage") + " mb " + s("micro_batch")
     out = out.where(t["recompute"] == "none", out + " recompute " + t["recompute"].astype(str))
+    if "recompute_num_layers" in t:
+        window = t["recompute_num_layers"].fillna(0).astype(int)
+        out = out.where(window <= 0, out + " (first " + window.astype(str) + " per chunk)")
     if "offload_activations" in t:
         out = out.where(t["offload_activations"].astype(int) <= 0, out + " offload " + s("offload_activations"))
     return out.where(t["pp"].astype(int) <= 1, out + " " + t["schedule"].astype(str))

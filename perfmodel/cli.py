@@ -392,6 +392,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--offload", action="store_true",
                    help="also try activation offloading where a layout does not fit otherwise (pp 1, no recompute, a "
                         "node with a host link): the fewest offloaded layers that fit")
+    s.add_argument("--block-recompute", action=argparse.BooleanOptionalAction, default=True,
+                   help="try Megatron-Core's block recompute (the fewest layers per chunk that fit) on full-recompute "
+                        "layouts whose no-recompute twin does not fit (default on)")
     s.add_argument("--schedules", nargs="+", default=None, choices=list(SEARCHED_SCHEDULES), metavar="SCHEDULE",
                    help=f"pipeline schedules to try, from {', '.join(SEARCHED_SCHEDULES)} (default: all but dualpipe, "
                         "DeepSeek's own pipeline)")

@@ -168,3 +168,59 @@ def test_runs_file_block_is_read_as_full_and_said() -> None:
     notes.clear()
     assert spelled({"recompute": "uniform"}, "recompute", notes) == "full"
     assert notes == ["recompute 'uniform' read as full"]
+
+
+# ---------------------------------------------------------------- the layout search
+def test_search_finds_the_block_window_that_fits() -> None:
+    """Llama-3 70B on 32 H100, tp 8 pp 4 mb 2 at 8k tokens: without recompute it needs 89.6 GB, full
+    recompute fits at 45 GB but reruns all 80 layers; the search answers block recompute of the first 5
+    layers per chunk (4 fail, memory.block_that_fits), the same step and memory `perfmodel.estimate`
+    gives that plan, and faster than full. With block_recompute off it answers full."""
+    from perfmodel.planning.search import SearchSpace, layout_label, search
+
+    space = SearchSpace(tp=(8,), pp=(4,), micro_batch=(2,), zero_stage=(1,), vp=(1,), recompute=("none", "full"),
+                        sequence_parallel=(True,), schedules=("1f1b",))
+    res = search("llama3-70b", "h100-sxm5-80gb", 32, 64, seq_len=8192, space=space, calibration="none")
+    top = res.table.iloc[0]
+    assert (top["recompute"], top["recompute_num_layers"]) == ("full", 5)
+    assert layout_label(top) == "dp 1 tp 8 pp 4 sp zero 1 mb 2 recompute full (first 5 per chunk) 1f1b"
+    plan = res.plan(0)
+    assert (plan.recompute_method, plan.recompute_num_layers) == ("block", 5)
+    est = perfmodel.estimate("llama3-70b", "h100-sxm5-80gb", plan, calibration="none")
+    assert top["step_time_s"] == pytest.approx(est.step_time_s, rel=1e-9)
+    assert top["memory_bytes"] == pytest.approx(est.memory_per_gpu_bytes, rel=1e-9) and est.fits
+    off = search("llama3-70b", "h100-sxm5-80gb", 32, 64, seq_len=8192, calibration="none",
+                 space=space.model_copy(update={"block_recompute": False}))
+    assert off.table.iloc[0]["recompute_num_layers"] == 0 and off.table.iloc[0]["step_time_s"] > 1.2 * top["step_time_s"]
+
+
+@pytest.mark.parametrize("pp", [(4,), (2, 4)])
+def test_search_block_bound_loses_nothing(pp: tuple[int, ...]) -> None:
+    """The branch and bound refines only rows whose no-recompute twin beats the best so far; refining
+    every full-recompute row whose twin does not fit (brute force) finds no better layout. With pp 4
+    only, block recompute wins (tp 4, mb 2, the first 11 layers per chunk); with pp 2 too, a layout
+    without recompute does."""
+    from perfmodel.memory import block_that_fits
+    from perfmodel.planning.search import SearchSpace, search
+
+    space = SearchSpace(tp=(4, 8), pp=pp, micro_batch=(2, 4), zero_stage=(1,), vp=(1,),
+                        recompute=("none", "full"), sequence_parallel=(True,), schedules=("1f1b",))
+    res = search("llama3-70b", "h100-sxm5-80gb", 32, 64, seq_len=8192, space=space, calibration="none")
+    plain = search("llama3-70b", "h100-sxm5-80gb", 32, 64, seq_len=8192, calibration="none",
+                   space=space.model_copy(update={"block_recompute": False}))
+    system = resolve_system("h100-sxm5-80gb", None, 32)[0]
+    fitting = set(map(tuple, plain.table[["tp", "pp", "micro_batch", "recompute"]].to_numpy().tolist()))
+    best = plain.table["step_time_s"].min()
+    for row in plain.table[plain.table["recompute"] == "full"].itertuples():
+        if (row.tp, row.pp, row.micro_batch, "none") in fitting:
+            continue
+        plan = plain.plan(int(row.Index))
+        got = block_that_fits(plan_graph(perfmodel.get_workload("llama3-70b").with_(seq_len=8192), plan),
+                              plan, system.accelerator.hbm_bytes)
+        if got is not None:
+            est = perfmodel.estimate("llama3-70b", system, plan.model_copy(
+                update={"recompute_method": "block", "recompute_num_layers": got[0]}), calibration="none")
+            best = min(best, est.step_time_s)
+    assert res.table["step_time_s"].iloc[0] == pytest.approx(best, rel=1e-9)
+    won = res.table.iloc[0]["recompute_num_layers"]
+    assert (won, best < plain.table["step_time_s"].iloc[0]) == ((11, True) if pp == (4,) else (0, False))

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -34,7 +34,7 @@ from perfmodel.errors import LayoutError
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.system import System
 from perfmodel.hardware.system import resolve_hardware as catalog_resolve_hardware
-from perfmodel.memory import offload_that_fits
+from perfmodel.memory import block_that_fits, offload_that_fits
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.planning.evaluate import Evaluator
 from perfmodel.planning.space import RECOMPUTES, SCHEDULES, SearchSpace, layout_grid
@@ -44,7 +44,7 @@ from perfmodel.workload.spec import ModelSpec
 
 Objective = Literal["step_time", "cost", "tokens_per_joule"]
 LAYOUT_COLUMNS = ["world", "dp", "tp", "pp", "cp", "ep", "vp", "sequence_parallel", "zero_stage", "micro_batch",
-                  "recompute", "schedule", "num_micro_batches", "offload_activations"]
+                  "recompute", "recompute_num_layers", "schedule", "num_micro_batches", "offload_activations"]
 
 
 def resolve_hardware(cluster: str | System, n_gpus: int) -> System:
@@ -134,12 +134,14 @@ def row_plan(row: pd.Series, global_batch: int, seq_len: int, precision: str,
              moe_dispatcher: str | None = None) -> ParallelPlan:
     pp, vp, sched = int(row["pp"]), int(row["vp"]), str(row["schedule"])
     default = "interleaved" if vp > 1 else "1f1b"
+    window = int(row.get("recompute_num_layers", 0) or 0)
     return ParallelPlan(dp=int(row["dp"]), tp=int(row["tp"]), pp=pp, cp=int(row["cp"]), ep=int(row["ep"]), vp=vp,
                         sequence_parallel=bool(row["sequence_parallel"]), zero_stage=int(row["zero_stage"]),
                         micro_batch=int(row["micro_batch"]), global_batch=global_batch, seq_len=seq_len,
                         recompute=str(row["recompute"]), precision=precision,
                         schedule=None if sched == default or pp == 1 else sched, moe_dispatcher=moe_dispatcher,
-                        offload_activations=int(row.get("offload_activations", 0)))
+                        offload_activations=int(row.get("offload_activations", 0)),
+                        **({"recompute_method": "block", "recompute_num_layers": window} if window else {}))
 
 
 def search(workload: str | ModelSpec, cluster: str | System, n_gpus: int, global_batch: int, *,
@@ -163,9 +165,12 @@ def search(workload: str | ModelSpec, cluster: str | System, n_gpus: int, global
     out = ev.evaluate(grid, space.overlap_dp_comm, space.overlap_fsdp_prefetch) if len(grid["tp"]) else {
         "step_time_s": np.empty(0), "memory_bytes": np.empty(0)}
     out["offload_activations"] = np.zeros(len(grid["tp"]), dtype=np.int64)
+    out["recompute_num_layers"] = np.zeros(len(grid["tp"]), dtype=np.int64)
+    budget = system.accelerator.hbm_bytes - space.min_headroom_bytes
     if space.offload_activations and can_offload(system):
-        _offload_where_needed(ev, grid, out, system.accelerator.hbm_bytes - space.min_headroom_bytes, global_batch,
-                              space)
+        _offload_where_needed(ev, grid, out, budget, global_batch, space)
+    if space.block_recompute and "full" in space.recompute and "none" in space.recompute:
+        _block_where_better(ev, grid, out, budget, global_batch, space, objective)
     table = _table(spec, system, grid, out, global_batch, seq, precision, space, objective)
     return SearchResult(spec, system, global_batch, seq, precision, objective, table, len(grid["tp"]),
                         time.perf_counter() - t0, prof, framework)
@@ -206,6 +211,57 @@ def _offloaded(ev: Evaluator, k: dict[str, int], budget: float, global_batch: in
     return fits[0], est.step_time_s, est.memory_per_gpu_bytes
 
 
+def _block_where_better(ev: Evaluator, grid: dict[str, np.ndarray], out: dict[str, np.ndarray], budget: float,
+                        global_batch: int, space: SearchSpace, objective: Objective) -> None:
+    """Full-recompute rows that fit, whose twin without recompute does not, get Megatron-Core's block
+    recompute of the fewest layers per model chunk that fit (memory.block_that_fits) and the analytic
+    engine's step and memory under it, in place: it reruns fewer layers, so it is faster and still
+    fits. Branch and bound keeps this to the few layouts that matter: a block layout is never faster
+    than its twin without recompute, so rows are refined in the order of that bound and only while it
+    beats the best fitting layout so far (on the objective: step time, or GPU-seconds per step, which
+    cost and energy per token are proportional to on one system)."""
+    rec, full, none = grid["rec"], RECOMPUTES.index("full"), RECOMPUTES.index("none")
+    scale = np.ones(len(rec)) if objective == "step_time" else grid["world"].astype(float)
+    fits = out["memory_bytes"] <= budget
+    if not fits.any():
+        return
+    keys = ("world", "dp", "tp", "pp", "cp", "ep", "vp", "sp", "mb", "zero", "sched")
+    twin = pd.DataFrame({k: grid[k] for k in keys})
+    twin["i"] = np.arange(len(rec))
+    rows = twin[(rec == full) & fits].merge(twin[(rec == none) & ~fits], on=list(keys), suffixes=("", "_none"))
+    if rows.empty:
+        return
+    bound = out["step_time_s"][rows["i_none"].to_numpy()] * scale[rows["i"].to_numpy()]
+    best = float(np.min(out["step_time_s"][fits] * scale[fits]))
+    for j in np.argsort(bound, kind="stable"):
+        if bound[j] >= best:
+            break
+        i = int(rows["i"].iloc[j])
+        got = _block_recomputed(ev, {k: int(grid[k][i]) for k in keys}, budget, global_batch, space)
+        if got is not None:
+            out["recompute_num_layers"][i], out["step_time_s"][i], out["memory_bytes"][i] = got
+            best = min(best, got[1] * scale[i])
+
+
+def _block_recomputed(ev: Evaluator, k: dict[str, int], budget: float, global_batch: int,
+                      space: SearchSpace) -> tuple[int, float, float] | None:
+    """(layers per chunk recomputed, step seconds, peak bytes) of one layout under block recompute of
+    the fewest layers that fit, as `perfmodel.estimate` computes them; None where recomputing fewer
+    than every layer of the largest chunk does not fit."""
+    sched = SCHEDULES[k["sched"]]
+    default = "interleaved" if k["vp"] > 1 else "1f1b"
+    plan = ev.plan(tp=k["tp"], cp=k["cp"], ep=k["ep"], sequence_parallel=bool(k["sp"]), micro_batch=k["mb"],
+                   dp=k["dp"], zero_stage=k["zero"], vp=k["vp"], pp=k["pp"], recompute="full",
+                   schedule=None if sched == default or k["pp"] == 1 else sched, global_batch=global_batch,
+                   overlap_dp_comm=space.overlap_dp_comm, overlap_fsdp_prefetch=space.overlap_fsdp_prefetch)
+    fits = block_that_fits(ev.graph(k["tp"], k["cp"], k["ep"], k["sp"], k["mb"]), plan, budget)
+    if fits is None:
+        return None
+    est = run_engine("analytic", ev.spec, ev.system,
+                     plan.model_copy(update={"recompute_method": "block", "recompute_num_layers": fits[0]}))
+    return fits[0], est.step_time_s, est.memory_per_gpu_bytes
+
+
 def _table(spec: ModelSpec, system: System, grid: dict[str, np.ndarray], out: dict[str, np.ndarray], global_batch: int,
            seq: int, precision: str, space: SearchSpace, objective: Objective) -> pd.DataFrame:
     acc = system.accelerator
@@ -221,7 +277,9 @@ def _table(spec: ModelSpec, system: System, grid: dict[str, np.ndarray], out: di
     df = pd.DataFrame({
         "world": g["world"], "dp": g["dp"], "tp": g["tp"], "pp": g["pp"], "cp": g["cp"], "ep": g["ep"], "vp": g["vp"],
         "sequence_parallel": g["sp"].astype(bool), "zero_stage": g["zero"], "micro_batch": g["mb"],
-        "recompute": np.asarray(RECOMPUTES, dtype=object)[g["rec"]], "schedule": np.asarray(SCHEDULES, dtype=object)[g["sched"]],
+        "recompute": np.asarray(RECOMPUTES, dtype=object)[g["rec"]],
+        "recompute_num_layers": out["recompute_num_layers"][fit],
+        "schedule": np.asarray(SCHEDULES, dtype=object)[g["sched"]],
         "num_micro_batches": g["m"], "offload_activations": out["offload_activations"][fit],
         "step_time_s": step, "memory_bytes": out["memory_bytes"][fit],
         "headroom_bytes": headroom[fit], "tokens_per_s": tokens / step, "mfu": model_flop / (step * world * peak),
@@ -241,10 +299,12 @@ def _table(spec: ModelSpec, system: System, grid: dict[str, np.ndarray], out: di
 
 def layout_label(row: pd.Series | ParallelPlan) -> str:
     """'dp 16 tp 8 pp 8 vp 2 zero 1 mb 1 sel' for a table row or a plan."""
+    d: dict[str, Any]
     if isinstance(row, ParallelPlan):
         d = {"dp": row.dp, "tp": row.tp, "pp": row.pp, "cp": row.cp, "ep": row.ep, "vp": row.vp,
              "sequence_parallel": row.sequence_parallel, "zero_stage": row.zero_stage, "micro_batch": row.micro_batch,
-             "recompute": row.recompute, "schedule": row.schedule_name, "offload_activations": row.offload_activations}
+             "recompute": row.recompute, "schedule": row.schedule_name, "offload_activations": row.offload_activations,
+             "recompute_num_layers": row.recompute_num_layers if row.recompute_method == "block" else 0}
     else:
         d = dict(row)
     parts = [f"dp {d['dp']}", f"tp {d['tp']}", f"pp {d['pp']}"]
@@ -252,6 +312,8 @@ def layout_label(row: pd.Series | ParallelPlan) -> str:
     parts += ["sp"] if d["sequence_parallel"] else []
     parts += [f"zero {d['zero_stage']}", f"mb {d['micro_batch']}"]
     parts += [f"recompute {d['recompute']}"] if d["recompute"] != "none" else []
+    window = int(d.get("recompute_num_layers", 0) or 0)
+    parts += [f"(first {window} per chunk)"] if window else []
     off = int(d.get("offload_activations", 0) or 0)
     parts += [f"offload {off}"] if off else []
     parts += [str(d["schedule"])] if int(d["pp"]) > 1 else []

@@ -58,6 +58,10 @@ class SearchSpace(BaseModel):
         "also try activation offloading (Megatron-Core cpu_offloading_num_layers) on a layout that does not "
         "fit otherwise: where Megatron-Core accepts it (pp 1, no recompute) on a node with a host link, the "
         "fewest offloaded layers that fit"))
+    block_recompute: bool = Field(True, description=(
+        "also try Megatron-Core's block recompute (recompute_method block) on a full-recompute layout whose "
+        "no-recompute twin does not fit: the fewest layers per model chunk that fit, wherever that could beat "
+        "the best layout found (its twin without recompute bounds it from below)"))
 
     @field_validator("schedules")
     @classmethod
