@@ -194,14 +194,18 @@ NCCL_CHANNELS = 16
 A2A_SMS = {"alltoall": NCCL_CHANNELS, "flex": 20}
 
 
-def a2a_contention_fraction(acc: Accelerator, plan: ParallelPlan) -> float:
-    """Share of compute throughput lost while an overlapped MoE token exchange runs beside it: its
-    kernels occupy SMs the GEMMs would use (as engines/stages.comm_contention_fraction for NCCL);
-    the plan's moe_a2a_sms where it states them, else the dispatcher's default."""
+def sm_contention(acc: Accelerator, sms: int) -> float:
+    """Share of compute throughput lost while a communication kernel holding `sms` SMs runs beside
+    it (at most half); none off a GPU, where the SM picture does not apply."""
     if acc.kind != "gpu":
         return 0.0
-    sms = plan.moe_a2a_sms or A2A_SMS[plan.moe_dispatcher or "alltoall"]
     return min(0.5, sms / max(1, acc.num_compute_units))
+
+
+def a2a_contention_fraction(acc: Accelerator, plan: ParallelPlan) -> float:
+    """Share of compute throughput lost while an overlapped MoE token exchange runs beside it: the
+    plan's moe_a2a_sms where it states them, else the dispatcher's default."""
+    return sm_contention(acc, plan.moe_a2a_sms or A2A_SMS[plan.moe_dispatcher or "alltoall"])
 
 
 def combined_1f1b_paired_fraction(plan: ParallelPlan) -> float:

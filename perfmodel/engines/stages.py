@@ -18,7 +18,7 @@ from perfmodel.compute.autocast import autocast_applies, autocast_on, with_autoc
 from perfmodel.compute.eager import with_elementwise
 from perfmodel.compute.fp8_recipes import amax_allreduce_s, delayed_amax_bytes, recipe_for
 from perfmodel.compute.ops import memory_bound_cost
-from perfmodel.engines.costs import NCCL_CHANNELS, LayerTime, layer_time
+from perfmodel.engines.costs import NCCL_CHANNELS, LayerTime, layer_time, sm_contention
 from perfmodel.engines.offload import body_instances, offload_stall
 from perfmodel.errors import LayoutError, SpecError
 from perfmodel.hardware.specs import Accelerator
@@ -319,9 +319,7 @@ def dp_collectives(system: System, plan: ParallelPlan, dense_params: float, expe
 
 def comm_contention_fraction(system: System) -> float:
     """Fraction of compute throughput lost while an overlapped collective runs (NCCL_CHANNELS)."""
-    if system.accelerator.kind != "gpu":
-        return 0.0
-    return min(0.5, NCCL_CHANNELS / max(1, system.accelerator.num_compute_units))
+    return sm_contention(system.accelerator, NCCL_CHANNELS)
 
 
 def can_overlap(system: System) -> bool:

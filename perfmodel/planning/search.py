@@ -132,16 +132,21 @@ def pareto(df: pd.DataFrame, x: str, y: str, maximise_y: bool) -> pd.DataFrame:
 
 def row_plan(row: pd.Series, global_batch: int, seq_len: int, precision: str,
              moe_dispatcher: str | None = None) -> ParallelPlan:
-    pp, vp, sched = int(row["pp"]), int(row["vp"]), str(row["schedule"])
-    default = "interleaved" if vp > 1 else "1f1b"
+    pp, vp = int(row["pp"]), int(row["vp"])
     window = int(row.get("recompute_num_layers", 0) or 0)
     return ParallelPlan(dp=int(row["dp"]), tp=int(row["tp"]), pp=pp, cp=int(row["cp"]), ep=int(row["ep"]), vp=vp,
                         sequence_parallel=bool(row["sequence_parallel"]), zero_stage=int(row["zero_stage"]),
                         micro_batch=int(row["micro_batch"]), global_batch=global_batch, seq_len=seq_len,
                         recompute=str(row["recompute"]), precision=precision,
-                        schedule=None if sched == default or pp == 1 else sched, moe_dispatcher=moe_dispatcher,
+                        schedule=_schedule_field(pp, vp, str(row["schedule"])), moe_dispatcher=moe_dispatcher,
                         offload_activations=int(row.get("offload_activations", 0)),
                         **({"recompute_method": "block", "recompute_num_layers": window} if window else {}))
+
+
+def _schedule_field(pp: int, vp: int, name: str) -> str | None:
+    """A plan's `schedule` for a searched layout: None where the name is the one the plan picks
+    itself (interleaved with vp > 1, else 1F1B; any without a pipeline)."""
+    return None if pp == 1 or name == ("interleaved" if vp > 1 else "1f1b") else name
 
 
 def search(workload: str | ModelSpec, cluster: str | System, n_gpus: int, global_batch: int, *,
@@ -201,14 +206,20 @@ def _offloaded(ev: Evaluator, k: dict[str, int], budget: float, global_batch: in
                space: SearchSpace) -> tuple[int, float, float] | None:
     """(offloaded layers, step seconds, peak bytes) of one layout under the fewest offloaded layers
     that fit, as `perfmodel.estimate` computes them; None where no count fits or the stack refuses."""
-    plan = ev.plan(tp=k["tp"], cp=k["cp"], ep=k["ep"], sequence_parallel=bool(k["sp"]), micro_batch=k["mb"],
-                   dp=k["dp"], zero_stage=k["zero"], vp=k["vp"], pp=1, recompute="none", global_batch=global_batch,
-                   overlap_dp_comm=space.overlap_dp_comm, overlap_fsdp_prefetch=space.overlap_fsdp_prefetch)
+    plan = _grid_plan(ev, k, global_batch, space, pp=1, recompute="none")
     fits = offload_that_fits(ev.graph(k["tp"], k["cp"], k["ep"], k["sp"], k["mb"]), plan, budget)
     if fits is None:
         return None
     est = run_engine("analytic", ev.spec, ev.system, plan.model_copy(update={"offload_activations": fits[0]}))
     return fits[0], est.step_time_s, est.memory_per_gpu_bytes
+
+
+def _grid_plan(ev: Evaluator, k: dict[str, int], global_batch: int, space: SearchSpace, **fields: Any) -> ParallelPlan:
+    """The plan of grid row `k` (its tp, cp, ep, sp, mb, dp, ZeRO and vp columns) as the evaluator
+    makes it (the framework's mechanisms applied), with the space's overlaps and `fields` on top."""
+    return ev.plan(tp=k["tp"], cp=k["cp"], ep=k["ep"], sequence_parallel=bool(k["sp"]), micro_batch=k["mb"],
+                   dp=k["dp"], zero_stage=k["zero"], vp=k["vp"], global_batch=global_batch,
+                   overlap_dp_comm=space.overlap_dp_comm, overlap_fsdp_prefetch=space.overlap_fsdp_prefetch, **fields)
 
 
 def _block_where_better(ev: Evaluator, grid: dict[str, np.ndarray], out: dict[str, np.ndarray], budget: float,
@@ -248,12 +259,8 @@ def _block_recomputed(ev: Evaluator, k: dict[str, int], budget: float, global_ba
     """(layers per chunk recomputed, step seconds, peak bytes) of one layout under block recompute of
     the fewest layers that fit, as `perfmodel.estimate` computes them; None where recomputing fewer
     than every layer of the largest chunk does not fit."""
-    sched = SCHEDULES[k["sched"]]
-    default = "interleaved" if k["vp"] > 1 else "1f1b"
-    plan = ev.plan(tp=k["tp"], cp=k["cp"], ep=k["ep"], sequence_parallel=bool(k["sp"]), micro_batch=k["mb"],
-                   dp=k["dp"], zero_stage=k["zero"], vp=k["vp"], pp=k["pp"], recompute="full",
-                   schedule=None if sched == default or k["pp"] == 1 else sched, global_batch=global_batch,
-                   overlap_dp_comm=space.overlap_dp_comm, overlap_fsdp_prefetch=space.overlap_fsdp_prefetch)
+    plan = _grid_plan(ev, k, global_batch, space, pp=k["pp"], recompute="full",
+                      schedule=_schedule_field(k["pp"], k["vp"], SCHEDULES[k["sched"]]))
     fits = block_that_fits(ev.graph(k["tp"], k["cp"], k["ep"], k["sp"], k["mb"]), plan, budget)
     if fits is None:
         return None
