@@ -20,7 +20,7 @@ from perfmodel.compute.eager import ELEMENTWISE_IMPLS
 from perfmodel.engines.registry import ENGINE_NAMES
 from perfmodel.errors import PerfmodelError, UsageError
 from perfmodel.parallel.schedules import SCHEDULE_NAMES, SEARCHED_SCHEDULES
-from perfmodel.workload.graph import ATTENTION_IMPLS, CP_RINGS
+from perfmodel.workload.graph import ATTENTION_IMPLS, CP_RINGS, EXPERT_GEMMS
 
 
 def _catalog_args(p: argparse.ArgumentParser) -> None:
@@ -59,6 +59,10 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--elementwise", choices=list(ELEMENTWISE_IMPLS), default=None,
                    help="norms, activations and RoPE: fused (one kernel each) or eager (chains of ATen kernels, a "
                         "model in PyTorch ops run without torch.compile); default: the --framework's")
+    g.add_argument("--expert-gemm", choices=list(EXPERT_GEMMS), default=None,
+                   help="MoE expert GEMMs: grouped (one kernel for the local experts) or per-expert (Transformer "
+                        "Engine's GroupedLinear loop, one cuBLASLt GEMM per local expert issued by the host); "
+                        "default: the --framework's (megatron-core: per-expert)")
     g.add_argument("--autocast-weights", action=argparse.BooleanOptionalAction, default=None,
                    help="fp32 parameters cast to 16 bits by torch.autocast in every matmul, each micro-batch (a plain "
                         "PyTorch loop); default: the --framework's (pytorch: on)")
@@ -138,6 +142,7 @@ def _plan(a: argparse.Namespace, n_gpus: int):
                         **({"moe_a2a_overlap": a.moe_a2a_overlap} if a.moe_a2a_overlap is not None else {}),
                         **({"cp_ring": a.cp_ring} if a.cp_ring else {}),
                         **({"elementwise": a.elementwise} if a.elementwise else {}),
+                        **({"expert_gemm": a.expert_gemm} if getattr(a, "expert_gemm", None) else {}),
                         **({"autocast_weights": a.autocast_weights} if a.autocast_weights is not None else {}),
                         **({"moe_imbalance": a.moe_imbalance} if a.moe_imbalance is not None else {}),
                         zero_stage=a.zero, micro_batch=a.micro_batch, global_batch=gb, seq_len=a.seq_len,

@@ -120,7 +120,8 @@ class Estimate:
             f"  layout  dp {self.plan.dp} tp {self.plan.tp} pp {self.plan.pp} cp {self.plan.cp} ep {self.plan.ep}"
             + (f" etp {self.plan.etp}" if self.plan.etp > 1 else "")
             + (f" ({self.plan.moe_dispatcher or 'alltoall'} dispatcher"
-               + (f" on {self.plan.moe_a2a_sms} SMs" if self.plan.moe_a2a_sms else "") + ")" if self.plan.ep > 1 else "")
+               + (f" on {self.plan.moe_a2a_sms} SMs" if self.plan.moe_a2a_sms else "")
+               + (", per-expert GEMMs" if self.plan.expert_gemm == "per-expert" else "") + ")" if self.plan.ep > 1 else "")
             + f" vp {self.plan.vp} zero {self.plan.zero_stage} mb {self.plan.micro_batch} gb {self.plan.global_batch}"
             f" recompute {self.plan.recompute_label}"
             + f" {self.plan.precision}"

@@ -582,3 +582,76 @@ def test_more_sms_for_the_exchange_slow_the_overlapped_layer() -> None:
     assert exposed[1] == layer_time(sys_, plan, layer)  # 20 is flex's default
     alone = plan.model_copy(update={"moe_a2a_overlap": False})
     assert layer_time(sys_, alone.model_copy(update={"moe_a2a_sms": 40}), layer) == layer_time(sys_, alone, layer)
+
+
+# ---------------------------------------------------------------- per-expert GEMM loop on the host
+def test_per_expert_gemms_cost_the_host_per_local_expert_by_hand() -> None:
+    """Transformer Engine's GroupedLinear issues one cuBLASLt GEMM per local expert: Mixtral's two
+    grouped GEMMs (fc1, fc2) over 8 / ep local experts add (experts - 1) x 24.75 us each to the
+    forward's host seconds, twice that (dgrad, wgrad) to the backward's, and once to the weight-gradient
+    phase; the GPU seconds do not change."""
+    from perfmodel.engines.costs import EXPERT_GEMM_HOST_S
+
+    assert math.isclose(EXPERT_GEMM_HOST_S, 24.75e-6)
+    sys_ = h100(8)
+    for ep, local in ((1, 8), (2, 4), (8, 1)):
+        plan = ParallelPlan(dp=8, ep=ep, global_batch=8)
+        layer = moe_layer(plan_graph(MIXTRAL, plan))
+        grouped = layer_time(sys_, plan, layer)
+        loop = layer_time(sys_, plan.model_copy(update={"expert_gemm": "per-expert"}), layer)
+        extra = 2 * (local - 1) * 24.75e-6
+        assert loop.fwd_host_s - grouped.fwd_host_s == pytest.approx(extra, abs=1e-12)
+        assert loop.bwd_host_s - grouped.bwd_host_s == pytest.approx(2 * extra, abs=1e-12)
+        assert loop.wgrad_host_s - grouped.wgrad_host_s == pytest.approx(extra, abs=1e-12)
+        assert (loop.fwd_gpu_s, loop.bwd_gpu_s) == (grouped.fwd_gpu_s, grouped.bwd_gpu_s)
+
+
+def test_per_expert_gemms_rerun_with_recompute_and_vanish_in_a_cuda_graph() -> None:
+    sys_ = h100(8)
+    plan = ParallelPlan(dp=8, ep=2, global_batch=8, expert_gemm="per-expert")
+    layer = moe_layer(plan_graph(MIXTRAL, plan))
+    extra = 2 * 3 * 24.75e-6  # fc1 and fc2 over 4 local experts
+    full = plan.model_copy(update={"recompute": "full"})
+    assert layer_time(sys_, full, layer).recompute_host_s - layer_time(
+        sys_, full.model_copy(update={"expert_gemm": "grouped"}), layer).recompute_host_s == pytest.approx(extra)
+    moe_rerun = plan.model_copy(update={"recompute": "selective", "selective_recompute": "moe"})
+    assert layer_time(sys_, moe_rerun, layer).recompute_host_s - layer_time(
+        sys_, moe_rerun.model_copy(update={"expert_gemm": "grouped"}), layer).recompute_host_s == pytest.approx(extra)
+    graphs = plan.model_copy(update={"cuda_graphs": True})
+    assert layer_time(sys_, graphs, layer) == layer_time(sys_, graphs.model_copy(update={"expert_gemm": "grouped"}), layer)
+    cpu = perfmodel.resolve_system("host-cpu-zen4", None, 1)[0]
+    one = ParallelPlan(ep=1, global_batch=1, expert_gemm="per-expert")
+    assert layer_time(cpu, one, layer) == layer_time(cpu, one.model_copy(update={"expert_gemm": "grouped"}), layer)
+
+
+def test_megatron_core_issues_its_experts_one_by_one_and_a_host_bound_step_slows() -> None:
+    """megatron-core selects the per-expert loop, torchtitan the grouped kernel, a plan's own choice
+    stays; the loop never speeds a step up, and a small-expert model at one sequence per micro-batch
+    on a fast GPU, where the host already sets the pace, slows by it."""
+    from perfmodel.calibration.frameworks import apply_framework, framework
+
+    plan = ParallelPlan(dp=8, ep=8, global_batch=512, micro_batch=1, seq_len=4096, precision="fp8")
+    assert apply_framework(plan, framework("megatron-core")).expert_gemm == "per-expert"
+    assert apply_framework(plan, framework("torchtitan")).expert_gemm == "grouped"
+    mine = plan.model_copy(update={"expert_gemm": "grouped"})
+    assert apply_framework(mine, framework("megatron-core")).expert_gemm == "grouped"
+    qwen = WL["qwen3-30b-a3b"]
+    sys_ = perfmodel.resolve_system("b200", None, 8)[0]
+    t = {g: analytic_estimate(qwen, sys_, plan.model_copy(update={"expert_gemm": g})).step_time_s
+         for g in ("grouped", "per-expert")}
+    assert t["per-expert"] > 1.2 * t["grouped"]
+    big = plan.model_copy(update={"micro_batch": 8})
+    tb = {g: analytic_estimate(qwen, sys_, big.model_copy(update={"expert_gemm": g})).step_time_s
+          for g in ("grouped", "per-expert")}
+    assert tb["grouped"] <= tb["per-expert"] < 1.05 * tb["grouped"]
+
+
+def test_cli_states_the_expert_gemm_loop(capsys) -> None:
+    from perfmodel.cli import main
+
+    args = ["estimate", "qwen3-30b-a3b", "--hardware", "h100-sxm5-80gb", "--n-gpus", "16", "--ep", "16",
+            "--global-batch", "64", "--seq-len", "4096", "--framework", "megatron-core"]
+    main(args)
+    assert "(flex dispatcher, per-expert GEMMs)" in capsys.readouterr().out
+    main([*args, "--expert-gemm", "grouped"])
+    assert "(flex dispatcher)" in capsys.readouterr().out

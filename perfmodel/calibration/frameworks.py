@@ -84,6 +84,20 @@ the commits in EVIDENCE_COMMITS):
                    the plain loop of nanoGPT, Lightning's bf16-mixed (the FlashAttention training
                    scripts) and Hugging Face Trainer with DDP. DeepSpeed's bf16 mode, FSDP with a
                    bf16 param dtype (composer, torchtitan), Megatron and llm.c hold 16-bit weights.
+    expert_gemm    how an MoE layer's expert GEMMs are issued (ParallelPlan.expert_gemm):
+                   `per-expert` for megatron-core, whose TEGroupedMLP runs Transformer Engine's
+                   GroupedLinear: on its default path nvte_multi_tensor_gemm loops over the local experts
+                   and issues one cuBLASLt GEMM each, round-robin over 4 compute streams
+                   (TransformerEngine @ d0067d0 common/gemm/cublaslt_gemm.cu multi_stream_cublas_gemm; the
+                   CUTLASS grouped kernel is opt-in, NVTE_USE_CUTLASS_GROUPED_GEMM, Hopper only), so the
+                   host pays per expert (engines/costs.EXPERT_GEMM_HOST_S). `grouped` (one kernel for
+                   all local experts) for the rest: torchtitan's torch._grouped_mm, JAX's ragged_dot.
+                   Megatron-Bridge's MXFP8 recipes since 26.06 run the fused grouped MLP of TE's op fuser
+                   under full-iteration CUDA graphs (perf_recipes/qwen/common.py
+                   _enable_hybridep_full_iteration_mxfp8): a plan states cuda_graphs, which issues the
+                   layer as one launch. Hugging Face / DeepSpeed-MoE expert loops in Python (an eager
+                   module per expert) are costlier than either and not modelled: `grouped` is a lower
+                   bound for them.
     cuda_graphs    the transformer layers captured in CUDA graphs: one host launch per layer and
                    pass (ParallelPlan.cuda_graphs). No stack turns it on by default: Megatron-Bridge's
                    recipes set cuda_graph_impl "none" in 219 of 229 places (src/megatron/bridge/recipes,
@@ -155,7 +169,7 @@ from perfmodel.errors import PerfmodelError
 from perfmodel.names import spelling
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.precision import recipe_precision
-from perfmodel.workload.graph import AttentionImpl, CpRing
+from perfmodel.workload.graph import AttentionImpl, CpRing, ExpertGemm
 
 # the commits the evidence strings cite (fetched from GitHub)
 EVIDENCE_COMMITS = {
@@ -193,6 +207,7 @@ class Framework:
     cp_ring: CpRing = "p2p"  # how context-parallel attention exchanges K/V (module docstring)
     elementwise: ElementwiseImpl = "fused"  # norms / activations / RoPE fused or as eager ATen chains
     autocast_weights: bool = False  # fp32 parameters cast by torch.autocast every micro-batch (module docstring)
+    expert_gemm: ExpertGemm = "grouped"  # MoE expert GEMMs as one kernel or one per local expert (module docstring)
 
 
 # PyTorch's context-parallel ring on K/V repeated to the query heads (module docstring, cp_ring)
@@ -236,7 +251,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "(models/*/..._bridge.py) and stays in the H100 and B200 64-GPU Qwen3-235B recipes: --moe-dispatcher "
               "alltoall for those",
               p2p_overlap=True, fused_casts=True, fused_cross_entropy=True, grad_reduce_bytes=2,
-              moe_a2a_overlap_precisions=("mxfp8",)),
+              moe_a2a_overlap_precisions=("mxfp8",), expert_gemm="per-expert"),
     Framework("deepspeed", "flash", "eager", False,
               "DeepSpeed with Hugging Face models: attention through torch SDPA (flash backend), eager; the "
               "models' norms, SwiGLU and RoPE as written in transformers (LlamaRMSNorm upcasts to fp32, "
@@ -339,6 +354,8 @@ def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
         update["cp_ring"] = fw.cp_ring
     if "elementwise" not in plan.model_fields_set and plan.elementwise != fw.elementwise:
         update["elementwise"] = fw.elementwise
+    if "expert_gemm" not in plan.model_fields_set and plan.expert_gemm != fw.expert_gemm:
+        update["expert_gemm"] = fw.expert_gemm
     if "autocast_weights" not in plan.model_fields_set and plan.autocast_weights != fw.autocast_weights:
         update["autocast_weights"] = fw.autocast_weights
     if ("moe_a2a_overlap" not in plan.model_fields_set and plan.precision in fw.moe_a2a_overlap_precisions

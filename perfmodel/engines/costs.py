@@ -18,10 +18,21 @@ A graph kernel stands for the several eager framework ops (views, casts, bias, R
 bookkeeping) around one fused kernel; the ratio carries over to other models through their own
 kernel counts. It is a property of host CPU plus framework, applied to every GPU whose
 calibration does not give `host_op_overhead`; compiled stacks (XLA on TPU) issue no per-op work.
+
+Per-expert GEMMs (ParallelPlan.expert_gemm `per-expert`, Transformer Engine's GroupedLinear on its
+default cuBLAS path): the host issues one cuBLASLt GEMM per local expert and GEMM, and splits and
+allocates per expert (TE issue #1499: torch.split and 2 x num_gemms torch.empty calls). A graph op
+stands for the grouped kernel, so each expert beyond it costs the host EXPERT_GEMM_HOST_S more, per
+GEMM: one in the forward, two (dgrad, wgrad) in the backward. The figure is TE PR #3134's
+kernel-only comparison on SM100 (8 experts x 128 rows, N = K = 2048, operands pre-swizzled): the
+multi-stream loop takes 0.267 ms where one grouped launch takes 0.069 ms, (0.267 - 0.069) / 8 =
+24.75 us per expert. It scales with the host like the per-kernel cost above and vanishes when the
+layer is a CUDA graph.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -43,6 +54,7 @@ from perfmodel.workload.op_checkpoint import op_checkpoint
 HOST_FWD_S_PER_KERNEL = 8.1e-3 / 182  # see module docstring: B200 Llama-3.2-1B eager forward
 HOST_BWD_S_PER_KERNEL = (48.8e-3 - 2 * 8.1e-3) / 278  # eager fwd+bwd with checkpointing
 TINY_EAGER_OP_S = 7e-6  # one tiny eager op on a GPU host (pytorch/pytorch#41383; FlagGems#4812)
+EXPERT_GEMM_HOST_S = (0.267e-3 - 0.069e-3) / 8  # one more expert's GEMM on TE's multi-stream path (docstring)
 
 
 @lru_cache(maxsize=4096)
@@ -58,6 +70,16 @@ def host_op_s(acc: Accelerator) -> tuple[float, float]:
         h = cal.si("seconds") * HOST_FWD_S_PER_KERNEL / TINY_EAGER_OP_S
         return h, h * HOST_BWD_S_PER_KERNEL / HOST_FWD_S_PER_KERNEL
     return HOST_FWD_S_PER_KERNEL, HOST_BWD_S_PER_KERNEL
+
+
+def expert_gemm_host_s(acc: Accelerator, plan: ParallelPlan, ops: Iterable[Op]) -> float:
+    """Host seconds a per-expert GEMM loop adds to one forward pass of `ops` (module docstring):
+    for every grouped op, EXPERT_GEMM_HOST_S per local expert beyond the one its graph kernel
+    counts, scaled like the host's per-kernel cost; 0 where the experts run as one kernel."""
+    if plan.expert_gemm != "per-expert" or acc.kind != "gpu":
+        return 0.0
+    scale = host_op_s(acc)[0] / HOST_FWD_S_PER_KERNEL
+    return sum(EXPERT_GEMM_HOST_S * scale * (op.batch * op.repeat - 1) for op in ops if op.grouped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,17 +420,20 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
     cf += ep_f
     cb += ep_b
     hf, hb = host_op_s(acc)
+    per_expert = expert_gemm_host_s(acc, plan, layer.ops)  # forward, one GEMM per op and expert
+    r_per_expert = expert_gemm_host_s(acc, plan, rerun.recomputed) if rerun is not None else 0.0
     if plan.cuda_graphs and layer.recomputable and acc.kind == "gpu":
         # a captured layer is one graph launch per pass (its kernels' launch gaps are already in
         # their GPU seconds, compute/ops.launch_s): the host issues 1 op, not one per kernel
         kf, kb, kcore, kw = min(kf, 1), min(kb, 1), min(kcore, 1), min(kw, 1)
+        per_expert = r_per_expert = 0.0
     if rec == "full":
-        r_comm, r_host = cf, kf * hf
+        r_comm, r_host = cf, kf * hf + per_expert
     elif rec == "selective":
         # core_attn reruns the ring's forward call (all-gather and merges); the per-op policy saves it
-        r_comm, r_host = r_op_comm + (ring_rerun_s if core_rerun else 0.0), kcore * hf
+        r_comm, r_host = r_op_comm + (ring_rerun_s if core_rerun else 0.0), kcore * hf + r_per_expert
     else:
         r_comm = r_host = 0.0
     return LayerTime(fwd_gpu_s=fwd, bwd_gpu_s=bwd, recompute_gpu_s=r_gpu, fwd_comm_s=cf, bwd_comm_s=cb,
-                     recompute_comm_s=r_comm, fwd_host_s=kf * hf, bwd_host_s=kb * hb, recompute_host_s=r_host,
-                     wgrad_gpu_s=wgrad, wgrad_host_s=kw * hb, host_serial=acc.kind == "cpu")
+                     recompute_comm_s=r_comm, fwd_host_s=kf * hf + per_expert, bwd_host_s=kb * hb + 2 * per_expert,
+                     recompute_host_s=r_host, wgrad_gpu_s=wgrad, wgrad_host_s=kw * hb + per_expert, host_serial=acc.kind == "cpu")

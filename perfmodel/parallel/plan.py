@@ -11,7 +11,7 @@ from perfmodel.errors import LayoutError
 from perfmodel.parallel.partial_recompute import window_label, window_notes
 from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.split import pipeline_split
-from perfmodel.workload.graph import AttentionImpl, CpRing, ElementwiseImpl
+from perfmodel.workload.graph import AttentionImpl, CpRing, ElementwiseImpl, ExpertGemm
 from perfmodel.workload.module_recompute import DEFAULT_SELECTIVE, parse_selective, recompute_module_notes
 from perfmodel.workload.spec import ModelSpec
 
@@ -95,6 +95,11 @@ class ParallelPlan(BaseModel):
         "Engine / Apex kernels or a compiled step) or eager (a model written in PyTorch ops run eagerly, as "
         "Hugging Face transformers or torchtitan without --compile: RMSNorm, SwiGLU and RoPE as chains of "
         "ATen kernels over whole tensors; perfmodel/compute/eager.py); the training stack selects it"))
+    expert_gemm: ExpertGemm = Field("grouped", description=(
+        "how an MoE layer's expert GEMMs are issued: grouped (one kernel for all local experts: torch._grouped_mm, "
+        "DeepGEMM, a fused grouped MLP) or per-expert (Transformer Engine's GroupedLinear on its default cuBLAS "
+        "path: one cuBLASLt GEMM per local expert, round-robin over 4 streams, each issued by the host; "
+        "engines/costs.EXPERT_GEMM_HOST_S); the training stack selects it"))
     autocast_weights: bool = Field(False, description=(
         "parameters held in fp32 and cast to 16 bits by torch.autocast inside every matmul, each micro-batch "
         "(a plain PyTorch loop: model.float() + torch.autocast), instead of 16-bit weights with the fp32 master "

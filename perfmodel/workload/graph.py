@@ -59,6 +59,10 @@ CP_RINGS: tuple[str, ...] = get_args(CpRing)
 # the eager ATen chains of a model written in PyTorch ops (compute/eager.py)
 ElementwiseImpl = Literal["fused", "eager"]
 ELEMENTWISE_IMPLS: tuple[str, ...] = get_args(ElementwiseImpl)
+# how an MoE layer's expert GEMMs are issued: one grouped kernel for the local experts, or one GEMM
+# per local expert from the host (Transformer Engine's GroupedLinear, engines/costs.EXPERT_GEMM_HOST_S)
+ExpertGemm = Literal["grouped", "per-expert"]
+EXPERT_GEMMS: tuple[str, ...] = get_args(ExpertGemm)
 
 
 @dataclass(frozen=True, slots=True)
