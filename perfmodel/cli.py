@@ -59,6 +59,10 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--elementwise", choices=list(ELEMENTWISE_IMPLS), default=None,
                    help="norms, activations and RoPE: fused (one kernel each) or eager (chains of ATen kernels, a "
                         "model in PyTorch ops run without torch.compile); default: the --framework's")
+    g.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
+                   help="the transformer layers captured in CUDA graphs: one host launch per layer and pass "
+                        "(Megatron-Core --cuda-graph-impl full_iteration, or local / transformer_engine over whole "
+                        "layers); default: the --framework's (none turns it on)")
     g.add_argument("--expert-gemm", choices=list(EXPERT_GEMMS), default=None,
                    help="MoE expert GEMMs: grouped (one kernel for the local experts) or per-expert (Transformer "
                         "Engine's GroupedLinear loop, one cuBLASLt GEMM per local expert issued by the host); "
@@ -143,6 +147,7 @@ def _plan(a: argparse.Namespace, n_gpus: int):
                         **({"cp_ring": a.cp_ring} if a.cp_ring else {}),
                         **({"elementwise": a.elementwise} if a.elementwise else {}),
                         **({"expert_gemm": a.expert_gemm} if getattr(a, "expert_gemm", None) else {}),
+                        **({"cuda_graphs": a.cuda_graphs} if getattr(a, "cuda_graphs", None) is not None else {}),
                         **({"autocast_weights": a.autocast_weights} if a.autocast_weights is not None else {}),
                         **({"moe_imbalance": a.moe_imbalance} if a.moe_imbalance is not None else {}),
                         zero_stage=a.zero, micro_batch=a.micro_batch, global_batch=gb, seq_len=a.seq_len,

@@ -97,7 +97,8 @@ def _apply_layout(a: argparse.Namespace, lay: dict[str, Any]) -> argparse.Namesp
     b.recompute_num_layers = lay.get("recompute_num_layers") or getattr(a, "recompute_num_layers", None)
     b.fp8_recipe, b.optimizer = lay.get("fp8_recipe"), lay.get("optimizer", a.optimizer)
     b.schedule = lay.get("schedule") or a.schedule
-    for key in ("moe_dispatcher", "moe_a2a_overlap", "moe_shared_overlap", "moe_imbalance", "moe_a2a_sms"):
+    for key in ("moe_dispatcher", "moe_a2a_overlap", "moe_shared_overlap", "moe_imbalance", "moe_a2a_sms",
+                "cuda_graphs"):
         if lay.get(key) is not None:  # what the job states; else the command line's (or the stack's default)
             setattr(b, key, lay[key])
     b.dp = lay.get("dp") or a.dp

@@ -101,7 +101,8 @@ the commits in EVIDENCE_COMMITS):
     cuda_graphs    the transformer layers captured in CUDA graphs: one host launch per layer and
                    pass (ParallelPlan.cuda_graphs). No stack turns it on by default: Megatron-Bridge's
                    recipes set cuda_graph_impl "none" in 219 of 229 places (src/megatron/bridge/recipes,
-                   "transformer_engine" only in some Qwen3-MoE / Nemotron-H recipes); a plan may. A
+                   "transformer_engine" only in some Qwen3-MoE / Nemotron-H recipes); a plan may
+                   (--cuda-graphs; a Megatron job's --cuda-graph-impl, workload/megatron_args.py). A
                    stack that compiles its whole step is `host_dispatch` compiled.
 
 MoE settings of Megatron-Bridge's performance recipes (NVIDIA-NeMo/Megatron-Bridge; the releases of

@@ -40,6 +40,9 @@ What is read (Megatron's defaults where the list is silent):
 - MoE mechanisms: --moe-token-dispatcher-type (alltoall / flex), --overlap-moe-expert-parallel-comm,
   --moe-shared-expert-overlap, --moe-router-force-load-balancing (balanced routing: moe_imbalance 1),
   --moe-flex-dispatcher-num-sms (or the deprecated --moe-deepep-num-sms / --moe-hybridep-num-sms).
+- CUDA graphs: --cuda-graph-impl (none / local / transformer_engine / full_iteration) with
+  --cuda-graph-modules (or --cuda-graph-scope), and the deprecated --enable-cuda-graph /
+  --external-cuda-graph: whole transformer layers graphed or not (see _cuda_graphs).
 Every other argument (learning rate, data, logging...) does not change a step's shapes and is
 listed in `ignored` so that the caller can show it.
 """
@@ -63,7 +66,7 @@ FLAGS = frozenset({"swiglu", "untie-embeddings-and-output-weights", "disable-bia
                    "use-torch-fsdp2", "use-custom-fsdp", "multi-latent-attention", "use-rotary-position-embeddings",
                    "no-position-embedding", "add-qkv-bias", "squared-relu", "is-hybrid-model",
                    "mtp-use-repeated-layer", "moe-router-force-load-balancing", "overlap-moe-expert-parallel-comm",
-                   "moe-shared-expert-overlap"})
+                   "moe-shared-expert-overlap", "enable-cuda-graph", "external-cuda-graph"})
 VALUED = frozenset({"num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "num-query-groups",
                     "kv-channels", "seq-length", "vocab-size", "tokenizer-type", "make-vocab-size-divisible-by",
                     "normalization", "position-embedding-type", "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
@@ -76,14 +79,14 @@ VALUED = frozenset({"num-layers", "hidden-size", "ffn-hidden-size", "num-attenti
                     "fp4-format", "fp4-recipe", "optimizer", "moe-latent-size", "hybrid-layer-pattern",
                     "hybrid-override-pattern", "mamba-num-heads", "mamba-head-dim", "mamba-state-dim", "mamba-num-groups",
                     "mtp-num-layers", "moe-token-dispatcher-type", "moe-flex-dispatcher-num-sms", "moe-deepep-num-sms",
-                    "moe-hybridep-num-sms"})
-LISTED = frozenset({"recompute-modules"})  # nargs='*' arguments
+                    "moe-hybridep-num-sms", "cuda-graph-impl"})
+LISTED = frozenset({"recompute-modules", "cuda-graph-modules"})  # nargs='*' arguments
 # Megatron's --fp8-recipe / --fp4-recipe -> (precision, perfmodel fp8_recipe)
 RECIPES = {"delayed": ("fp8", "delayed"), "tensorwise": ("fp8", "current"), "blockwise": ("fp8", "blockwise"),
            "mxfp8": ("mxfp8", "mxfp8"), "nvfp4": ("nvfp4", "nvfp4")}
 ALIASES = {"tensor-parallel-size": "tensor-model-parallel-size", "pipeline-parallel-size": "pipeline-model-parallel-size",
            "moe-router-top-k": "moe-router-topk", "num-moe-experts": "num-experts",
-           "gated-linear-unit": "swiglu"}
+           "gated-linear-unit": "swiglu", "cuda-graph-scope": "cuda-graph-modules"}
 UNSET = ("None", "null", "Null", "NULL", "~")  # a Bridge override's value for "not given": Python's / YAML's nothing
 BRIDGE_BOOL = {"true": True, "false": False, "1": True, "0": False}
 
@@ -288,7 +291,8 @@ def _job(got: dict[str, Any], ignored: list[str], model_id: str, source: str) ->
         data["activation"] = "squared_relu"
     data.update(_hybrid(got, L, h))
     spec = ModelSpec.model_validate(data)
-    return MegatronJob(spec, {**_layout(got, L, tp, pp), **_moe_mechanisms(got)}, tuple(ignored))
+    return MegatronJob(spec, {**_layout(got, L, tp, pp), **_moe_mechanisms(got), "cuda_graphs": _cuda_graphs(got)},
+                       tuple(ignored))
 
 
 def _hybrid(got: dict[str, Any], L: int, h: int) -> dict[str, Any]:
@@ -316,6 +320,31 @@ def _hybrid(got: dict[str, Any], L: int, h: int) -> dict[str, Any]:
                             str(len(mtp)))
         out.update(mtp_pattern=mtp[0], mtp_depth=len(mtp), mtp_shared_weights=bool(got.get("mtp-use-repeated-layer")))
     return out
+
+
+CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
+
+
+def _cuda_graphs(got: dict[str, Any]) -> bool | None:
+    """Whether the job captures whole transformer layers in CUDA graphs (ParallelPlan.cuda_graphs),
+    None where it is silent. Megatron-LM @ d98e8a64 (transformer_config.py cuda_graph_impl /
+    cuda_graph_modules, arguments.py): full_iteration graphs the whole forward-backward; local and
+    transformer_engine graph per layer what --cuda-graph-modules names, the whole layer when it
+    names nothing (or the deprecated "full"); --enable-cuda-graph is local and
+    --external-cuda-graph transformer_engine. A partial capture (attn with moe_router /
+    moe_preprocess, as Megatron-Bridge's bf16 / fp8 MoE recipes set) leaves the rest of the layer
+    eager: read as not graphed, the conservative side of a flag that graphs whole layers."""
+    impl = got.get("cuda-graph-impl")
+    if impl is None:
+        impl = "local" if got.get("enable-cuda-graph") else "transformer_engine" if got.get("external-cuda-graph") else None
+    if impl is None:
+        return None
+    if impl not in CUDA_GRAPH_IMPLS:
+        raise SpecError("--cuda-graph-impl", f"{impl!r}", ", ".join(CUDA_GRAPH_IMPLS))
+    if impl in ("none", "full_iteration"):
+        return impl == "full_iteration"
+    modules = {m for m in str(got.get("cuda-graph-modules", "")).split(",") if m} - {"full"}
+    return not modules or ("attn" in modules and bool(modules & {"mlp", "moe"}))
 
 
 def _moe_mechanisms(got: dict[str, Any]) -> dict[str, Any]:
