@@ -121,6 +121,13 @@ def planning() -> Any | None:
     return planning_pkg
 
 
+def search_labels(table: Any) -> Any:
+    """The layout label of every row of a search table (planning.search.layout_labels)."""
+    from perfmodel.planning.search import layout_labels
+
+    return layout_labels(table)
+
+
 NO_PLANNER = "This page needs the planner (perfmodel.planning), which is not available in this build."
 
 
@@ -920,7 +927,7 @@ def page_search(cfg: dict[str, Any]) -> None:
         st.warning("No layout fits in memory: try more GPUs, a smaller global batch or less headroom.")
         return
     view = res.table.head(top).copy()
-    view.insert(0, "layout", charts.layout_labels(view))
+    view.insert(0, "layout", search_labels(view))
     view["memory_gb"], view["headroom_gb"] = view["memory_bytes"] / specs.GB, view["headroom_bytes"] / specs.GB
     cols = [c for c in ("layout", "step_time_s", "tokens_per_s", "mfu", "memory_gb", "headroom_gb", "cost_per_step_usd",
                         "tokens_per_joule") if c in view]
@@ -938,8 +945,6 @@ def page_search(cfg: dict[str, Any]) -> None:
 def pareto_frame(res: Any, limit: int = 600) -> pd.DataFrame:
     """Fitting layouts for the Pareto chart with labels: the front, plus up to `limit` others
     sampled evenly over the ranking (the cloud's shape, not thousands of overlapping points)."""
-    from perfmodel import app_charts as charts  # Altair: only the pages that draw with it import it
-
     t = res.table
     front = res.pareto_memory()
     keys = ["dp", "tp", "pp", "cp", "ep", "vp", "sequence_parallel", "zero_stage", "micro_batch", "recompute", "schedule"]
@@ -947,7 +952,7 @@ def pareto_frame(res: Any, limit: int = 600) -> pd.DataFrame:
     f = pd.concat([sample, front]).drop_duplicates(subset=keys)
     f = f.merge(front[keys].assign(front=True), on=keys, how="left")
     f["front"] = f["front"].fillna(False).astype(bool)
-    f["layout"] = charts.layout_labels(f)
+    f["layout"] = search_labels(f)
     f["headroom_gb"] = f["headroom_bytes"] / specs.GB
     return f[["layout", "step_time_s", "headroom_gb", "front"]]
 

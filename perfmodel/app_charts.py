@@ -25,26 +25,6 @@ def fixed_height(chart: C, n_rows: int, step: int, **props: Any) -> C:
     return chart.properties(height=band_height(n_rows, step), autosize=FIT_X, **props).configure(autosize=FIT_X)
 
 
-def layout_labels(t: pd.DataFrame) -> pd.Series:
-    """`planning.search.layout_label` of every row of a search table at once (string columns, no
-    per-row Python call: thousands of rows label in milliseconds)."""
-    def s(c: str) -> pd.Series:
-        return t[c].astype(int).astype(str)
-
-    out = "dp " + s("dp") + " tp " + s("tp") + " pp " + s("pp")
-    for k in ("cp", "ep", "vp"):
-        out = out.where(t[k].astype(int) <= 1, out + f" {k} " + s(k))
-    out = out.where(~t["sequence_parallel"].astype(bool), out + " sp")
-    out = out + " zero " + s("zero_stage") + " mb " + s("micro_batch")
-    out = out.where(t["recompute"] == "none", out + " recompute " + t["recompute"].astype(str))
-    if "recompute_num_layers" in t:
-        window = t["recompute_num_layers"].fillna(0).astype(int)
-        out = out.where(window <= 0, out + " (first " + window.astype(str) + " per chunk)")
-    if "offload_activations" in t:
-        out = out.where(t["offload_activations"].astype(int) <= 0, out + " offload " + s("offload_activations"))
-    return out.where(t["pp"].astype(int) <= 1, out + " " + t["schedule"].astype(str))
-
-
 def compare_chart(frame: pd.DataFrame, column: str, title: str, higher_is_better: bool = False,
                   interval: tuple[str, str] | None = None) -> alt.Chart | alt.LayerChart | alt.FacetChart:
     """One metric across hardware candidates, best (smallest) first.
@@ -155,7 +135,6 @@ def validation_scatter(frame: pd.DataFrame) -> alt.LayerChart | alt.FacetChart:
 __all__ = [
     "breakdown_chart",
     "compare_chart",
-    "layout_labels",
     "memory_chart",
     "pareto_chart",
     "sensitivity_chart",

@@ -10,8 +10,9 @@ import math
 import pandas as pd
 import pytest
 
-from perfmodel.app_charts import compare_chart, layout_labels, tornado_chart
+from perfmodel.app_charts import compare_chart, tornado_chart
 from perfmodel.errors import UnknownIdError
+from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.planning.compare import compare
 from perfmodel.planning.purchase import (
     Site,
@@ -25,7 +26,7 @@ from perfmodel.planning.purchase import (
     resolve_candidate,
     spec_price,
 )
-from perfmodel.planning.search import layout_label, search
+from perfmodel.planning.search import layout_label, layout_labels, search
 
 
 def rows(**extra: object) -> pd.DataFrame:
@@ -146,10 +147,25 @@ def test_layout_sensitivity_holds_the_layout() -> None:
     assert price.loc[20.0, "cost_ratio"] == pytest.approx(1.2) and price.loc[20.0, "days_ratio"] == 1.0
 
 
-def test_vectorised_labels_equal_layout_label() -> None:
-    t = search("llama3-8b", "h100-sxm5-80gb", 64, 256).table
-    assert len(t) > 100
-    assert layout_labels(t).tolist() == [layout_label(r) for _, r in t.iterrows()]
+def test_layout_labels_by_hand() -> None:
+    """One labeller for search tables (the app's column), their rows and plans: every field that is
+    not its default shows, in one order; the window and offload columns are optional."""
+    t = pd.DataFrame([
+        {"dp": 16, "tp": 8, "pp": 8, "cp": 1, "ep": 1, "vp": 2, "sequence_parallel": True, "zero_stage": 1,
+         "micro_batch": 1, "recompute": "selective", "schedule": "interleaved-1f1b", "recompute_num_layers": 0,
+         "offload_activations": 0},
+        {"dp": 4, "tp": 1, "pp": 1, "cp": 2, "ep": 4, "vp": 1, "sequence_parallel": False, "zero_stage": 3,
+         "micro_batch": 2, "recompute": "full", "schedule": "1f1b", "recompute_num_layers": 5, "offload_activations": 3}])
+    labels = ["dp 16 tp 8 pp 8 vp 2 sp zero 1 mb 1 recompute selective interleaved-1f1b",
+              "dp 4 tp 1 pp 1 cp 2 ep 4 zero 3 mb 2 recompute full (first 5 per chunk) offload 3"]
+    assert layout_labels(t).tolist() == labels
+    assert layout_label(t.iloc[1]) == labels[1]
+    assert layout_labels(t.drop(columns=["recompute_num_layers", "offload_activations"])).iloc[0] == labels[0]
+    plan = ParallelPlan(dp=4, tp=2, pp=2, micro_batch=1, global_batch=64, recompute="full", recompute_method="block",
+                        recompute_num_layers=3, sequence_parallel=True)
+    assert layout_label(plan) == "dp 4 tp 2 pp 2 sp zero 0 mb 1 recompute full (first 3 per chunk) 1f1b"
+    table = search("llama3-8b", "h100-sxm5-80gb", 64, 256).table
+    assert len(table) > 100 and layout_labels(table).is_unique
 
 
 def test_tornado_draws_nothing_for_no_change_and_colours_by_direction() -> None:

@@ -304,27 +304,40 @@ def _table(spec: ModelSpec, system: System, grid: dict[str, np.ndarray], out: di
     return df.sort_values([key, "world", "memory_bytes"], ascending=[ascending, True, True], kind="stable").reset_index(drop=True)
 
 
+def layout_labels(t: pd.DataFrame) -> pd.Series:
+    """'dp 16 tp 8 pp 8 vp 2 zero 1 mb 1 recompute selective interleaved-1f1b' for every row of a
+    search table at once (string columns, no per-row Python call: thousands of rows label in
+    milliseconds); the window and offload columns are optional."""
+    def s(c: str) -> pd.Series:
+        return t[c].astype(int).astype(str)
+
+    out = "dp " + s("dp") + " tp " + s("tp") + " pp " + s("pp")
+    for k in ("cp", "ep", "vp"):
+        out = out.where(t[k].astype(int) <= 1, out + f" {k} " + s(k))
+    out = out.where(~t["sequence_parallel"].astype(bool), out + " sp")
+    out = out + " zero " + s("zero_stage") + " mb " + s("micro_batch")
+    out = out.where(t["recompute"] == "none", out + " recompute " + t["recompute"].astype(str))
+    if "recompute_num_layers" in t:
+        window = t["recompute_num_layers"].fillna(0).astype(int)
+        out = out.where(window <= 0, out + " (first " + window.astype(str) + " per chunk)")
+    if "offload_activations" in t:
+        out = out.where(t["offload_activations"].fillna(0).astype(int) <= 0, out + " offload " +
+                        t["offload_activations"].fillna(0).astype(int).astype(str))
+    return out.where(t["pp"].astype(int) <= 1, out + " " + t["schedule"].astype(str))
+
+
 def layout_label(row: pd.Series | ParallelPlan) -> str:
-    """'dp 16 tp 8 pp 8 vp 2 zero 1 mb 1 sel' for a table row or a plan."""
-    d: dict[str, Any]
+    """`layout_labels` of one table row or of a plan."""
     if isinstance(row, ParallelPlan):
-        d = {"dp": row.dp, "tp": row.tp, "pp": row.pp, "cp": row.cp, "ep": row.ep, "vp": row.vp,
-             "sequence_parallel": row.sequence_parallel, "zero_stage": row.zero_stage, "micro_batch": row.micro_batch,
-             "recompute": row.recompute, "schedule": row.schedule_name, "offload_activations": row.offload_activations,
-             "recompute_num_layers": row.recompute_num_layers if row.recompute_method == "block" else 0}
+        d: dict[str, Any] = {
+            "dp": row.dp, "tp": row.tp, "pp": row.pp, "cp": row.cp, "ep": row.ep, "vp": row.vp,
+            "sequence_parallel": row.sequence_parallel, "zero_stage": row.zero_stage, "micro_batch": row.micro_batch,
+            "recompute": row.recompute, "schedule": row.schedule_name, "offload_activations": row.offload_activations,
+            "recompute_num_layers": row.recompute_num_layers if row.recompute_method == "block" else 0}
     else:
         d = dict(row)
-    parts = [f"dp {d['dp']}", f"tp {d['tp']}", f"pp {d['pp']}"]
-    parts += [f"{k} {d[k]}" for k in ("cp", "ep", "vp") if int(d[k]) > 1]
-    parts += ["sp"] if d["sequence_parallel"] else []
-    parts += [f"zero {d['zero_stage']}", f"mb {d['micro_batch']}"]
-    parts += [f"recompute {d['recompute']}"] if d["recompute"] != "none" else []
-    window = int(d.get("recompute_num_layers", 0) or 0)
-    parts += [f"(first {window} per chunk)"] if window else []
-    off = int(d.get("offload_activations", 0) or 0)
-    parts += [f"offload {off}"] if off else []
-    parts += [str(d["schedule"])] if int(d["pp"]) > 1 else []
-    return " ".join(parts)
+    return str(layout_labels(pd.DataFrame([d])).iloc[0])
 
 
-__all__ = ["LAYOUT_COLUMNS", "SearchResult", "SearchSpace", "layout_label", "pareto", "resolve_hardware", "row_plan", "search"]
+__all__ = ["LAYOUT_COLUMNS", "SearchResult", "SearchSpace", "layout_label", "layout_labels", "pareto", "resolve_hardware",
+           "row_plan", "search"]
