@@ -655,3 +655,47 @@ def test_cli_states_the_expert_gemm_loop(capsys) -> None:
     assert "(flex dispatcher, per-expert GEMMs)" in capsys.readouterr().out
     main([*args, "--expert-gemm", "grouped"])
     assert "(flex dispatcher)" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- where the router probabilities apply
+def test_probabilities_in_the_activation_keep_no_copy_of_the_expert_outputs_by_hand() -> None:
+    """16 experts top-4 over ep 4, T = 256 tokens, h 512, expert width 256, balanced: R = C = 1024
+    copies per rank. Weighted at the un-permutation (Hugging Face, torchtitan), the copies are kept
+    for the probabilities' gradient: C·h·2 B, and its backward reads them again. Weighted in the
+    activation (Megatron-Core's weighted SwiGLU), the activation keeps R fp32 probabilities more and
+    the un-permutation nothing; its backward is one gather. The expert GEMMs do not change."""
+    spec = DSV3.with_(num_experts=16, top_k=4, moe_ffn_hidden=256, hidden=512, num_heads=8, first_dense_layers=0,
+                      num_layers=1, mla=None, attention="mha")
+    R, h, f = 256 * 4, 512, 256
+    for flex, name in ((False, "unpermute"), (True, "expert_unpermute")):
+        at_combine = ops(moe_layer(sharded_graph(spec, micro_batch=1, seq_len=256, ep=4, moe=MoEOptions(flex=flex))))
+        in_act = ops(moe_layer(sharded_graph(spec, micro_batch=1, seq_len=256, ep=4,
+                                             moe=MoEOptions(flex=flex, probs_in_activation=True))))
+        assert at_combine[name].saved_bytes == R * h * 2
+        assert in_act[name].saved_bytes == 0.0
+        assert (at_combine[name].bwd_bytes_factor, in_act[name].bwd_bytes_factor) == (2.0, 1.0)
+        assert in_act[name].bytes == pytest.approx(R * h * 2 * (1 + 1 / 4))
+        assert in_act["expert_act"].saved_bytes - at_combine["expert_act"].saved_bytes == R * 4
+        assert at_combine["expert_act"].saved_bytes == R * 2 * f * 2
+        for gemm in ("expert_fc1", "expert_fc2"):
+            assert in_act[gemm] == at_combine[gemm]
+
+
+def test_megatron_core_weights_in_the_activation_and_its_moe_layers_keep_less() -> None:
+    from perfmodel.calibration.frameworks import apply_framework, framework
+
+    plan = ParallelPlan(dp=8, ep=8, global_batch=8, seq_len=4096)
+    mcore = apply_framework(plan, framework("megatron-core"))
+    assert mcore.moe_probs_in_activation and moe_options(mcore).probs_in_activation
+    assert not apply_framework(plan, framework("torchtitan")).moe_probs_in_activation
+    mine = plan.model_copy(update={"moe_probs_in_activation": False})
+    assert not apply_framework(mine, framework("megatron-core")).moe_probs_in_activation
+    spec = MIXTRAL.with_(seq_len=4096)
+    kept = {}
+    for p in (False, True):
+        mine = plan.model_copy(update={"moe_probs_in_activation": p})
+        kept[p] = memory_per_rank(plan_graph(spec, mine), mine).activations_bytes
+    # per MoE layer: C = 4096 tokens x top-2 copies of h 4096 in bf16, less 4 B per received copy (imbalance 1.23)
+    C, h, layers = 4096 * 2, 4096, 32
+    R_max = 1.2285012285012284 * C
+    assert kept[False] - kept[True] == pytest.approx(layers * (C * h * 2 - R_max * 4), rel=1e-6)

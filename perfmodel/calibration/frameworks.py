@@ -98,6 +98,13 @@ the commits in EVIDENCE_COMMITS):
                    layer as one launch. Hugging Face / DeepSpeed-MoE expert loops in Python (an eager
                    module per expert) are costlier than either and not modelled: `grouped` is a lower
                    bound for them.
+    moe_probs_in_activation  where an MoE layer weights the expert outputs by their router
+                   probabilities (ParallelPlan.moe_probs_in_activation, workload/moe.py): megatron-core
+                   in the experts' activation (TEGroupedMLP weighted_bias_swiglu_impl with permuted_probs;
+                   both dispatchers unpermute without probabilities, token_dispatcher.py @ d98e8a64),
+                   so the un-permutation keeps no copy of the expert outputs; the others at the
+                   combine (Hugging Face's index_add_ of expert_output * routing_weights), which keeps
+                   one (C·h bf16 per layer and micro-batch).
     cuda_graphs    the transformer layers captured in CUDA graphs: one host launch per layer and
                    pass (ParallelPlan.cuda_graphs). No stack turns it on by default: Megatron-Bridge's
                    recipes set cuda_graph_impl "none" in 219 of 229 places (src/megatron/bridge/recipes,
@@ -209,6 +216,7 @@ class Framework:
     elementwise: ElementwiseImpl = "fused"  # norms / activations / RoPE fused or as eager ATen chains
     autocast_weights: bool = False  # fp32 parameters cast by torch.autocast every micro-batch (module docstring)
     expert_gemm: ExpertGemm = "grouped"  # MoE expert GEMMs as one kernel or one per local expert (module docstring)
+    moe_probs_in_activation: bool = False  # router probabilities applied in the experts' activation (docstring)
 
 
 # PyTorch's context-parallel ring on K/V repeated to the query heads (module docstring, cp_ring)
@@ -252,7 +260,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "(models/*/..._bridge.py) and stays in the H100 and B200 64-GPU Qwen3-235B recipes: --moe-dispatcher "
               "alltoall for those",
               p2p_overlap=True, fused_casts=True, fused_cross_entropy=True, grad_reduce_bytes=2,
-              moe_a2a_overlap_precisions=("mxfp8",), expert_gemm="per-expert"),
+              moe_a2a_overlap_precisions=("mxfp8",), expert_gemm="per-expert", moe_probs_in_activation=True),
     Framework("deepspeed", "flash", "eager", False,
               "DeepSpeed with Hugging Face models: attention through torch SDPA (flash backend), eager; the "
               "models' norms, SwiGLU and RoPE as written in transformers (LlamaRMSNorm upcasts to fp32, "
@@ -355,6 +363,8 @@ def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
         update["cp_ring"] = fw.cp_ring
     if "elementwise" not in plan.model_fields_set and plan.elementwise != fw.elementwise:
         update["elementwise"] = fw.elementwise
+    if "moe_probs_in_activation" not in plan.model_fields_set and plan.moe_probs_in_activation != fw.moe_probs_in_activation:
+        update["moe_probs_in_activation"] = fw.moe_probs_in_activation
     if "expert_gemm" not in plan.model_fields_set and plan.expert_gemm != fw.expert_gemm:
         update["expert_gemm"] = fw.expert_gemm
     if "autocast_weights" not in plan.model_fields_set and plan.autocast_weights != fw.autocast_weights:

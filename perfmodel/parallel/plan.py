@@ -126,6 +126,10 @@ class ParallelPlan(BaseModel):
         "see MOE_IMBALANCE_DEFAULT)"))
     moe_fp8_dispatch: bool = Field(False, description="MoE: tokens dispatched in fp8 (DeepSeek-V3, DeepEP) under fp8 GEMMs")
     moe_shared_expert_overlap: bool = Field(False, description="MoE: shared experts run beside the dispatch/combine all-to-alls")
+    moe_probs_in_activation: bool = Field(False, description=(
+        "MoE: the router probabilities weight the experts' activation (Megatron-Core's TEGroupedMLP, "
+        "weighted SwiGLU) instead of the un-permutation, which then keeps no copy of the expert outputs "
+        "(workload/moe.py); the training stack selects it"))
     moe_a2a_overlap: bool = Field(False, description=(
         "MoE: expert-parallel all-to-alls of one micro-batch hide behind another's compute (Megatron-Core "
         "overlap_moe_expert_parallel_comm, the combined 1F1B schedule)"))

@@ -95,7 +95,7 @@ class RankLayout:
 def moe_options(plan: ParallelPlan) -> MoEOptions:
     """The MoE settings of a plan, in the builder's hashable form."""
     return MoEOptions(plan.etp, plan.moe_imbalance, plan.moe_fp8_dispatch, plan.moe_shared_expert_overlap,
-                      plan.moe_dispatcher == "flex")
+                      plan.moe_dispatcher == "flex", plan.moe_probs_in_activation)
 
 
 class RankAxes:

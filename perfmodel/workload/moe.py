@@ -30,7 +30,14 @@ Forward, per rank (Megatron-Core `MoEAlltoAllTokenDispatcher`, `moe_utils.permut
     experts      grouped GEMMs fc1 [m, h] x [h, 2f/etp], activation, fc2 [m, f/etp] x [f/etp, h]
                  with m = γ·R / (E/ep) rows per local expert
     unsort, reduce-scatter over etp, combine all-to-all over ep (bf16)
-    unpermute    scatter-add of the C copies weighted by their router probabilities
+    unpermute    scatter-add of the C copies weighted by their router probabilities, which keeps the
+                 copies for the probabilities' gradient (C·h bf16). Megatron-Core's grouped experts
+                 apply the probabilities in the activation instead (TEGroupedMLP bias_act_func:
+                 weighted_bias_swiglu_impl(fc1_output, bias, permuted_probs), experts.py @ d98e8a64)
+                 and both dispatchers unpermute without them (token_dispatcher.py unpermute(...)
+                 with no probs): the activation keeps the R probabilities (fp32) beside its input,
+                 the unpermute keeps nothing and its backward is one gather
+                 (MoEOptions.probs_in_activation, ParallelPlan.moe_probs_in_activation)
     shared       always-on experts as a tp-sharded dense FFN; with `moe_shared_expert_overlap`
                  the dispatch hides behind the shared FC1 and the combine behind its FC2
 The backward pass mirrors each step (permute <-> unpermute, all-to-all of the gradients).
@@ -58,6 +65,7 @@ from perfmodel.workload.spec import ModelSpec
 
 FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128  # e4m3 value + an fp32 scale per 1x128 tile (DeepSeek-V3 §3.3.2)
 COUNT_BYTES = 8  # int64 per-expert token counts
+PROB_BYTES = 4  # an fp32 router probability per routed copy
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +77,7 @@ class MoEOptions:
     fp8_dispatch: bool = False
     shared_expert_overlap: bool = False
     flex: bool = False  # Megatron-Core's flex dispatcher (DeepEP): permutes after the dispatch, no sort_chunks
+    probs_in_activation: bool = False  # router probabilities applied in the experts' activation, not the unpermute
 
 
 @dataclass(frozen=True)
@@ -134,14 +143,18 @@ def moe_block(spec: ModelSpec, T: int, tp: int, ep: int, precision: str, opts: M
     ops += latent_down
     if d_el < ACT_BYTES:
         ops.append(_mem_op("dispatch_quantize", Tr * hx, ACT_BYTES + d_el, flop=2.0 * Tr * hx))
+    probs_saved = R_max * PROB_BYTES if opts.probs_in_activation else 0.0
     experts = [
         _grouped("expert_fc1", m, up_n, hx, el_local, precision, 2.0 * R * up_n * hx, saved=m * el_local * hx * ACT_BYTES),
         _mem_op("expert_act", R_max * f, ACT_BYTES * ((2 if gated else 1) + 1), flop=8.0 * R_max * f,
-                saved=R_max * up_n * ACT_BYTES, bwd_bytes_factor=2.0),
+                saved=R_max * up_n * ACT_BYTES + probs_saved, bwd_bytes_factor=2.0),
         _grouped("expert_fc2", m, hx, f, el_local, precision, 2.0 * R * hx * f, saved=m * el_local * f * ACT_BYTES),
     ]
-    # the unpermute: a scatter-add of the copies into their tokens; saves the copies for the prob gradient
-    unpermute_bytes = ACT_BYTES * (1 + 1 / k) + 4 / hx
+    # the unpermute: a scatter-add of the copies into their tokens; weighted by the probabilities it
+    # saves the copies for their gradient and its backward reads them again, else it is a plain
+    # sum whose backward is one gather (module docstring)
+    unpermute_bytes = ACT_BYTES * (1 + 1 / k) + (0.0 if opts.probs_in_activation else PROB_BYTES / hx)
+    unpermute_bwd = 1.0 if opts.probs_in_activation else 2.0
     if opts.flex and ep * etp > 1:
         # DeepEP's fused dispatch reads the tokens in place and each rank receives a token once;
         # the permutation into expert order (and its inverse before the combine) runs on the
@@ -151,7 +164,8 @@ def moe_block(spec: ModelSpec, T: int, tp: int, ep: int, precision: str, opts: M
         ops.append(_mem_op("expert_permute", R_max * hx, 2 * d_el, kernels=2))
         ops += experts
         ops.append(_mem_op("expert_unpermute", R_max * hx, unpermute_bytes, flop=2.0 * R_max * hx,
-                           saved=C * hx * ACT_BYTES, kernels=2, bwd_bytes_factor=2.0))
+                           saved=0.0 if opts.probs_in_activation else C * hx * ACT_BYTES, kernels=2,
+                           bwd_bytes_factor=unpermute_bwd))
     else:
         ops.append(_mem_op("permute", C * hx, 2 * d_el, kernels=2))
         if el_local > 1 and ep > 1:
@@ -160,7 +174,8 @@ def moe_block(spec: ModelSpec, T: int, tp: int, ep: int, precision: str, opts: M
         if el_local > 1 and ep > 1:
             ops.append(_mem_op("unsort_chunks", R_max * hx, 2 * ACT_BYTES))
         ops.append(_mem_op("unpermute", C * hx, unpermute_bytes, flop=2.0 * C * hx,
-                           saved=C * hx * ACT_BYTES, kernels=2, bwd_bytes_factor=2.0))
+                           saved=0.0 if opts.probs_in_activation else C * hx * ACT_BYTES, kernels=2,
+                           bwd_bytes_factor=unpermute_bwd))
     ops += latent_up
     ops += shared_ops
 
