@@ -59,6 +59,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--elementwise", choices=list(ELEMENTWISE_IMPLS), default=None,
                    help="norms, activations and RoPE: fused (one kernel each) or eager (chains of ATen kernels, a "
                         "model in PyTorch ops run without torch.compile); default: the --framework's")
+    g.add_argument("--act-fp8-input-store", action="store_true",
+                   help="SwiGLU activations keep their input for the backward in fp8 instead of bf16 (Megatron-Core "
+                        "--activation-func-fp8-input-store; DeepSeek-V3's SwiGLU input cache)")
     g.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="the transformer layers captured in CUDA graphs: one host launch per layer and pass "
                         "(Megatron-Core --cuda-graph-impl full_iteration, or local / transformer_engine over whole "
@@ -93,8 +96,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                         "cpu_offloading_num_layers; needs pp 1, no recompute; over the node's measured host link)")
     add_precision_arg(g)
     g.add_argument("--schedule", default=None, choices=SCHEDULE_NAMES)
-    g.add_argument("--optimizer", default="adam", choices=["adam", "adamw", "adam8bit", "sgd", "adafactor", "muon"],
-                   help="optimizer state and step cost (sgd: with momentum; muon: Newton-Schulz on 2-D weights)")
+    g.add_argument("--optimizer", default="adam", choices=["adam", "adamw", "adamw-bf16", "adam8bit", "sgd", "adafactor", "muon"],
+                   help="optimizer state and step cost (adamw-bf16: bf16 moments, fp32 master; sgd: with momentum; "
+                        "muon: Newton-Schulz on 2-D weights)")
     g.add_argument("--fp8-recipe", default=None, choices=registry.recipe_names(),
                    help="scaling recipe of fp8/fp4 GEMMs (default: delayed for fp8; mxfp8, nvfp4 for those precisions)")
     g.add_argument("--no-overlap", action="store_true", help="no DP comm / FSDP prefetch overlap")
@@ -148,6 +152,7 @@ def _plan(a: argparse.Namespace, n_gpus: int):
                         **({"elementwise": a.elementwise} if a.elementwise else {}),
                         **({"expert_gemm": a.expert_gemm} if getattr(a, "expert_gemm", None) else {}),
                         **({"cuda_graphs": a.cuda_graphs} if getattr(a, "cuda_graphs", None) is not None else {}),
+                        **({"act_fp8_input_store": True} if getattr(a, "act_fp8_input_store", False) else {}),
                         **({"autocast_weights": a.autocast_weights} if a.autocast_weights is not None else {}),
                         **({"moe_imbalance": a.moe_imbalance} if a.moe_imbalance is not None else {}),
                         zero_stage=a.zero, micro_batch=a.micro_batch, global_batch=gb, seq_len=a.seq_len,

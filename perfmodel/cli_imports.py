@@ -96,6 +96,7 @@ def _apply_layout(a: argparse.Namespace, lay: dict[str, Any]) -> argparse.Namesp
     b.recompute_method = lay.get("recompute_method") or getattr(a, "recompute_method", None)
     b.recompute_num_layers = lay.get("recompute_num_layers") or getattr(a, "recompute_num_layers", None)
     b.fp8_recipe, b.optimizer = lay.get("fp8_recipe"), lay.get("optimizer", a.optimizer)
+    b.act_fp8_input_store = lay.get("act_fp8_input_store") or getattr(a, "act_fp8_input_store", False)
     b.schedule = lay.get("schedule") or a.schedule
     for key in ("moe_dispatcher", "moe_a2a_overlap", "moe_shared_overlap", "moe_imbalance", "moe_a2a_sms",
                 "cuda_graphs"):

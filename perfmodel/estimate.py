@@ -156,6 +156,8 @@ def _mechanisms(plan: ParallelPlan) -> str:
                                   ("FlashAttention-1-era attention", plan.attention_impl == "flash1"),
                                   (f"cp ring {plan.cp_ring}", plan.cp > 1 and plan.cp_ring != "p2p"),
                                   ("eager element-wise ops", plan.elementwise == "eager"),
-                                  ("autocast weight casts", autocast_on(plan)))
+                                  ("autocast weight casts", autocast_on(plan)),
+                                  ("fp8 SwiGLU inputs", plan.act_fp8_input_store),
+                                  (f"optimizer {plan.optimizer}", plan.optimizer not in ("adam", "adamw")))
           if flag]
     return f"; {', '.join(on)}" if on else ""

@@ -119,6 +119,10 @@ def op_saved_bytes(op: Op, plan: ParallelPlan) -> float:
     MXFP8, 0.5 + 1/16 B for NVFP4) instead of 2 B. The graph's GEMM ops save exactly their bf16
     input (workload/op_make.py gemm_op, workload/moe.py _grouped); a 16-bit GEMM (the LM head, the
     fp32 router) keeps it as is, and without TE's casts (torchao) the bf16 input stays."""
+    if op.act_input_bytes and plan.act_fp8_input_store:
+        # the SwiGLU input cast to e4m3 for the backward (Megatron-LM @ d98e8a64 fusions/fused_bias_swiglu.py
+        # input.to(torch.float8_e4m3fn)): 1 B where bf16 kept 2
+        return op.saved_bytes - op.act_input_bytes / 2
     if op.kind != "gemm" or not plan.fp8_fused_casts:
         return op.saved_bytes
     recipe = recipe_for(op.precision, plan.fp8_recipe)

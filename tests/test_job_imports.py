@@ -178,6 +178,22 @@ def test_megatron_cuda_graphs_reach_the_plan(tmp_path: Path, capsys: pytest.Capt
     assert graphed["step_time_s"] < 0.8 * eager["step_time_s"]
 
 
+def test_megatron_optimizer_moments_and_fp8_swiglu_inputs_reach_the_plan() -> None:
+    """DeepSeek-V3's memory savers as Megatron states them: bf16 AdamW moments (precision-aware
+    optimizer, also in Megatron-Bridge's torch.bfloat16 spelling) and SwiGLU inputs kept in fp8;
+    moment widths perfmodel does not model are refused with the allowed ones."""
+    base = ("--num-layers 2 --hidden-size 1024 --ffn-hidden-size 2816 --num-attention-heads 16 --seq-length 1024 "
+            "--vocab-size 32000 --swiglu --bf16 ")
+    assert parse_megatron_args(base).layout["optimizer"] == "adamw"
+    bf16 = parse_megatron_args(base + "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 "
+                               "--activation-func-fp8-input-store").layout
+    assert (bf16["optimizer"], bf16["act_fp8_input_store"]) == ("adamw-bf16", True)
+    bridge = parse_megatron_args(base + "optimizer.exp_avg_dtype=torch.bfloat16 optimizer.exp_avg_sq_dtype=torch.bfloat16")
+    assert bridge.layout["optimizer"] == "adamw-bf16"
+    with pytest.raises(SpecError, match="both fp32 or both bf16"):
+        parse_megatron_args(base + "--exp-avg-dtype fp8 --exp-avg-sq-dtype bf16")
+
+
 def test_megatron_virtual_stages_and_errors() -> None:
     base = "--num-layers 32 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 --vocab-size 1000 "
     assert parse_megatron_args(base + "--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 2"

@@ -699,3 +699,25 @@ def test_megatron_core_weights_in_the_activation_and_its_moe_layers_keep_less() 
     C, h, layers = 4096 * 2, 4096, 32
     R_max = 1.2285012285012284 * C
     assert kept[False] - kept[True] == pytest.approx(layers * (C * h * 2 - R_max * 4), rel=1e-6)
+
+
+# ---------------------------------------------------------------- SwiGLU inputs kept in fp8
+def test_fp8_swiglu_inputs_halve_what_the_activations_keep_by_hand() -> None:
+    """Megatron-Core's activation_func_fp8_input_store casts the SwiGLU input it keeps to e4m3: the
+    routed experts' activation keeps R·2f·1 B (+ its fp32 probabilities) instead of R·2f·2 B, and
+    so does a dense or shared SwiGLU MLP; a model without SwiGLU is refused, as Megatron refuses it."""
+    from perfmodel.memory import op_saved_bytes
+
+    plan = ParallelPlan(dp=8, ep=8, global_batch=8, seq_len=4096, moe_probs_in_activation=True)
+    store = plan.model_copy(update={"act_fp8_input_store": True})
+    layer = moe_layer(plan_graph(DSV3.with_(seq_len=4096), plan))
+    o = ops(layer)
+    R_max = 1.2285012285012284 * 4096 * 8  # copies on the busiest rank, 8 experts per token
+    f = 2048
+    assert o["expert_act"].act_input_bytes == pytest.approx(R_max * 2 * f * 2)
+    assert op_saved_bytes(o["expert_act"], plan) - op_saved_bytes(o["expert_act"], store) == pytest.approx(R_max * 2 * f)
+    assert op_saved_bytes(o["shared_act"], store) == pytest.approx(op_saved_bytes(o["shared_act"], plan) / 2)
+    assert op_saved_bytes(o["expert_fc1"], store) == op_saved_bytes(o["expert_fc1"], plan)
+    gelu = WL["gpt3-175b"]
+    with pytest.raises(LayoutError, match="SwiGLU"):
+        plan_graph(gelu, ParallelPlan(dp=8, global_batch=8, act_fp8_input_store=True))

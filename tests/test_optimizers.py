@@ -60,8 +60,9 @@ def test_elementwise_step_is_bytes_over_bandwidth():
     """H100 has no measured optimizer step: bytes per parameter / achieved HBM bandwidth."""
     spec = get_workload("gpt2-124m")
     t = {o: perfmodel.estimate(spec, "h100-sxm5-80gb", ParallelPlan(global_batch=1, optimizer=o)).breakdown_s["optimizer_s"]
-         for o in ("adam", "adamw", "sgd", "adafactor", "adam8bit")}
+         for o in ("adam", "adamw", "adamw-bf16", "sgd", "adafactor", "adam8bit")}
     assert t["adam"] == t["adamw"]
+    assert t["adamw-bf16"] / t["adam"] == pytest.approx(30.0 / 38.0)  # moments 2 + 2 B each way, not 4 + 4
     assert t["sgd"] / t["adam"] == pytest.approx(STEP_BYTES_PER_PARAM["sgd"] / 38.0)
     assert t["adam8bit"] / t["adam"] == pytest.approx(26.0 / 38.0)
     assert t["adafactor"] == t["sgd"]
@@ -96,3 +97,16 @@ def test_cli_optimizer(capsys):
     assert json.loads(capsys.readouterr().out)["plan"]["optimizer"] == "muon"
     with pytest.raises(SystemExit):
         main(["estimate", "gpt2-124m", "--hardware", "h100-sxm5-80gb", "--n-gpus", "1", "--optimizer", "lion"])
+
+
+def test_bf16_moments_keep_eight_bytes_and_scale_a_measured_step():
+    """AdamW with bf16 moments (DeepSeek-V3 §3.3.3): fp32 master 4 B + two 2 B moments; where the
+    accelerator measured its AdamW step, that step times 30 / 38 of the bytes."""
+    from perfmodel.compute.optimizers import elementwise_step_s
+    from perfmodel.hardware.catalog import load_catalog
+
+    assert STATE_BYTES_PER_PARAM["adamw-bf16"] == 8.0
+    measured = [a for a in load_catalog().accelerators.values() if a.calibration.optimizer_step_per_param is not None]
+    assert measured
+    acc = measured[0]
+    assert elementwise_step_s(acc, "adamw-bf16", 1e9) == pytest.approx(elementwise_step_s(acc, "adamw", 1e9) * 30 / 38)

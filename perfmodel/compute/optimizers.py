@@ -6,6 +6,10 @@ fp32 master copy, 4 B, in every case):
 optimizer  state                                   B/param  source
 adam(w)    master + m + v (fp32)                   12       Kingma & Ba 2015; Loshchilov & Hutter 2019
                                                             (decoupled decay: same tensors); ZeRO §3
+adamw-bf16 master + bf16 m and v                   8       DeepSeek-V3 report §3.3.3 (BF16 moments, FP32
+                                                            master weights and gradients); Megatron-Core
+                                                            --use-precision-aware-optimizer --exp-avg-dtype
+                                                            bf16 --exp-avg-sq-dtype bf16
 adam8bit   master + 8-bit m and v (+ block scales)  6       Dettmers et al. 2022, bitsandbytes
 sgd        master + momentum (fp32)                 8       torch.optim.SGD(momentum=...)
 adafactor  master + factored second moment          4       Shazeer & Stern 2018: an [r, c] matrix keeps
@@ -20,6 +24,7 @@ Step time, element-wise part: bytes per parameter through HBM at the achieved ba
 calibrated per-parameter AdamW time where the accelerator has one):
     adam(w) 38 = grad 4 read, master 4 + 4, m and v 8 + 8, bf16 weight 2 write, grad-norm pass 4,
                  zero_grad 4
+    adamw-bf16 30 = the same with 2-byte moments (4 + 4 instead of 8 + 8)
     adam8bit 26 = the same with 1-byte moments (2 + 2 instead of 8 + 8)
     sgd 30 = grad 4, master 4 + 4, momentum 4 + 4, weight 2, grad norm 4, zero_grad 4
     adafactor 30 = grad 4 for the row/column statistics, grad 4 again for the update, master 4 + 4,
@@ -53,8 +58,10 @@ if TYPE_CHECKING:
     from perfmodel.hardware.system import System
     from perfmodel.parallel.plan import ParallelPlan
 
-STATE_BYTES_PER_PARAM = {"adam": 12.0, "adamw": 12.0, "adam8bit": 6.0, "sgd": 8.0, "adafactor": 4.0, "muon": 8.0}
-STEP_BYTES_PER_PARAM = {"adam": 38.0, "adamw": 38.0, "adam8bit": 26.0, "sgd": 30.0, "adafactor": 30.0, "muon": 30.0}
+STATE_BYTES_PER_PARAM = {"adam": 12.0, "adamw": 12.0, "adamw-bf16": 8.0, "adam8bit": 6.0, "sgd": 8.0, "adafactor": 4.0,
+                         "muon": 8.0}
+STEP_BYTES_PER_PARAM = {"adam": 38.0, "adamw": 38.0, "adamw-bf16": 30.0, "adam8bit": 26.0, "sgd": 30.0, "adafactor": 30.0,
+                        "muon": 30.0}
 NEWTON_SCHULZ_STEPS = 5
 
 
@@ -79,8 +86,10 @@ def elementwise_step_s(acc: Accelerator, optimizer: str, local_params: float) ->
     """The element-wise update of `local_params` parameters: the measured AdamW step time per
     parameter where calibrated, else STEP_BYTES_PER_PARAM through HBM at achieved bandwidth."""
     measured = acc.calibration.optimizer_step_per_param
-    if measured is not None and optimizer in ("adam", "adamw"):
-        return local_params * measured.si("seconds", "calibration.optimizer_step_per_param")
+    if measured is not None and optimizer in ("adam", "adamw", "adamw-bf16"):
+        # the measured AdamW step, with bf16 moments moving 30 of its 38 B per parameter
+        share = STEP_BYTES_PER_PARAM[optimizer] / STEP_BYTES_PER_PARAM["adamw"]
+        return local_params * measured.si("seconds", "calibration.optimizer_step_per_param") * share
     return local_params * STEP_BYTES_PER_PARAM[optimizer] / acc.hbm_achieved_Bps
 
 

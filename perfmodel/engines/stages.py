@@ -59,6 +59,9 @@ def model_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
 def plan_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
     if plan.recompute == "selective":
         check_modules(plan.selective_recompute, spec.attention == "mla", spec.id)
+    if plan.act_fp8_input_store and spec.activation != "swiglu":
+        raise LayoutError(f"act_fp8_input_store keeps a SwiGLU's input in fp8; {spec.id} runs {spec.activation} "
+                          "(Megatron-Core refuses it too: transformer_config.py 'supported only for SwiGLU')")
     return cached_graph(spec, plan.micro_batch, plan.seq_len or spec.seq_len, plan.tp, plan.cp, plan.ep,
                         plan.sequence_parallel, plan.precision, plan.attention_impl, moe_options(plan), plan.cp_ring,
                         plan.elementwise, autocast_on(plan))

@@ -68,9 +68,10 @@ class ParallelPlan(BaseModel):
         "per-layer CUDA graphs"))
     precision: registry.PrecisionName = Field(registry.DEFAULT_PRECISION, description=(
         "GEMM precision, one of perfmodel/precision.py PRECISIONS (or an alias)"))
-    optimizer: Literal["adam", "adamw", "adam8bit", "sgd", "adafactor", "muon"] = Field(
+    optimizer: Literal["adam", "adamw", "adamw-bf16", "adam8bit", "sgd", "adafactor", "muon"] = Field(
         "adam", description="state and step cost: perfmodel/compute/optimizers.py (adam and adamw cost the same; "
-        "sgd has momentum; muon orthogonalises 2-D weights by Newton-Schulz)")
+        "adamw-bf16 keeps bf16 moments beside the fp32 master; sgd has momentum; muon orthogonalises 2-D weights "
+        "by Newton-Schulz)")
     fp8_recipe: registry.RecipeName | None = Field(
         None, description="scaling recipe of fp8 / fp4 GEMMs (perfmodel/precision.py RECIPES): delayed, current, "
         "blockwise (fp8), mxfp8, nvfp4; default: the precision's first (fp8 delayed, Transformer Engine's default)")
@@ -126,6 +127,9 @@ class ParallelPlan(BaseModel):
         "see MOE_IMBALANCE_DEFAULT)"))
     moe_fp8_dispatch: bool = Field(False, description="MoE: tokens dispatched in fp8 (DeepSeek-V3, DeepEP) under fp8 GEMMs")
     moe_shared_expert_overlap: bool = Field(False, description="MoE: shared experts run beside the dispatch/combine all-to-alls")
+    act_fp8_input_store: bool = Field(False, description=(
+        "the SwiGLU activations keep their input for the backward in fp8 (1 B) instead of bf16 (Megatron-Core "
+        "--activation-func-fp8-input-store; DeepSeek-V3 caches the SwiGLU inputs in fp8); SwiGLU models only"))
     moe_probs_in_activation: bool = Field(False, description=(
         "MoE: the router probabilities weight the experts' activation (Megatron-Core's TEGroupedMLP, "
         "weighted SwiGLU) instead of the un-permutation, which then keeps no copy of the expert outputs "

@@ -257,6 +257,8 @@ def _ffn_ops(spec: ModelSpec, T: int, width: int, ax: Axes, precision: str, name
     f = ax.columns(width, spec.id, "the FFN width")
     up_n = f * (2 if gated else 1)
     act = elementwise_op(f"{name}_act", T * f, 2 if gated else 1, 1, 8, saved=T * up_n * ACT_BYTES)
+    if spec.activation == "swiglu":
+        act = replace_op(act, act_input_bytes=T * up_n * ACT_BYTES)
     # a dense FC1 reads the pre-MLP norm's output directly (an MoE layer's norm also feeds the router)
     fc1 = replace_op(gemm_op(f"{name}_fc1", T, up_n, h, precision, bias=bias, saved=saved_in, split="column"),
                    norm_input=name == "mlp", mm_parts=(f, f) if gated else ())

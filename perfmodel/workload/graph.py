@@ -109,6 +109,9 @@ class Op:
     # bytes of the forward's output tensors; -1 = derived (a GEMM's m·n·batch·repeat at 2 B, else
     # unknown). A fused attention kernel's are its output and its fp32 log-sum-exp
     out_bytes: float = -1.0
+    # bytes of a SwiGLU's bf16 input among saved_bytes: what Megatron-Core keeps in fp8 under
+    # activation_func_fp8_input_store (ParallelPlan.act_fp8_input_store, memory.op_saved_bytes)
+    act_input_bytes: float = 0.0
 
     @property
     def wgrad_factor(self) -> float:

@@ -35,8 +35,9 @@ What is read (Megatron's defaults where the list is silent):
   (uniform / block) and --recompute-num-layers, --micro-batch-size,
   --global-batch-size, --fp8-format (fp8 GEMMs) with --fp8-recipe (delayed, tensorwise = current
   scaling, blockwise, mxfp8), --fp4-format / --fp4-recipe (nvfp4), --fp16 / --bf16, --optimizer
-  (adam = AdamW, sgd), --use-distributed-optimizer (ZeRO-1), --use-torch-fsdp2 / --use-custom-fsdp
-  (ZeRO-3).
+  (adam = AdamW, sgd) with --exp-avg-dtype / --exp-avg-sq-dtype (fp32, or bf16 for both: adamw-bf16),
+  --use-distributed-optimizer (ZeRO-1), --use-torch-fsdp2 / --use-custom-fsdp (ZeRO-3),
+  --activation-func-fp8-input-store (SwiGLU inputs kept in fp8).
 - MoE mechanisms: --moe-token-dispatcher-type (alltoall / flex), --overlap-moe-expert-parallel-comm,
   --moe-shared-expert-overlap, --moe-router-force-load-balancing (balanced routing: moe_imbalance 1),
   --moe-flex-dispatcher-num-sms (or the deprecated --moe-deepep-num-sms / --moe-hybridep-num-sms).
@@ -66,7 +67,8 @@ FLAGS = frozenset({"swiglu", "untie-embeddings-and-output-weights", "disable-bia
                    "use-torch-fsdp2", "use-custom-fsdp", "multi-latent-attention", "use-rotary-position-embeddings",
                    "no-position-embedding", "add-qkv-bias", "squared-relu", "is-hybrid-model",
                    "mtp-use-repeated-layer", "moe-router-force-load-balancing", "overlap-moe-expert-parallel-comm",
-                   "moe-shared-expert-overlap", "enable-cuda-graph", "external-cuda-graph"})
+                   "moe-shared-expert-overlap", "enable-cuda-graph", "external-cuda-graph",
+                   "activation-func-fp8-input-store", "use-precision-aware-optimizer"})
 VALUED = frozenset({"num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "num-query-groups",
                     "kv-channels", "seq-length", "vocab-size", "tokenizer-type", "make-vocab-size-divisible-by",
                     "normalization", "position-embedding-type", "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
@@ -79,7 +81,7 @@ VALUED = frozenset({"num-layers", "hidden-size", "ffn-hidden-size", "num-attenti
                     "fp4-format", "fp4-recipe", "optimizer", "moe-latent-size", "hybrid-layer-pattern",
                     "hybrid-override-pattern", "mamba-num-heads", "mamba-head-dim", "mamba-state-dim", "mamba-num-groups",
                     "mtp-num-layers", "moe-token-dispatcher-type", "moe-flex-dispatcher-num-sms", "moe-deepep-num-sms",
-                    "moe-hybridep-num-sms", "cuda-graph-impl"})
+                    "moe-hybridep-num-sms", "cuda-graph-impl", "exp-avg-dtype", "exp-avg-sq-dtype"})
 LISTED = frozenset({"recompute-modules", "cuda-graph-modules"})  # nargs='*' arguments
 # Megatron's --fp8-recipe / --fp4-recipe -> (precision, perfmodel fp8_recipe)
 RECIPES = {"delayed": ("fp8", "delayed"), "tensorwise": ("fp8", "current"), "blockwise": ("fp8", "blockwise"),
@@ -409,6 +411,7 @@ def _layout(got: dict[str, Any], L: int, tp: int, pp: int) -> dict[str, Any]:
     optimizer = str(got.get("optimizer", "adam"))
     if optimizer not in ("adam", "sgd"):
         raise SpecError("--optimizer", f"{optimizer!r}", "adam or sgd (Megatron's choices)")
+    adam = _adam_moments(got) if optimizer == "adam" else "sgd"
     zero = 3 if got.get("use-torch-fsdp2") or got.get("use-custom-fsdp") else 1 if got.get("use-distributed-optimizer") else 0
     mb = _int(got, "micro-batch-size", 1)
     return {"tp": tp, "pp": pp, "vp": vp, "cp": _int(got, "context-parallel-size", 1),
@@ -422,4 +425,21 @@ def _layout(got: dict[str, Any], L: int, tp: int, pp: int) -> dict[str, Any]:
             "recompute_method": method, "recompute_num_layers": window,
             "precision": precision, "fp8_recipe": recipe,
             # Megatron's "adam" is AdamW (decoupled weight decay); both cost the same here
-            "optimizer": "adamw" if optimizer == "adam" else "sgd"}
+            "optimizer": adam, "act_fp8_input_store": bool(got.get("activation-func-fp8-input-store"))}
+
+
+MOMENT_DTYPES = {"fp32": "fp32", "float32": "fp32", "torch.float32": "fp32",
+                 "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16"}
+
+
+def _adam_moments(got: dict[str, Any]) -> str:
+    """AdamW with fp32 moments (Megatron's default) or with bf16 ones (--exp-avg-dtype and
+    --exp-avg-sq-dtype bf16 under --use-precision-aware-optimizer, as DeepSeek-V3 trained;
+    Megatron-Bridge prints them as torch.bfloat16); other widths are not modelled."""
+    widths = {MOMENT_DTYPES.get(str(got.get(name, "fp32"))) for name in ("exp-avg-dtype", "exp-avg-sq-dtype")}
+    if widths == {"fp32"}:
+        return "adamw"
+    if widths == {"bf16"}:
+        return "adamw-bf16"
+    stated = ", ".join(f"--{n} {got.get(n, 'fp32')}" for n in ("exp-avg-dtype", "exp-avg-sq-dtype"))
+    raise SpecError("--exp-avg-dtype / --exp-avg-sq-dtype", stated, "both fp32 or both bf16 (the modelled moment widths)")

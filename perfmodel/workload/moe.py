@@ -55,7 +55,7 @@ every expert and processes all copies, so γ does not apply.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from perfmodel import precision as registry
 from perfmodel.errors import LayoutError
@@ -144,10 +144,13 @@ def moe_block(spec: ModelSpec, T: int, tp: int, ep: int, precision: str, opts: M
     if d_el < ACT_BYTES:
         ops.append(_mem_op("dispatch_quantize", Tr * hx, ACT_BYTES + d_el, flop=2.0 * Tr * hx))
     probs_saved = R_max * PROB_BYTES if opts.probs_in_activation else 0.0
+    act = _mem_op("expert_act", R_max * f, ACT_BYTES * ((2 if gated else 1) + 1), flop=8.0 * R_max * f,
+                  saved=R_max * up_n * ACT_BYTES + probs_saved, bwd_bytes_factor=2.0)
+    if spec.activation == "swiglu":
+        act = replace(act, act_input_bytes=R_max * up_n * ACT_BYTES)
     experts = [
         _grouped("expert_fc1", m, up_n, hx, el_local, precision, 2.0 * R * up_n * hx, saved=m * el_local * hx * ACT_BYTES),
-        _mem_op("expert_act", R_max * f, ACT_BYTES * ((2 if gated else 1) + 1), flop=8.0 * R_max * f,
-                saved=R_max * up_n * ACT_BYTES + probs_saved, bwd_bytes_factor=2.0),
+        act,
         _grouped("expert_fc2", m, hx, f, el_local, precision, 2.0 * R * hx * f, saved=m * el_local * f * ACT_BYTES),
     ]
     # the unpermute: a scatter-add of the copies into their tokens; weighted by the probabilities it
