@@ -44,6 +44,11 @@ WHATIF = {  # key -> (label, System.scaled keyword)
     "s_lat": ("link latency", "latency"),
 }
 USER_ERRORS = (PerfmodelError, ValueError, KeyError)
+OPTIMIZER_LABELS = {"adam": "AdamW, fp32 master and moments (12 B per parameter)",
+                    "adamw-bf16": "AdamW with bf16 moments beside the fp32 master (8 B; DeepSeek-V3)",
+                    "adam8bit": "8-bit Adam moments (6 B; bitsandbytes)",
+                    "sgd": "SGD with momentum (8 B)", "adafactor": "Adafactor, factored second moment (4 B)",
+                    "muon": "Muon: momentum and Newton-Schulz on 2-D weights (8 B)"}
 ZERO_LABELS = {0: "0: no sharding", 1: "1: optimizer states sharded", 2: "2: + gradients", 3: "3: + weights (FSDP)"}
 SCHEDULE_LABELS = {"auto": "automatic", "1f1b": "1F1B", "interleaved": "interleaved 1F1B", "gpipe": "GPipe",
                    "zb-h1": "zero bubble (ZB-H1)", "dualpipe": "DualPipe (bidirectional, DeepSeek-V3)"}
@@ -133,10 +138,12 @@ NO_PLANNER = "This page needs the planner (perfmodel.planning), which is not ava
 
 @st.cache_resource(show_spinner=False, max_entries=64)
 def run_search(workload: Any, cluster: str, n_gpus: int, global_batch: int, seq_len: int | None, precision: str,
-               objective: str, space: Any, calibration: str = "default", framework: str | None = None) -> Any:
+               objective: str, space: Any, calibration: str = "default", framework: str | None = None,
+               optimizer: str = "adam") -> Any:
     """A SearchResult; cached on ids, numbers and the frozen SearchSpace."""
     return planning().search(workload, cluster, n_gpus, global_batch, seq_len=seq_len, precision=precision,
-                             space=space, objective=objective, calibration=calibration, framework=framework)
+                             space=space, objective=objective, calibration=calibration, framework=framework,
+                             optimizer=optimizer)
 
 
 # ---- sidebar: the configuration -------------------------------------------------------------------
@@ -220,6 +227,8 @@ def sidebar() -> dict[str, Any] | None:
                         help="Megatron-Core recompute_method block with recompute_num_layers N: only the first N "
                              "layers of each model chunk rerun their forward, the rest keep their activations; "
                              "0 = every layer")
+    optimizer = _bound(sb.selectbox, "optimizer", "optimizer", options=list(OPTIMIZER_LABELS),
+                       help="; ".join(f"{k}: {v}" for k, v in OPTIMIZER_LABELS.items()))
     c1, c2 = sb.columns(2)
     schedule = _bound(c1.selectbox, "schedule", "schedule", options=["auto", *SCHEDULE_NAMES],
                       help="; ".join(f"{k}: {SCHEDULE_LABELS.get(k, k)}" for k in ["auto", *SCHEDULE_NAMES]))
@@ -233,7 +242,7 @@ def sidebar() -> dict[str, Any] | None:
                 calibration_label=cal_label, framework=None if stack == NO_STACK else stack,
                 zero=int(zero), mb=int(mb),
                 gb=int(gb), seq=int(seq), recompute=recompute, modules=tuple(modules), precision=precision,
-                window=int(window), schedule=schedule, sp=bool(sp),
+                window=int(window), schedule=schedule, sp=bool(sp), optimizer=optimizer,
                 offload=int(offload), slots=slots)
 
 
@@ -370,6 +379,7 @@ def build_plan(cfg: dict[str, Any]) -> Any:
         dp=cfg["gpus"] // per_replica, tp=cfg["tp"], pp=cfg["pp"], cp=cfg["cp"], ep=cfg["ep"], vp=cfg["vp"],
         sequence_parallel=cfg["sp"], zero_stage=cfg["zero"], micro_batch=cfg["mb"], global_batch=cfg["gb"],
         seq_len=cfg["seq"] or None, recompute=cfg["recompute"], precision=cfg["precision"],
+        optimizer=cfg.get("optimizer", "adam"),
         schedule=None if cfg["schedule"] == "auto" else cfg["schedule"], offload_activations=cfg.get("offload", 0),
         # the default (core_attn) left unset, so that a stack with its own policy (torchtitan: op) keeps it
         **({"selective_recompute": ",".join(mods)} if cfg["recompute"] == "selective"
@@ -445,6 +455,7 @@ def assumptions(cfg: dict[str, Any], plan: Any, est: Any) -> dict[str, Any]:
     return {"sequence length (tokens)": plan.seq_len or spec_of(cfg["workload"]).seq_len,
             "sequence length from": "the sidebar" if plan.seq_len else f"the workload's default ({cfg['workload']})",
             "precision": plan.precision,
+            "optimizer": f"{plan.optimizer}: {OPTIMIZER_LABELS.get(plan.optimizer, '')}",
             # the plan the estimate ran (the stack may pick what selective recompute reruns: torchtitan's op)
             "recompute": est.plan.recompute_label,
             "training stack": cfg.get("framework") or ("none chosen (flash attention, eager dispatch, fused norms / "
@@ -591,7 +602,8 @@ DEFAULT_CANDIDATES = ("h100-sxm5-80gb", "h200-sxm-141gb", "b200", "mi300x", "nvl
 
 @st.cache_data(show_spinner=False, max_entries=256)
 def run_candidate(workload: Any, cand: str, n_gpus: int, global_batch: int, tokens: float, seq_len: int | None,
-                  precision: str, calibration: str = "default", framework: str | None = None) -> tuple[pd.DataFrame, Any]:
+                  precision: str, calibration: str = "default", framework: str | None = None,
+                  optimizer: str = "adam") -> tuple[pd.DataFrame, Any]:
     """(one compare row at PUE 1, the best plan or None) for one candidate; cached per candidate, so
     changing one candidate's precision re-searches that one only."""
     from perfmodel.planning.purchase import resolve_candidate
@@ -601,7 +613,7 @@ def run_candidate(workload: Any, cand: str, n_gpus: int, global_batch: int, toke
     except USER_ERRORS as e:
         return pd.DataFrame([{"candidate": cand, "n_gpus": n_gpus, "message": str(e)}]), None
     row = planning().compare(workload, [system], n_gpus, global_batch, tokens, seq_len=seq_len, precision=precision,
-                             calibration=calibration, framework=framework)
+                             calibration=calibration, framework=framework, optimizer=optimizer)
     row["candidate"] = cand
     if msgs:
         row["message"] = ["; ".join([*msgs, str(m)] if isinstance(m, str) and m else msgs) for m in row.get("message", [""])]
@@ -760,7 +772,8 @@ def page_compare(cfg: dict[str, Any]) -> None:
         with st.spinner("Searching the best layout on each candidate…"):
             for cand in precisions:
                 row, plan = run_candidate(spec_of(cfg["workload"]), cand, cfg["gpus"], cfg["gb"], tokens, cfg["seq"] or None,
-                                          precisions[cand], cfg.get("calibration", "default"), cfg.get("framework"))
+                                          precisions[cand], cfg.get("calibration", "default"), cfg.get("framework"),
+                                          cfg.get("optimizer", "adam"))
                 rows.append(row.assign(precision=precisions[cand]))
                 plans[cand] = plan
     except USER_ERRORS as e:
@@ -915,7 +928,8 @@ def page_search(cfg: dict[str, Any]) -> None:
         objective, top, space = search_space()
         with st.spinner("Searching layouts…"):
             res = run_search(spec_of(cfg["workload"]), cfg["system"] or cfg["acc"], cfg["gpus"], cfg["gb"], cfg["seq"] or None,
-                             cfg["precision"], objective, space, cfg.get("calibration", "default"), cfg.get("framework"))
+                             cfg["precision"], objective, space, cfg.get("calibration", "default"), cfg.get("framework"),
+                             cfg.get("optimizer", "adam"))
     except USER_ERRORS as e:
         st.error(str(e))
         return

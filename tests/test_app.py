@@ -520,3 +520,16 @@ def test_the_dualpipe_schedule_runs_from_the_sidebar() -> None:
     bad = app(schedule="dualpipe", pp="3", gpus="384")
     no_exception(bad)
     assert any("dualpipe' needs an even pp" in e for e in errors(bad))
+
+
+def test_the_optimizer_selector_reaches_the_estimate() -> None:
+    """bf16 AdamW moments keep less optimizer state than AdamW's: the same layout needs less memory,
+    and the assumptions name the optimizer."""
+    kw = dict(workload="llama3-8b", acc="h100-sxm5-80gb", gpus="8", tp="1", pp="1", gb="64", mb="1")
+    adam, bf16 = app(**kw), app(**kw, optimizer="adamw-bf16")
+    for at in (adam, bf16):
+        no_exception(at)
+    assumptions = next(c.value for c in bf16.caption if c.value.startswith("Assumptions"))
+    assert "optimizer: **adamw-bf16" in assumptions
+    mem = {name: float(metric(at, "Memory per GPU (GB)").split()[0]) for name, at in (("adam", adam), ("bf16", bf16))}
+    assert mem["bf16"] < mem["adam"]

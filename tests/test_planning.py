@@ -311,3 +311,27 @@ def test_row_plan_round_trip() -> None:
     r = res.table.iloc[0]
     plan = row_plan(r, 64, res.seq_len, "bf16")
     assert (plan.world == r["world"] and plan.schedule_name == r["schedule"]) or plan.pp == 1
+
+
+def test_search_and_compare_carry_the_optimizer() -> None:
+    """The layout search scores every layout with the named optimizer: its plans carry it, their
+    step and memory are what perfmodel.estimate gives for them, bf16 moments keep 4 B per
+    parameter less than AdamW's (ZeRO shards it) so at least as many layouts fit, and compare's
+    rows carry it through."""
+    from perfmodel.planning.compare import compare
+    from perfmodel.planning.search import search
+
+    kw = dict(seq_len=2048, space=SearchSpace(tp=(1, 2), pp=(1, 2), micro_batch=(1,)))
+    adam = search("llama3-8b", "h100-sxm5-80gb", 8, 64, **kw)
+    bf16 = search("llama3-8b", "h100-sxm5-80gb", 8, 64, optimizer="adamw-bf16", **kw)
+    assert len(bf16.table) >= len(adam.table) > 0
+    plan = bf16.plan(0)
+    assert plan.optimizer == "adamw-bf16"
+    est = perfmodel.estimate(bf16.spec, bf16.system, plan, engine="analytic")
+    assert bf16.table.iloc[0]["step_time_s"] == pytest.approx(est.step_time_s, rel=1e-3)
+    assert bf16.table.iloc[0]["memory_bytes"] == pytest.approx(est.memory.total_bytes, rel=1e-3)
+    twin = perfmodel.estimate(bf16.spec, bf16.system, plan.model_copy(update={"optimizer": "adam"}), engine="analytic")
+    params = twin.memory.optimizer_bytes / 12.0  # AdamW's 12 B per parameter (this rank's share)
+    assert twin.memory.optimizer_bytes - est.memory.optimizer_bytes == pytest.approx(4.0 * params)
+    row = compare("llama3-8b", ["h100-sxm5-80gb"], 8, 64, optimizer="adamw-bf16", seq_len=2048)
+    assert row["plan"].iloc[0].optimizer == "adamw-bf16"

@@ -14,7 +14,7 @@ def search_main(a: argparse.Namespace) -> int:
     from perfmodel.planning.search import SearchSpace, layout_label, search
 
     res = search(a.workload, a.hardware, a.n_gpus, a.global_batch, seq_len=a.seq_len, precision=a.precision,
-                 calibration=a.calibration, framework=a.framework,
+                 calibration=a.calibration, framework=a.framework, optimizer=getattr(a, "optimizer", "adam"),
                  space=SearchSpace(offload_activations=getattr(a, "offload", False),
                                    block_recompute=getattr(a, "block_recompute", True),
                                    **({"schedules": tuple(a.schedules)} if getattr(a, "schedules", None) else {})))
@@ -40,7 +40,8 @@ def compare_main(a: argparse.Namespace) -> int:
 
     tokens = a.tokens or DEFAULT_TOKENS
     df = compare(a.workload, list(a.hardware), a.n_gpus, a.global_batch, tokens, pue=a.pue,
-                 electricity_usd_per_kwh=a.electricity_usd_per_kwh, calibration=a.calibration, framework=a.framework)
+                 electricity_usd_per_kwh=a.electricity_usd_per_kwh, calibration=a.calibration, framework=a.framework,
+                 optimizer=getattr(a, "optimizer", "adam"))
     line = f"{a.workload}, {a.n_gpus} GPUs, global batch {a.global_batch}, {tokens:.3g} tokens"
     if a.json:
         # the plan column holds ParallelPlan objects: pandas would serialise their class attributes
@@ -51,7 +52,7 @@ def compare_main(a: argparse.Namespace) -> int:
         print(markdown(df, line))
     if a.out:
         sens = sensitivity(a.workload, list(a.hardware), a.n_gpus, a.global_batch, tokens, calibration=a.calibration,
-                           framework=a.framework)
+                           framework=a.framework, optimizer=getattr(a, "optimizer", "adam"))
         paths = write_report(df, a.out, line, sens)
         print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 0

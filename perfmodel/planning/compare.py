@@ -44,6 +44,7 @@ class Job:
     electricity_usd_per_kwh: float | None = None
     calibration: str | Profile | None = "default"
     framework: str | None = None
+    optimizer: str = "adam"
 
 
 def evaluate_candidate(job: Job, system: System, label: str, space: SearchSpace | None = None) -> dict[str, object]:
@@ -51,7 +52,7 @@ def evaluate_candidate(job: Job, system: System, label: str, space: SearchSpace 
     row: dict[str, object] = {"candidate": label, "accelerator": system.accelerator.id, "system": system.name,
                               "n_gpus": job.n_gpus}
     res = search(job.spec, system, job.n_gpus, job.global_batch, seq_len=job.seq_len, precision=job.precision, space=space,
-                 calibration=job.calibration, framework=job.framework)
+                 calibration=job.calibration, framework=job.framework, optimizer=job.optimizer)
     if res.table.empty:
         return {**row, "message": f"no layout fits ({res.n_layouts} tried)"}
     est = res.best()
@@ -80,13 +81,14 @@ def compare(workload: str | ModelSpec, candidates: list[str | System], n_gpus: i
             tokens: float = DEFAULT_TOKENS, *, seq_len: int | None = None, precision: str = "bf16",
             space: SearchSpace | None = None, power_model: PowerModel = "tdp", pue: float = 1.0,
             electricity_usd_per_kwh: float | None = None, calibration: str | Profile | None = "default",
-            framework: str | None = None) -> pd.DataFrame:
+            framework: str | None = None, optimizer: str = "adam") -> pd.DataFrame:
     """One row per candidate; a candidate that cannot run (unknown id, nothing fits) gets a row
     whose `message` says why. Each row says its power basis and which cost terms are measured on
-    that hardware and which take the derating rule (`fallback_terms`)."""
+    that hardware and which take the derating rule (`fallback_terms`). `optimizer`: every
+    layout's optimizer (ParallelPlan.optimizer)."""
     spec = get_workload(workload) if isinstance(workload, str) else workload
     job = Job(spec, n_gpus, global_batch, tokens, seq_len, precision, power_model, pue, electricity_usd_per_kwh,
-              calibration, framework)
+              calibration, framework, optimizer)
     rows = []
     for cand in candidates:
         label = cand if isinstance(cand, str) else cand.name
@@ -103,10 +105,12 @@ WHAT_IFS = {"scale-out bandwidth": "inter_bw", "scale-up bandwidth": "intra_bw",
 def sensitivity(workload: str | ModelSpec, candidates: list[str | System], n_gpus: int, global_batch: int,
                 tokens: float = DEFAULT_TOKENS, pct: float = 20.0, *, seq_len: int | None = None,
                 precision: str = "bf16", space: SearchSpace | None = None,
-                calibration: str | Profile | None = "default", framework: str | None = None) -> pd.DataFrame:
+                calibration: str | Profile | None = "default", framework: str | None = None,
+                optimizer: str = "adam") -> pd.DataFrame:
     """Long form: candidate, knob, change (±pct %), days, cost and their ratio to the baseline."""
     spec = get_workload(workload) if isinstance(workload, str) else workload
-    job = Job(spec, n_gpus, global_batch, tokens, seq_len, precision, calibration=calibration, framework=framework)
+    job = Job(spec, n_gpus, global_batch, tokens, seq_len, precision, calibration=calibration, framework=framework,
+              optimizer=optimizer)
     rows = []
     for cand in candidates:
         label = cand if isinstance(cand, str) else cand.name
