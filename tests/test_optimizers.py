@@ -101,7 +101,7 @@ def test_cli_optimizer(capsys):
 
 def test_bf16_moments_keep_eight_bytes_and_scale_a_measured_step():
     """AdamW with bf16 moments (DeepSeek-V3 §3.3.3): fp32 master 4 B + two 2 B moments; where the
-    accelerator measured its AdamW step, that step times 30 / 38 of the bytes."""
+    accelerator measured its AdamW step, that step times 30 / 38 of the bytes (8-bit moments: 26 / 38)."""
     from perfmodel.compute.optimizers import elementwise_step_s
     from perfmodel.hardware.catalog import load_catalog
 
@@ -110,3 +110,4 @@ def test_bf16_moments_keep_eight_bytes_and_scale_a_measured_step():
     assert measured
     acc = measured[0]
     assert elementwise_step_s(acc, "adamw-bf16", 1e9) == pytest.approx(elementwise_step_s(acc, "adamw", 1e9) * 30 / 38)
+    assert elementwise_step_s(acc, "adam8bit", 1e9) == pytest.approx(elementwise_step_s(acc, "adamw", 1e9) * 26 / 38)

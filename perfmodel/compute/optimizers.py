@@ -21,7 +21,8 @@ muon       master + momentum (fp32)                 8       Jordan 2024 (KellerJ
                                                             counted at 8 B, under 2 % of a large model
 
 Step time, element-wise part: bytes per parameter through HBM at the achieved bandwidth (a
-calibrated per-parameter AdamW time where the accelerator has one):
+calibrated per-parameter AdamW time where the accelerator has one, which the Adam variants with
+narrower moments scale by their bytes over AdamW's 38):
     adam(w) 38 = grad 4 read, master 4 + 4, m and v 8 + 8, bf16 weight 2 write, grad-norm pass 4,
                  zero_grad 4
     adamw-bf16 30 = the same with 2-byte moments (4 + 4 instead of 8 + 8)
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
 
 STATE_BYTES_PER_PARAM = {"adam": 12.0, "adamw": 12.0, "adamw-bf16": 8.0, "adam8bit": 6.0, "sgd": 8.0, "adafactor": 4.0,
                          "muon": 8.0}
+ADAM_FAMILY = ("adam", "adamw", "adamw-bf16", "adam8bit")  # the same update, its moments held at other widths
 STEP_BYTES_PER_PARAM = {"adam": 38.0, "adamw": 38.0, "adamw-bf16": 30.0, "adam8bit": 26.0, "sgd": 30.0, "adafactor": 30.0,
                         "muon": 30.0}
 NEWTON_SCHULZ_STEPS = 5
@@ -86,8 +88,9 @@ def elementwise_step_s(acc: Accelerator, optimizer: str, local_params: float) ->
     """The element-wise update of `local_params` parameters: the measured AdamW step time per
     parameter where calibrated, else STEP_BYTES_PER_PARAM through HBM at achieved bandwidth."""
     measured = acc.calibration.optimizer_step_per_param
-    if measured is not None and optimizer in ("adam", "adamw", "adamw-bf16"):
-        # the measured AdamW step, with bf16 moments moving 30 of its 38 B per parameter
+    if measured is not None and optimizer in ADAM_FAMILY:
+        # the measured AdamW step, scaled by the bytes the variant moves (bf16 moments 30 of its 38 B
+        # per parameter, 8-bit ones 26)
         share = STEP_BYTES_PER_PARAM[optimizer] / STEP_BYTES_PER_PARAM["adamw"]
         return local_params * measured.si("seconds", "calibration.optimizer_step_per_param") * share
     return local_params * STEP_BYTES_PER_PARAM[optimizer] / acc.hbm_achieved_Bps
