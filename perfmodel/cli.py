@@ -19,11 +19,9 @@ from perfmodel.cliargs import Parser, add_precision_arg, positive_float, positiv
 from perfmodel.compute.eager import ELEMENTWISE_IMPLS
 from perfmodel.engines.registry import ENGINE_NAMES
 from perfmodel.errors import PerfmodelError, UsageError
+from perfmodel.parallel.plan import OPTIMIZERS
 from perfmodel.parallel.schedules import SCHEDULE_NAMES, SEARCHED_SCHEDULES
 from perfmodel.workload.graph import ATTENTION_IMPLS, CP_RINGS, EXPERT_GEMMS
-
-# ParallelPlan.optimizer's values (perfmodel/compute/optimizers.py); listed here to keep the CLI's import light
-OPTIMIZER_CHOICES = ["adam", "adamw", "adamw-bf16", "adam8bit", "sgd", "adafactor", "muon"]
 
 
 def _catalog_args(p: argparse.ArgumentParser) -> None:
@@ -99,7 +97,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                         "cpu_offloading_num_layers; needs pp 1, no recompute; over the node's measured host link)")
     add_precision_arg(g)
     g.add_argument("--schedule", default=None, choices=SCHEDULE_NAMES)
-    g.add_argument("--optimizer", default="adam", choices=OPTIMIZER_CHOICES,
+    g.add_argument("--optimizer", default="adam", choices=list(OPTIMIZERS),
                    help="optimizer state and step cost (adamw-bf16: bf16 moments, fp32 master; sgd: with momentum; "
                         "muon: Newton-Schulz on 2-D weights)")
     g.add_argument("--fp8-recipe", default=None, choices=registry.recipe_names(),
@@ -406,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--global-batch", type=positive_int, required=True)
     s.add_argument("--seq-len", type=positive_int, default=None)
     add_precision_arg(s)
-    s.add_argument("--optimizer", default="adam", choices=OPTIMIZER_CHOICES,
+    s.add_argument("--optimizer", default="adam", choices=list(OPTIMIZERS),
                    help="every layout's optimizer state and step (adamw-bf16: bf16 moments, fp32 master)")
     s.add_argument("--top", type=positive_int, default=10, help="layouts to show (at least 1)")
     s.add_argument("--offload", action="store_true",
@@ -432,7 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--pue", type=positive_float, default=1.0, help="datacentre PUE multiplying the energy (default 1.0: IT power)")
     cmp.add_argument("--electricity-usd-per-kwh", type=positive_float, default=None,
                      help="electricity price for the energy cost")
-    cmp.add_argument("--optimizer", default="adam", choices=OPTIMIZER_CHOICES,
+    cmp.add_argument("--optimizer", default="adam", choices=list(OPTIMIZERS),
                      help="every candidate's optimizer state and step (adamw-bf16: bf16 moments, fp32 master)")
     cmp.add_argument("--out", default=None, help="write a report (markdown + HTML) here")
     cmp.add_argument("--json", action="store_true")

@@ -219,6 +219,10 @@ class Framework:
     moe_probs_in_activation: bool = False  # router probabilities applied in the experts' activation (docstring)
 
 
+# the mechanisms a Framework and a ParallelPlan name alike: the stack's value holds where the plan
+# does not set the field itself (apply_framework)
+STACK_FIELDS = ("cp_ring", "elementwise", "moe_probs_in_activation", "expert_gemm", "autocast_weights")
+
 # PyTorch's context-parallel ring on K/V repeated to the query heads (module docstring, cp_ring)
 TORCHTITAN_CP_RING: CpRing = "allgather-repeat-kv"
 
@@ -359,16 +363,9 @@ def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
         update["grad_reduce_bytes"] = fw.grad_reduce_bytes
     if "selective_recompute" not in plan.model_fields_set and plan.selective_recompute != fw.selective:
         update["selective_recompute"] = fw.selective
-    if "cp_ring" not in plan.model_fields_set and plan.cp_ring != fw.cp_ring:
-        update["cp_ring"] = fw.cp_ring
-    if "elementwise" not in plan.model_fields_set and plan.elementwise != fw.elementwise:
-        update["elementwise"] = fw.elementwise
-    if "moe_probs_in_activation" not in plan.model_fields_set and plan.moe_probs_in_activation != fw.moe_probs_in_activation:
-        update["moe_probs_in_activation"] = fw.moe_probs_in_activation
-    if "expert_gemm" not in plan.model_fields_set and plan.expert_gemm != fw.expert_gemm:
-        update["expert_gemm"] = fw.expert_gemm
-    if "autocast_weights" not in plan.model_fields_set and plan.autocast_weights != fw.autocast_weights:
-        update["autocast_weights"] = fw.autocast_weights
+    for name in STACK_FIELDS:  # the stack's own choice unless the plan names one
+        if name not in plan.model_fields_set and getattr(plan, name) != getattr(fw, name):
+            update[name] = getattr(fw, name)
     if ("moe_a2a_overlap" not in plan.model_fields_set and plan.precision in fw.moe_a2a_overlap_precisions
             and not plan.moe_a2a_overlap and plan.a2a_overlap_refusal() is None):
         update["moe_a2a_overlap"] = True

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
@@ -16,6 +16,8 @@ from perfmodel.workload.module_recompute import DEFAULT_SELECTIVE, parse_selecti
 from perfmodel.workload.spec import ModelSpec
 
 Recompute = Literal["none", "selective", "full"]
+Optimizer = Literal["adam", "adamw", "adamw-bf16", "adam8bit", "sgd", "adafactor", "muon"]  # compute/optimizers.py
+OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 # 'op' or Megatron-Core recompute modules, canonical (workload/module_recompute.py)
 SelectiveRecompute = Annotated[str, BeforeValidator(parse_selective)]
 
@@ -68,7 +70,7 @@ class ParallelPlan(BaseModel):
         "per-layer CUDA graphs"))
     precision: registry.PrecisionName = Field(registry.DEFAULT_PRECISION, description=(
         "GEMM precision, one of perfmodel/precision.py PRECISIONS (or an alias)"))
-    optimizer: Literal["adam", "adamw", "adamw-bf16", "adam8bit", "sgd", "adafactor", "muon"] = Field(
+    optimizer: Optimizer = Field(
         "adam", description="state and step cost: perfmodel/compute/optimizers.py (adam and adamw cost the same; "
         "adamw-bf16 keeps bf16 moments beside the fp32 master; sgd has momentum; muon orthogonalises 2-D weights "
         "by Newton-Schulz)")
