@@ -1,6 +1,7 @@
 """The power rule of the derating: a part that carries a peer's MAMF/peak from its own
-generation scales it by (clock_peer / clock_part) x (tdp_part / tdp_peer)^alpha, at most 1,
-with alpha measured on one die at two board powers (perfmodel/hardware/derating.py)."""
+generation scales it by (clock_peer / clock_part) x (power per unit of math, part / peer)^alpha,
+at most the generation's best measured ratio, with alpha measured on one die at two board powers
+(perfmodel/hardware/derating.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from perfmodel import precision as registry
 from perfmodel.errors import PrecisionError
 from perfmodel.hardware.catalog import load_catalog
-from perfmodel.hardware.derating import POWER_PAIRS, mamf_ratio, power_exponent, power_scaled_ratio
+from perfmodel.hardware.derating import POWER_PAIRS, mamf_ratio, power_exponent, power_scaled_ratio, ratio_ceiling
 from perfmodel.hardware.specs import Accelerator
 
 T = 1e12
@@ -71,6 +72,8 @@ def test_pairs_hold_the_catalogue_measurements():
         if high:
             assert pair.high_flop_per_s == pytest.approx(mamf(high, fmt)) and pair.high_w == _acc(high).tdp_w
             assert _acc(low).num_compute_units == _acc(high).num_compute_units
+        # the high end's peak: the catalogue's (GH200 and MI325X have their low ends' peaks)
+        assert pair.high_peak_flop_per_s == pytest.approx(_acc(high or low).matrix_peak_flop_per_s(fmt))
 
 
 def test_h100_at_500w_takes_the_700w_ratios_scaled_down():
@@ -90,25 +93,47 @@ def test_h100_at_500w_takes_the_700w_ratios_scaled_down():
 
 
 def test_clock_term_and_blackwell_parts():
-    """A GB300 without its own measurement (1400 W, peaks at 2008 MHz): from B200 0.7756 x
-    1856/2008 x 1.4^a and from GB200 0.7288 x 2062/2008 x (1400/1200)^a, which agree (a comes from
-    that pair, the clocks are the peaks per SM); the catalogue's GB300 (measured 2106.8 / 2500, same
-    clock and power) carries unscaled. With four peers the median is the mean of the middle two."""
+    """A GB300 without its own measurement (1400 W, 152 SMs, peaks at 2008 MHz): from B200 0.7756 x
+    1856/2008 x ((1400 W / 152 SMs) / (1000 W / 148 SMs))^a and from GB200 0.7288 x 2062/2008 x
+    ((1400 / 152) / (1200 / 148))^a: the power that counts is per unit of math per clock (the
+    clocks are derived from the SM counts, so peak / clock = SMs x 8192). The catalogue's GB300
+    (measured 2106.8 / 2500, same clock, power and SMs) carries unscaled. With four peers the
+    median is the mean of the middle two."""
     b200, gb200 = 1745.0 / 2250, 1822.0 / 2500
-    from_b200 = b200 * (1856 / 2008) * (1400 / 1000) ** A_BLACKWELL_16
-    from_gb200 = gb200 * (2062 / 2008) * (1400 / 1200) ** A_BLACKWELL_16
+    per_sm = {"b200": 1000 / 148, "gb200": 1200 / 148, "b300": 1100 / 148, "gb300": 1400 / 152}  # W per SM
+    from_b200 = b200 * (1856 / 2008) * (per_sm["gb300"] / per_sm["b200"]) ** A_BLACKWELL_16
+    from_gb200 = gb200 * (2062 / 2008) * (per_sm["gb300"] / per_sm["gb200"]) ** A_BLACKWELL_16
     assert from_b200 == pytest.approx(from_gb200, rel=2e-4)  # the yaml clocks are rounded to the MHz
-    from_b300 = 1769.0 / 2250 * (1856 / 2008) * (1400 / 1100) ** A_BLACKWELL_16
+    from_b300 = 1769.0 / 2250 * (1856 / 2008) * (per_sm["gb300"] / per_sm["b300"]) ** A_BLACKWELL_16
     from_gb300 = 2106.8 / 2500
     unmeasured = mamf_ratio(_variant("gb300", "gb300-unmeasured"), "bf16")
     middle = sorted([from_b200, from_b300, from_gb200, from_gb300])[1:3]
-    assert unmeasured.value == pytest.approx(sum(middle) / 2)
-    assert "b200 0.776 x (1856/2008 MHz) x (1400/1000 W)^0.237 = 0.776" in unmeasured.provenance
+    assert unmeasured.value == pytest.approx(sum(middle) / 2, rel=1e-4)  # clocks rounded to the MHz
+    assert "b200 0.776 x (1856/2008 MHz) x (1400 W per 1245k FLOP/clk / 1000 W per 1212k)^0.237 = 0.771" in unmeasured.provenance
     assert ", gb300 0.843 (same generation blackwell" in unmeasured.provenance  # same clock and power: unscaled
     assert mamf_ratio(_acc("gb300"), "bf16").provenance == "measured: bf16 MAMF (aic-gemm)"
-    # B300 (B200's clocks, 1100 W): the rule had carried 0.793 of the peak; measured 1769 / 2250 = 0.786
+    # B300 (B200's clocks and SMs, 1100 W): the rule had carried 0.793 of the peak; measured 1769 / 2250 = 0.786
     carried_b300 = (b200 * 1.1 ** A_BLACKWELL_16 + gb200 * (2062 / 1856) * (1100 / 1200) ** A_BLACKWELL_16) / 2
     assert carried_b300 == pytest.approx(mamf_ratio(_acc("b300"), "bf16").value, rel=0.01)
+
+
+def test_h20_has_power_to_spare():
+    """H20 is GH100 with 78 SMs and its tensor rate cut to 148 TFLOP/s dense bf16 (15 % of H100) on
+    a 400 W board: 400 W per 148 TFLOP/s is 3.8x H100's 700 W per 989.4, so its GEMMs are not power
+    bound. The rule's headroom factor 3.82^0.167 = 1.25 lifts H100's 0.803 above the best ratio
+    Hopper measured at any power (GH200 at 900 W: 828.6 / 989.4 = 0.837), which caps it; fp8 the
+    same at 1535 / 1978.9 = 0.776. Published H20 kernels agree: FlashAttention-3 forward at 85 % of
+    its peak. (By the board power alone it had taken 0.803 x (400/700)^0.167 = 0.731.)"""
+    h20 = _acc("h20-96gb")
+    headroom = (400 / 148) / (700 / 989.4)
+    assert headroom == pytest.approx(3.82, abs=0.01)
+    assert 794.5 / 989.4 * headroom ** A_HOPPER_16 > 828.6 / 989.4
+    assert mamf_ratio(h20, "bf16").value == pytest.approx(828.6 / 989.4)
+    assert mamf_ratio(h20, "fp8").value == pytest.approx(1535.0 / 1978.9)
+    assert "capped at hopper's best measured 0.837 (hopper pair at 900 W)" in mamf_ratio(h20, "bf16").provenance
+    assert ratio_ceiling("hopper", "bf16") == (pytest.approx(828.6 / 989.4), "hopper's best measured 0.837 (hopper pair at 900 W)")
+    # a generation that measured nothing is bounded by the peak alone
+    assert ratio_ceiling("volta", "fp16") == (1.0, "the peak")
 
 
 def test_same_power_same_clock_is_unchanged():
@@ -136,12 +161,15 @@ def test_other_generations_carry_unscaled():
     assert "same vendor nvidia" in v100.provenance and "W)^" not in v100.provenance
 
 
-def test_never_above_the_peak():
+def test_never_above_the_generations_best():
     part = _variant("h100-sxm5-80gb", "hopper-at-20kw", tdp={"value": "20000 W", "source": "test"})
     value, text = power_scaled_ratio(part, _acc("h100-sxm5-80gb"), 794.5 / 989.4, "fp8")
-    assert 794.5 / 989.4 * (20000 / 700) ** A_HOPPER_8 > 1 and value == 1.0
-    assert text.endswith("= 1 (capped at the peak)")
-    assert mamf_ratio(part, "bf16").value <= 1.0 and mamf_ratio(part, "fp8").value == 1.0
+    assert 794.5 / 989.4 * (20000 / 700) ** A_HOPPER_8 > 1 and value == pytest.approx(1535.0 / 1978.9)
+    assert text.endswith("= 0.776 (capped at hopper's best measured 0.776 (hopper pair at 900 W))")
+    assert mamf_ratio(part, "bf16").value == pytest.approx(828.6 / 989.4)
+    # the ceiling is the best of the generation's own measurements and its pairs' high ends
+    blackwell = max(1822.0 / 2500, 2106.8 / 2500, 1745.0 / 2250, 1769.0 / 2250)
+    assert ratio_ceiling("blackwell", "bf16")[0] == pytest.approx(blackwell)
 
 
 @settings(max_examples=25, deadline=None)

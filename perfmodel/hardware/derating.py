@@ -22,12 +22,23 @@ board meets its cap (MI300X's GEMMs run at 1115-1230 MHz against a 2100 MHz peak
 blog), so the same die under another cap sustains another clock. Dynamic power goes as f V^2
 with V rising with f, so a fully power-limited clock goes as P^(1/3), a clock near its maximum
 moves less (alpha -> 0) and one held near the voltage floor moves more (P ~ f, alpha -> 1). The
-rule carries the peer's achieved rate per rated clock and scales it by the board powers:
+rule carries the peer's achieved rate per rated clock and scales it by the power each part has
+per unit of math it does per clock:
 
-    ratio(part <- peer) = min(1, ratio(peer) x (clock_peer / clock_part) x (tdp_part / tdp_peer)^alpha)
+    load                = tdp / (dense peak FLOP per clock)      (power per compute unit at work)
+    ratio(part <- peer) = min(ceiling, ratio(peer) x (clock_peer / clock_part) x (load_part / load_peer)^alpha)
 
 clock is the clock the part's peaks are quoted at (`clock`), so a peer whose datasheet peak
 already counts a larger budget (GB200's 2062 MHz against B200's 1856 MHz) is not credited twice.
+On one die with its compute units all enabled the load ratio is the power ratio; a part with
+more units (GB300's 152 SMs against B200's 148) spreads its power over more math, and one whose
+tensor rate is cut (H20: GH100 with 78 SMs at about a quarter of H100's per-SM tensor rate, 148
+dense TFLOP/s on 400 W, 3.8x H100's power per unit of math) has power to spare. The ceiling is the
+best MAMF/peak the generation measured at any power, the high ends of its pairs included (Hopper
+bf16 828.6 / 989.4 = 0.837 on GH200 at 900 W): past it the clock meets its boost limit and the
+tile and pipeline losses remain, so more headroom buys nothing the measurements show. H20 takes
+that ceiling (its FlashAttention-3 forward reaches 85 % of its peak, h20-96gb.yaml); a
+generation without measurements is bounded by the peak.
 alpha is measured on one die at two power budgets (POWER_PAIRS: alpha = ln(rate_hi / rate_lo) /
 ln(P_hi / P_lo), equal compute units) per generation and per format class, 16-bit and wider
 against 8-bit and narrower (precision.FORMAT_BITS; the narrow formats do 2-4x the math per clock
@@ -45,7 +56,9 @@ A generation without a pair takes the median over the generations (0.237 and 0.3
 peer without a `tdp` keeps the unscaled ratio, and the peers above the generation level (other
 dies, other processes) carry theirs unscaled: a TDP ratio across dies says nothing about clocks.
 Examples: the H100 board capped at 500 W takes 0.803 x (500/700)^0.167 = 0.759 in bf16 (was 0.803);
-MI325X takes 0.511 x (1000/750)^0.640 = 0.615 (was 0.511); H200 and H100 (both 700 W) are unchanged.
+MI325X takes 0.511 x (1000/750)^0.640 = 0.615 (was 0.511); H200 and H100 (both 700 W) are unchanged;
+H20 takes Hopper's ceiling, 0.837 in bf16 and 0.776 in fp8 (by board power alone it took 0.731 and
+0.590, as if its GEMMs were as power bound as H100's).
 The H100 500 W figure extrapolates the 700-900 W pair downwards, where the clock sits deeper under
 the cap and alpha grows (a GB300 capped at 500 W ran cuBLAS GEMMs at ~617 TFLOP/s against
 ~1600-2174 at 1400 W, alpha ~1: facebookexperimental/triton PR 2023): it is an upper bound.
@@ -158,6 +171,7 @@ class PowerPair:
     low_flop_per_s: float
     high_w: float
     high_flop_per_s: float
+    high_peak_flop_per_s: float  # the high end's datasheet peak in `fmt` (its ratio bounds the rule)
     source: str
 
     @property
@@ -170,13 +184,17 @@ _ML_ENG = "Bekman, ML Engineering compute/accelerator/README.md MAMF tables @ 74
 _AMD_MAF = ("AMD, 'Measuring Max-Achievable FLOPs - Part 2' (rocm-blogs, 28 Feb 2025) Table 1: hipblaslt-bench, "
             "hipBLASLt db8e93b, trig_float init, 512 MB rotating buffers; same 304 CUs and peaks")
 POWER_PAIRS: tuple[PowerPair, ...] = (
-    PowerPair("hopper", "bf16", 700.0, 794.5e12, 900.0, 828.6e12, f"{_ML_ENG}: H100 SXM vs GH200 '900W 141GiB HBM3e'"),
-    PowerPair("hopper", "fp8", 700.0, 1402.6e12, 900.0, 1535.0e12, f"{_ML_ENG}: H100 SXM vs GH200 '900W 141GiB HBM3e'"),
-    PowerPair("blackwell", "bf16", 1000.0, 1745.0e12, 1200.0, 1822.0e12, f"{_ML_ENG}: B200 vs GB200 (148 SMs each)"),
-    PowerPair("blackwell", "fp8", 1000.0, 3432.5e12, 1200.0, 3615.6e12, f"{_ML_ENG}: B200 vs GB200 (148 SMs each)"),
-    PowerPair("cdna3", "bf16", 750.0, 708e12, 1000.0, 843e12, f"{_AMD_MAF}: MI300X vs MI325X (1207 vs 1447 MHz median)"),
-    PowerPair("cdna3", "fp16", 750.0, 654e12, 1000.0, 794e12, f"{_AMD_MAF}: MI300X vs MI325X (1115 vs 1354 MHz median)"),
-    PowerPair("cdna3", "fp8", 750.0, 1273e12, 1000.0, 1519e12, f"{_AMD_MAF}: MI300X vs MI325X (1230 vs 1464 MHz median)"),
+    # the high ends' peaks: GH200 = H100 SXM5 (989.4 / 1978.9, gh200-96gb-hbm3.yaml), GB200 2.5 / 5
+    # PFLOP/s (gb200.yaml), MI325X = MI300X (1307.4 / 2614.9, mi325x.yaml)
+    PowerPair("hopper", "bf16", 700.0, 794.5e12, 900.0, 828.6e12, 989.4e12,
+              f"{_ML_ENG}: H100 SXM vs GH200 '900W 141GiB HBM3e'"),
+    PowerPair("hopper", "fp8", 700.0, 1402.6e12, 900.0, 1535.0e12, 1978.9e12,
+              f"{_ML_ENG}: H100 SXM vs GH200 '900W 141GiB HBM3e'"),
+    PowerPair("blackwell", "bf16", 1000.0, 1745.0e12, 1200.0, 1822.0e12, 2500e12, f"{_ML_ENG}: B200 vs GB200 (148 SMs each)"),
+    PowerPair("blackwell", "fp8", 1000.0, 3432.5e12, 1200.0, 3615.6e12, 5000e12, f"{_ML_ENG}: B200 vs GB200 (148 SMs each)"),
+    PowerPair("cdna3", "bf16", 750.0, 708e12, 1000.0, 843e12, 1307.4e12, f"{_AMD_MAF}: MI300X vs MI325X (1207 vs 1447 MHz median)"),
+    PowerPair("cdna3", "fp16", 750.0, 654e12, 1000.0, 794e12, 1307.4e12, f"{_AMD_MAF}: MI300X vs MI325X (1115 vs 1354 MHz median)"),
+    PowerPair("cdna3", "fp8", 750.0, 1273e12, 1000.0, 1519e12, 2614.9e12, f"{_AMD_MAF}: MI300X vs MI325X (1230 vs 1464 MHz median)"),
 )
 
 
@@ -204,26 +222,62 @@ def power_exponent(generation: str, fmt: str) -> tuple[float, str]:
     return statistics.median(of(g) for g in gens), f"the median of {', '.join(gens)}"
 
 
+def _peak_per_clock(acc: Accelerator, fmt: str) -> float:
+    """Dense matrix FLOP per clock in `fmt` (compute units x their per-clock rate), else in bf16."""
+    f = fmt if acc.has_matrix_precision(fmt) else "bf16"
+    return acc.matrix_peak_flop_per_s(f) / acc.clock.si("hertz", "clock")
+
+
+@lru_cache(maxsize=64)
+def ratio_ceiling(generation: str, fmt: str) -> tuple[float, str]:
+    """(the highest MAMF/peak measured on `generation` in `fmt`'s class, where from): the carried
+    ratio never exceeds it. A part with power to spare runs its GEMMs unthrottled, and what an
+    unthrottled GEMM reaches (tile and pipeline losses, the boost-clock limit) is bounded by the
+    best any part of the generation measured, the high end of its power pair included; 1 (the
+    peak) where the generation measured nothing."""
+    from perfmodel.hardware.catalog import load_catalog
+
+    found = [(p.high_flop_per_s / p.high_peak_flop_per_s, f"{p.generation} pair at {p.high_w:.0f} W")
+             for p in POWER_PAIRS if p.generation == generation and _narrow(p.fmt) == _narrow(fmt)]
+    for part in load_catalog().accelerators.values():
+        # the ratio a peer carries in `fmt` (mamf_ratio's peer_ratio): its own, else its bf16 one
+        own = (_own_mamf_ratio(part, fmt) or _own_mamf_ratio(part, "bf16")) if part.generation == generation else None
+        if own is not None:
+            found.append((own[0], part.id))
+    if not found:
+        return 1.0, "the peak"
+    value, where = max(found)
+    return min(1.0, value), f"{generation}'s best measured {value:.3g} ({where})"
+
+
 def power_scaled_ratio(part: Accelerator, peer: Accelerator, ratio: float, fmt: str) -> tuple[float, str]:
     """The peer's MAMF/peak `ratio` in `fmt` carried to `part` of the same generation under the
-    power rule: ratio x (clock_peer / clock_part) x (tdp_part / tdp_peer)^alpha, at most 1
-    (the peak); unscaled where either has no `tdp`. Returns (value, how it was computed)."""
+    power rule: ratio x (clock_peer / clock_part) x (power per unit of math, part / peer)^alpha,
+    where power per unit of math = tdp / (peak FLOP per clock), at most the generation's best
+    measured ratio (ratio_ceiling); unscaled where either has no `tdp`. Returns (value, how)."""
     if part.tdp is None or peer.tdp is None:
         missing = part.id if part.tdp is None else peer.id
         return ratio, f"{peer.id} {ratio:.3g} (unscaled: {missing} has no tdp)"
     w_part, w_peer = part.tdp_w, peer.tdp_w
     hz_part, hz_peer = part.clock.si("hertz", "clock"), peer.clock.si("hertz", "clock")
-    if w_part == w_peer and hz_part == hz_peer:
+    math_part, math_peer = _peak_per_clock(part, fmt), _peak_per_clock(peer, fmt)
+    if math.isclose(math_part, math_peer, rel_tol=0.01):
+        math_part = math_peer  # the same compute units: datasheet peaks rounded differently (990 vs 989.4)
+    if w_part == w_peer and hz_part == hz_peer and math_part == math_peer:
         return ratio, f"{peer.id} {ratio:.3g}"
     alpha = power_exponent(part.generation, fmt)[0]
-    scaled = ratio * (hz_peer / hz_part) * (w_part / w_peer) ** alpha
-    value = min(1.0, scaled)
+    headroom = (w_part / math_part) / (w_peer / math_peer)
+    scaled = ratio * (hz_peer / hz_part) * headroom ** alpha
+    ceiling, where = ratio_ceiling(part.generation, fmt)
+    value = min(ceiling, scaled)
     terms = [f"{peer.id} {ratio:.3g}"]
     if hz_part != hz_peer:
         terms.append(f"({hz_peer / 1e6:.0f}/{hz_part / 1e6:.0f} MHz)")
-    if w_part != w_peer:
+    if math_part != math_peer:
+        terms.append(f"({w_part:.0f} W per {math_part / 1e3:.4g}k FLOP/clk / {w_peer:.0f} W per {math_peer / 1e3:.4g}k)^{alpha:.3g}")
+    elif w_part != w_peer:
         terms.append(f"({w_part:.0f}/{w_peer:.0f} W)^{alpha:.3g}")
-    return value, " x ".join(terms) + f" = {value:.3g}" + (" (capped at the peak)" if scaled > 1.0 else "")
+    return value, " x ".join(terms) + f" = {value:.3g}" + (f" (capped at {where})" if scaled > ceiling else "")
 
 
 @lru_cache(maxsize=512)
