@@ -8,6 +8,7 @@ import pytest
 import perfmodel
 from perfmodel.cli import main
 from perfmodel.comm.collectives import intra_time_s
+from perfmodel.compute.ops import gemm_fixed_s
 from perfmodel.hardware.catalog import load_catalog
 from perfmodel.hardware.system import SCALE_KEYS, resolve_system
 
@@ -139,3 +140,22 @@ def test_library_rejects_bad_factors(a100_system) -> None:
         with pytest.raises(ValueError, match=r"outside \[0.001, 1000\]"):
             s.scaled(flops=bad)
     assert s.scaled() is s
+
+
+@pytest.mark.parametrize("acc", REFERENCE)
+def test_scaling_keeps_the_gemm_fill_and_drain_time(acc: str) -> None:
+    """t0 is fitted as measured minus ideal time on the measured GEMM shapes. Scaling those rates by
+    the FLOP factor alone used to move the fit: 2x HBM took A100's t0 from 12.58 us to 13.50 us
+    (the ideal time fell, the measured one did not), so a step of small GEMMs got slower with more
+    bandwidth. The what-if keeps the original's t0 whatever it scales."""
+    system, _ = resolve_system(acc, None, 1)
+    t0 = gemm_fixed_s(system.accelerator)
+    for key in ("flops", "hbm_bw"):
+        for f in (0.5, 2.0, 10.0):
+            scaled = system.scaled(**{key: f}).accelerator
+            assert gemm_fixed_s(scaled) == pytest.approx(t0, rel=1e-8), (key, f)
+    precision = next(p for p in ("bf16", "fp16", "fp32") if p in system.accelerator.supported_precisions)
+    plan = perfmodel.ParallelPlan(micro_batch=4, global_batch=4, precision=precision)
+    base = perfmodel.estimate("mlp-mnist", system, plan).step_time_s
+    for key in ("flops", "hbm_bw"):
+        assert perfmodel.estimate("mlp-mnist", system.scaled(**{key: 2.0}), plan).step_time_s <= base * (1 + 1e-12)

@@ -139,7 +139,9 @@ def _mamf(acc: Accelerator, precision: str) -> float:
 def gemm_fixed_s(acc: Accelerator) -> float:
     """t0: fill/drain seconds per GEMM kernel, from the calibration shapes (least squares on
     t_measured - t_ideal over shapes whose ideal time is under 200 us; large shapes measure the
-    asymptote, not t0)."""
+    asymptote, not t0), unless the spec states it (calibration.gemm_fixed)."""
+    if acc.calibration.gemm_fixed is not None:
+        return max(acc.calibration.gemm_fixed.si("seconds", "calibration.gemm_fixed"), launch_s(acc))
     pts = acc.calibration.gemm_shapes
     residuals = []
     for g in pts:

@@ -400,7 +400,8 @@ def accelerator_provenance(acc: Accelerator, precision: str) -> dict[str, str]:
         "elementwise_bandwidth": (f"measured: typical memory-bound ops ({cal.elementwise_achieved.source})"
                                   if cal.elementwise_achieved else "fallback: the HBM streaming bandwidth"),
         "kernel_launch": kernel_launch_s(acc).provenance,
-        "gemm_fixed_time": (f"measured: fit to {len(cal.gemm_shapes)} GEMM shapes" if cal.gemm_shapes
+        "gemm_fixed_time": (f"stated: {cal.gemm_fixed.source}" if cal.gemm_fixed
+                            else f"measured: fit to {len(cal.gemm_shapes)} GEMM shapes" if cal.gemm_shapes
                             else "fallback: 10 us per GEMM (A100 fit)"),
         "optimizer_step": (f"measured: per-parameter step ({cal.optimizer_step_per_param.source})"
                            if cal.optimizer_step_per_param else "fallback: optimizer bytes through HBM"),

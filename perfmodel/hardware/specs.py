@@ -111,6 +111,10 @@ class AcceleratorCalibration(_Strict):
         None, description="fused-attention fwd+bwd rate / GEMM rate where no part of the generation measured "
                           "attention (default 0.60, compute/ops.FLASH_FALLBACK_RATIO)")
     kernel_launch: Sourced | None = Field(None, description="back-to-back launch gap per kernel")
+    gemm_fixed: Sourced | None = Field(
+        None, description="fill/drain seconds per GEMM kernel where it is known directly; else it is fitted to "
+                          "gemm_shapes (a what-if freezes it here: faster HBM or math does not lengthen a "
+                          "kernel's fill and drain)")
     host_op_overhead: Sourced | None = Field(
         None, description="host time to issue one eager framework op (dispatch + autograd)"
     )

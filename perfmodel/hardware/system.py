@@ -106,7 +106,12 @@ def check_scale_factor(key: str, factor: float) -> None:
 
 def _scaled_accelerator(acc: Accelerator, flops: float, hbm_bw: float, hbm_capacity: float) -> Accelerator:
     """A rebuilt (re-validated) accelerator whose FLOP rates, HBM bandwidths (datasheet and
-    measured) and HBM capacity are scaled."""
+    measured) and HBM capacity are scaled. The GEMM fill/drain time stays the original's: it is
+    fitted as measured minus ideal time on the measured shapes, and scaling the shapes' rates by
+    the FLOP factor alone would move that fit (2x HBM would lengthen every kernel)."""
+    from perfmodel.compute.ops import gemm_fixed_s  # ops -> comm -> this module: import at call
+
+    fixed = gemm_fixed_s(acc)
     d = acc.model_dump()
     units = {"flop_per_s": "FLOP/s", "bytes_per_s": "B/s", "bytes": "B", "seconds": "s"}
 
@@ -131,6 +136,7 @@ def _scaled_accelerator(acc: Accelerator, flops: float, hbm_bw: float, hbm_capac
     sc(cal.get("elementwise_achieved"), "bytes_per_s", hbm_bw)
     sc(cal.get("optimizer_step_per_param"), "seconds", 1.0 / hbm_bw)
     sc(d["hbm_capacity"], "bytes", hbm_capacity)
+    cal["gemm_fixed"] = {"value": f"{fixed!r} s", "source": f"what-if: {acc.id}'s own GEMM fill/drain time"}
     d["id"] = acc.id
     return Accelerator.model_validate(d)
 
