@@ -304,6 +304,7 @@ class ParallelPlan(BaseModel):
                     raise LayoutError(f"cp {self.cp}: context parallelism of {spec.id}'s compressed sparse attention "
                                       "is not modelled; valid cp: 1")
             s = self.seq_len or spec.seq_len
+            spec.check_seq_len(s)
             if s % self.cp:
                 raise LayoutError(f"cp {self.cp} does not divide seq_len {s}")
             if self.cp > 1 and (s // self.cp) % 2 and spec.causal:

@@ -84,6 +84,7 @@ def build_graph(spec: ModelSpec, micro_batch: int = 1, seq_len: int | None = Non
         raise LayoutError(f"attention_impl {attention_impl!r}; allowed values: {', '.join(ATTENTION_IMPLS)}")
     if micro_batch < 1:
         raise LayoutError(f"micro_batch {micro_batch} must be a positive integer")
+    spec.check_seq_len(s)
     if spec.family in ("dense", "moe", "encoder", "patch_transformer"):
         layers = _transformer(spec, b, s, precision, attention_impl)
         tokens = b * s if spec.family != "patch_transformer" else b * _num_patches(spec, s) * (spec.input_size or 1)

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from perfmodel.errors import SpecError
+from perfmodel.errors import LayoutError, SpecError
 
 Family = Literal["dense", "moe", "encoder", "lstm", "gru", "tcn", "patch_transformer", "mlp"]
 
@@ -221,6 +221,13 @@ class ModelSpec(BaseModel):
         if self.family == "patch_transformer" and self.patch_len and self.patch_len > self.seq_len:
             raise SpecError("patch_len", f"{self.patch_len} > seq_len {self.seq_len}", f"at most {self.seq_len}")
         return self
+
+    def check_seq_len(self, s: int) -> None:
+        """A run's sequence length (a plan may override the spec's) must hold one patch of a patch
+        model: a shorter series has no patch to embed (LayoutError naming the shortest allowed)."""
+        if self.family == "patch_transformer" and (self.patch_len or 1) > s:
+            raise LayoutError(f"seq_len {s} is shorter than one patch of {self.id} (patch_len {self.patch_len}): "
+                              f"no patch to embed; allowed: seq_len >= {self.patch_len}")
 
     def _check_hybrid(self) -> None:
         p = self.layer_pattern
