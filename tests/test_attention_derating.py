@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+import perfmodel
 from perfmodel.calibration.parameters import KNOBS
 from perfmodel.calibration.profile import system_with_knobs
 from perfmodel.compute.ops import FLASH_FALLBACK_RATIO, attention_rate_flop_per_s, gemm_rate_flop_per_s
@@ -142,3 +143,24 @@ def test_stacks_select_their_attention_kernel():
     assert framework("megatron-core").attention == "fused"  # TE: cuDNN / flash-attn 3
     assert framework("torchtitan").attention == "flash"  # torch SDPA: FA2 backend first
     assert framework("megatron-lm").attention == "unfused"
+
+
+GPUS_WITH_FP32 = sorted(a.id for a in load_catalog().accelerators.values()
+                        if a.kind != "cpu" and "fp32" in a.supported_precisions and attention_curve(a) is not None)
+
+
+@pytest.mark.parametrize("acc_id", GPUS_WITH_FP32)
+def test_fp32_attention_runs_on_the_fp32_matrix_path(acc_id: str):
+    """FlashAttention takes 16-bit inputs only; an fp32 run's attention is at most the fallback
+    ratio of the fp32 (TF32) GEMM rate. It used to read the bf16 FA2 curve, so llama3.2-1b at
+    seq 131072 in fp32 on A100 80GB reported MFU 1.335 against the TF32 peak."""
+    acc = _acc(acc_id)
+    fp32 = attention_rate_flop_per_s(acc, 128, 8192, True, "fp32")
+    assert fp32 == pytest.approx(FLASH_FALLBACK_RATIO * gemm_rate_flop_per_s(acc, "fp32"), rel=1e-12)
+    assert fp32 < attention_rate_flop_per_s(acc, 128, 8192, True, "bf16")
+
+
+def test_fp32_long_sequence_mfu_stays_below_one():
+    plan = perfmodel.ParallelPlan(micro_batch=1, global_batch=1, seq_len=131072, precision="fp32")
+    r = perfmodel.estimate("llama3.2-1b", "a100-sxm4-80gb", plan)
+    assert 0.3 < r.mfu < 1.0

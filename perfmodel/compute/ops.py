@@ -258,7 +258,8 @@ def attention_rate_flop_per_s(acc: Accelerator, head_dim: int, seq_len: int, cau
     implementation `kernel` (flash / fused / flash1: AttentionCurve.kernel_points): the part's
     curve, or its generation's (hardware/attention.attention_curve), else a ratio of the GEMM rate;
     a kernel the curve lacks (flash1 on H100) at the FA2-class rate x kernel_ratio."""
-    curve = attention_curve(acc)
+    fmt = attention_format(acc, precision)
+    curve = attention_curve(acc) if registry.format_bits(fmt) <= 16 else None
     if curve is not None:
         own = curve.kernel_points(kernel)
         if own:
@@ -268,11 +269,22 @@ def attention_rate_flop_per_s(acc: Accelerator, head_dim: int, seq_len: int, cau
                 kernel, head_dim, seq_len, causal)
         # FlashAttention runs in bf16 under fp8 GEMM training (Transformer Engine's default)
         return rate * acc.in_model_efficiency
-    # attention runs in bf16, else the next format the chip has (fp16 on V100, fp32 on a CPU)
-    fmt = next((p for p in registry.ATTENTION_PRECISIONS if p in acc.supported_precisions), "bf16")
     ratio = acc.calibration.attention_fallback_ratio
     r = ratio.si("dimensionless", "calibration.attention_fallback_ratio") if ratio else FLASH_FALLBACK_RATIO
     return r * gemm_rate_flop_per_s(acc, fmt) * kernel_ratio(kernel, head_dim, seq_len, causal)
+
+
+def attention_format(acc: Accelerator, precision: str) -> str:
+    """The format fused attention runs in. A 16-bit run's own; under fp8 / fp4 GEMMs the first
+    16-bit format the chip has (Transformer Engine keeps attention in bf16); an fp32 run's
+    attention in fp32 (FlashAttention takes 16-bit inputs only: PyTorch's SDPA falls back to its
+    memory-efficient kernel, on the fp32 matrix path). The measured curves are 16-bit kernels,
+    so an fp32 run reads the fallback ratio of the fp32 GEMM rate instead: never faster than its
+    own format's matmul, which MFU divides by."""
+    own = registry.canonical(precision)
+    if own in registry.ATTENTION_PRECISIONS and own in acc.supported_precisions:
+        return own
+    return next((p for p in registry.ATTENTION_PRECISIONS if p in acc.supported_precisions), "bf16")
 
 
 def _interp_log(curve: list[tuple[int, float]], x: float) -> float:
