@@ -158,14 +158,17 @@ def _share_bytes(layer: Layer, plan: ParallelPlan, shares: tuple[tuple[int, floa
 
 def recompute_working_bytes(layer: Layer, plan: ParallelPlan) -> float:
     """Bytes the backward rebuilds for one layer at a time: under full recompute and torchtitan's
-    per-op policy the whole layer reruns inside its checkpoint, so its saved tensors exist again
-    while its backward runs (layer_saved_bytes); Megatron's recompute modules rebuild one module's
-    freed tensors at a time (the attention core's already counted as kept). 0 for a layer that is
-    not recomputed."""
+    per-op policy the layer reruns inside its checkpoint, so what it saves without recompute
+    exists again while its backward runs, less what the checkpoint already keeps (full: the
+    layer input, which the rerun's first norm saves by reference, not as a copy; per-op: the
+    input and the outputs the policy saved, which the rerun reads from its cache). Counting the
+    whole layer made full recompute of a one-layer, one-micro-batch model keep more than no
+    recompute. Megatron's recompute modules rebuild one module's freed tensors at a time (the
+    attention core's already counted as kept). 0 for a layer that is not recomputed."""
     if not layer.recomputable:
         return 0.0
     if plan.recompute == "full" or (plan.recompute == "selective" and plan.selective_recompute == OP_POLICY):
-        return layer_saved_bytes(layer, plan)
+        return max(0.0, layer_saved_bytes(layer, plan) - layer_activation_bytes(layer, plan))
     if plan.recompute == "selective":
         rebuilt = module_recompute(layer, plan.selective_recompute).rebuilt
         return max((_share_bytes(layer, plan, r) for r in rebuilt), default=0.0)
@@ -194,7 +197,9 @@ def windowed_activation_bytes(graph: Graph, plan: ParallelPlan, stage: int) -> t
                 working = max(working, recompute_working_bytes(layer, run_plan))
         for i in range(0, len(body), group):
             acts += body[i].input_bytes
-            working = max(working, sum(layer_saved_bytes(layer, plan) for layer in body[i:i + group]))
+            # the run's input is kept; the rerun's first layer saves it by reference
+            working = max(working, sum(layer_saved_bytes(layer, plan) for layer in body[i:i + group])
+                          - body[i].input_bytes)
     return acts, working
 
 

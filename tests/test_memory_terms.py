@@ -208,3 +208,21 @@ def test_validate_output_is_still_csv_safe(tmp_path: Path) -> None:
         w.writerow(out)
     with open(path, newline="") as f:
         assert next(csv.DictReader(f))["message"] == out["message"]
+
+
+@pytest.mark.parametrize("workload", ["gpt2-124m", "llama3-8b", "mixtral-8x7b", "patchtst-electricity"])
+@pytest.mark.parametrize("layers", [1, 2, None])
+def test_recompute_never_keeps_more_than_no_recompute(workload: str, layers: int | None) -> None:
+    """Recompute trades time for memory: with one micro-batch in flight, full recompute and each
+    selective policy keep at most what no recompute keeps, however few layers the model has.
+    The rebuilt layer used to count its checkpointed input a second time, so a one-layer model
+    under full recompute kept its input more than without recompute."""
+    spec = get_workload(workload)
+    if layers is not None:
+        spec = spec.model_copy(update={"num_layers": layers})
+    base = dict(micro_batch=1, global_batch=1, seq_len=min(spec.seq_len, 1024))
+    none = memory_per_rank(plan_graph(spec, ParallelPlan(**base)), ParallelPlan(**base)).activations_bytes
+    for kw in ({"recompute": "full"}, {"recompute": "selective"},
+               {"recompute": "selective", "selective_recompute": "op"}):
+        plan = ParallelPlan(**base, **kw)
+        assert memory_per_rank(plan_graph(spec, plan), plan).activations_bytes <= none * (1 + 1e-12), kw
