@@ -50,7 +50,7 @@ RULES: dict[str, Rule] = {
     "hbm_capacity": _SIZE, "l2_cache": _SIZE, "host_memory": _SIZE, "size": _SIZE,
     # seconds
     "latency": _TIME, "per_hop_latency": _TIME, "kernel_launch": _TIME, "host_op_overhead": _TIME,
-    "optimizer_step_per_param": _TIME,
+    "optimizer_step_per_param": _TIME, "gemm_fixed": _TIME,
     # the rest
     "clock": Rule("hertz"), "compute_units": Rule("dimensionless", 1.0, low_inclusive=True),
     "leaf_nodes": Rule("dimensionless", 1.0, low_inclusive=True),
