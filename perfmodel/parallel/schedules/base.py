@@ -107,6 +107,12 @@ class PipelineSchedule:
         """Notes on a layout this schedule runs with caveats; a LayoutError if it cannot run it."""
         from perfmodel.errors import LayoutError
 
+        if pp == 1 and self.defers_wgrad:
+            # the split backward exists to fill pipeline bubbles; alone it only loses the
+            # host / GPU overlap between the two phases (and the engines would disagree on it)
+            raise LayoutError(f"schedule {self.name!r} defers weight gradients into pipeline bubbles; with pp 1 "
+                              "there is no pipeline: use pp > 1, or leave the schedule unset (allowed at pp 1: "
+                              "1f1b, gpipe)")
         if vp > 1 and not self.chunked:
             raise LayoutError(f"schedule {self.name!r} runs one model chunk per pipeline rank: vp must be 1 (got vp {vp}); "
                               "use schedule 'interleaved' for virtual stages")
