@@ -4,6 +4,8 @@ fp8 / fp4 GEMM's in-model efficiency does not charge the power limit its MAMF al
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 import perfmodel
@@ -12,6 +14,7 @@ from perfmodel.calibration.parameters import KNOBS
 from perfmodel.calibration.profile import system_with_knobs
 from perfmodel.compute.fp8_recipes import RECIPES, gemm_cast_work
 from perfmodel.compute.ops import gemm_rate_flop_per_s, low_precision_in_model_efficiency
+from perfmodel.engines.closed_forms import pipeline_hops_s
 from perfmodel.engines.costs import fused_cross_entropy, host_op_s, layer_time
 from perfmodel.hardware.catalog import load_catalog
 from perfmodel.hardware.derating import mamf_ratio
@@ -97,6 +100,28 @@ def test_p2p_overlap_hides_the_pipeline_sends_in_both_engines():
         assert blocking.breakdown_s["pp_p2p_s"] > 0
         assert overlap.breakdown_s["pp_p2p_s"] < blocking.breakdown_s["pp_p2p_s"]
         assert overlap.step_time_s < blocking.step_time_s
+
+
+def test_p2p_overlap_covers_one_send_with_a_forward_chunk_and_one_with_a_backward():
+    """vp 2, one transfer 1 ms, a rank's forward 1 ms and backward 3 ms per micro-batch (0.5 and
+    1.5 ms per chunk): per chunk the activation send is exposed 1 - 0.5 = 0.5 ms, the gradient
+    send max(0, 1 - 1.5) = 0; two chunks: 1 ms. Blocking: 2 x 2 x 1 ms = 4 ms."""
+    assert pipeline_hops_s(2, 1e-3, 1e-3, 3e-3, True) == pytest.approx(1e-3, rel=1e-12)
+    assert pipeline_hops_s(2, 1e-3, 1e-3, 3e-3, False) == pytest.approx(4e-3, rel=1e-12)
+    assert pipeline_hops_s(2, 1e-3, 4e-3, 6e-3, True) == 0.0
+
+
+@pytest.mark.parametrize("engine", ["analytic", "des"])
+def test_faster_scale_up_never_slows_an_overlapped_pipeline(engine: str):
+    """PatchTST on B200, tp 2 pp 2 dp 4, one micro-batch, p2p overlapped, the pipeline send on
+    the NICs: a faster NVLink shortens the tp collectives, hence the chunk windows that hide the
+    sends. It used to make the step up to 1.5 % slower (both sends charged against the forward,
+    every rank charged the slowest rank's exposure)."""
+    plan = perfmodel.ParallelPlan(dp=4, tp=2, pp=2, micro_batch=32, global_batch=128, overlap_p2p_comm=True)
+    system = resolve_system("b200", None, plan.world)[0]
+    steps = [perfmodel.estimate("patchtst-electricity", system.scaled(intra_bw=f), plan, engine=engine).step_time_s
+             for f in (0.5, 1, 2, 4, 8, 16)]
+    assert all(b <= a * (1 + 1e-9) for a, b in itertools.pairwise(steps)), steps
 
 
 def test_low_precision_in_model_efficiency_divides_out_the_mamf_gap():

@@ -36,16 +36,19 @@ def pipeline_time_s(stage_s: list[float], m: int, vp: int, schedule: str, wgrad_
 def step_from_inputs(inp: StepInputs) -> Estimate:
     plan, system = inp.plan, inp.system
     m, p = plan.num_micro_batches, plan.pp
-    hops = inp.hops_s
+    rank_hops = inp.rank_hops_s
     t = inp.stage_time_s
-    i_max = max(range(p), key=t.__getitem__)
-    worst = inp.ranks[i_max]
+    i_max = inp.worst_rank
+    worst, hops = inp.ranks[i_max], rank_hops[i_max]
     avg_w = sum(r.wgrad_s for r in inp.ranks) / p
-    fwd = [r.fwd_s + hops / 2 for r in inp.ranks]  # a micro-batch's p2p: one send each way
-    pipe, bubble = pipeline_time_s(list(t), m, plan.vp, plan.schedule_name, avg_w, fwd,
-                                   [r.wgrad_s for r in inp.ranks])
+    # a micro-batch's p2p: one send each way
+    fwd = [r.fwd_s + h / 2 for r, h in zip(inp.ranks, rank_hops, strict=True)]
+    pipe, _ = pipeline_time_s(list(t), m, plan.vp, plan.schedule_name, avg_w, fwd, [r.wgrad_s for r in inp.ranks])
+    bubble = pipe - m * t[i_max] if p > 1 else 0.0  # all the pipeline beyond the worst rank's own micro-batches
     dp = dp_collectives(system, plan, worst.dense_params, worst.expert_params, worst.layers)
-    dp_exposed = float(cf.dp_exposed_s(plan.zero_stage, m, worst.fwd_s, worst.bwd_s, worst.layers, dp.all_reduce_s,
+    # the data-parallel collectives run on their own stream while the rank also waits for its
+    # pipeline sends: a micro-batch's wall time, p2p included, is what hides them
+    dp_exposed = float(cf.dp_exposed_s(plan.zero_stage, m, worst.fwd_s + hops / 2, worst.bwd_s + hops / 2, worst.layers, dp.all_reduce_s,
                                        dp.reduce_scatter_s, dp.all_gather_s, plan.overlap_dp_comm,
                                        plan.overlap_fsdp_prefetch, can_overlap(system), comm_contention_fraction(system),
                                        dp.unit_all_gather_s, dp.unit_reduce_scatter_s, dp.unit_copy_fwd_s,

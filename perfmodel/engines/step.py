@@ -51,23 +51,29 @@ class StepInputs:
     whole: Graph | None = None  # an imported graph before shard(): the whole model's FLOPs and weights
 
     @property
-    def hops_s(self) -> float:
-        """p2p seconds per micro-batch on a rank (closed_forms.pipeline_hops_s), exposed with
-        overlap_p2p_comm only by what one chunk's forward on the slowest rank does not cover."""
+    def rank_hops_s(self) -> tuple[float, ...]:
+        """Per pipeline rank, p2p seconds per micro-batch (closed_forms.pipeline_hops_s): all of
+        them when the sends block; with overlap_p2p_comm what the rank's own forward and backward
+        chunks do not cover (a rank's exposure follows its own chunks: a faster rank elsewhere
+        never lengthens it)."""
         plan = self.plan
-        if not (plan.overlap_p2p_comm and self.ranks):
-            return float(cf.pipeline_hops_s(plan.vp, self.p2p_s, 0.0, False))
-        # the slowest rank (the one the pipeline waits for)
-        sched = get_schedule(plan.schedule_name)
-        worst = max(self.ranks, key=lambda r: float(sched.stage_s(r.fwd_s, r.bwd_s, r.bwd_input_s, r.wgrad_s)))
-        return float(cf.pipeline_hops_s(plan.vp, self.p2p_s, worst.fwd_s, True))
+        return tuple(float(cf.pipeline_hops_s(plan.vp, self.p2p_s, r.fwd_s, r.bwd_s, plan.overlap_p2p_comm))
+                     for r in self.ranks)
 
     @property
     def stage_time_s(self) -> tuple[float, ...]:
         """Per rank, seconds of one micro-batch under the plan's schedule, p2p included."""
         sched = get_schedule(self.plan.schedule_name)
-        hops = self.hops_s
-        return tuple(float(sched.stage_s(r.fwd_s, r.bwd_s, r.bwd_input_s, r.wgrad_s)) + hops for r in self.ranks)
+        return tuple(float(sched.stage_s(r.fwd_s, r.bwd_s, r.bwd_input_s, r.wgrad_s)) + h
+                     for r, h in zip(self.ranks, self.rank_hops_s, strict=True))
+
+    @property
+    def worst_rank(self) -> int:
+        """The rank whose own chunks take longest (p2p aside): its parameters, windows and terms
+        make the step's breakdown and data-parallel collectives."""
+        sched = get_schedule(self.plan.schedule_name)
+        t = [float(sched.stage_s(r.fwd_s, r.bwd_s, r.bwd_input_s, r.wgrad_s)) for r in self.ranks]
+        return max(range(len(t)), key=t.__getitem__)
 
     def optimizer_s(self, rank: int) -> float:
         """Optimizer step of pipeline rank `rank`, with the step's small synchronous collectives:

@@ -78,14 +78,21 @@ class StageTable:
     rank_t_s: tuple[float, ...] = ()
     rank_fwd_s: tuple[float, ...] = ()
     rank_wgrad_s: tuple[float, ...] = ()
+    # per rank, every schedule: stage time (no p2p), forward and backward seconds per micro-batch,
+    # the chunk windows that cover its pipeline sends under overlap_p2p_comm
+    all_t_s: tuple[float, ...] = ()
+    all_fwd_s: tuple[float, ...] = ()
+    all_bwd_s: tuple[float, ...] = ()
 
 
 class LayoutCosts(NamedTuple):
     """Per distinct (tp, cp, ep, sp, mb, rec, pp, vp, dp): the shared costs of that layout (a
     NamedTuple: its rows stack into a table without a per-field copy, columns come out by name)."""
 
-    t_max_s: float
-    t_sum_s: float
+    t_max_s: float  # max over ranks of the stage time with the rank's own exposed p2p
+    t_sum_s: float  # their sum
+    t_worst_s: float  # the slowest rank's (StageTable.worst_rank), p2p included
+    hops_s: float  # the slowest rank's exposed p2p per micro-batch
     avg_wgrad_s: float
     worst_fwd_s: float
     worst_bwd_s: float
@@ -247,6 +254,7 @@ class Evaluator:
             act_per_mb_bytes=tuple(acts), act_working_bytes=tuple(work),
             rank_t_s=tuple(t.tolist()) if per_rank else (), rank_fwd_s=tuple(f.tolist()) if per_rank else (),
             rank_wgrad_s=tuple(w.tolist()) if per_rank else (),
+            all_t_s=tuple(t.tolist()), all_fwd_s=tuple(f.tolist()), all_bwd_s=tuple(b.tolist()),
         )
         self._stages[key] = tab
         return tab
@@ -290,8 +298,11 @@ class Evaluator:
             self._coll[coll_key] = dp_collectives(self.system, plan, st.worst_dense_params, st.worst_expert_params,  # type: ignore[assignment]
                                                   st.worst_layers)
         dpc: Any = self._coll[coll_key]
+        hops = self.rank_hops(st, tp, cp, pp, vp, dp, mb)
+        t = np.asarray(st.all_t_s) + hops
         out = LayoutCosts(
-            st.t_max_s, st.t_sum_s, st.avg_wgrad_s, st.worst_fwd_s, st.worst_bwd_s,
+            float(t.max()), float(t.sum()), float(t[st.worst_rank]), float(hops[st.worst_rank]), st.avg_wgrad_s,
+            st.worst_fwd_s, st.worst_bwd_s,
             st.worst_dense_params, st.worst_expert_params, st.worst_layers, dpc.all_reduce_s, dpc.reduce_scatter_s,
             dpc.all_gather_s, dpc.unit_all_gather_s, dpc.unit_reduce_scatter_s, dpc.unit_copy_fwd_s,
             dpc.unit_copy_bwd_s, self.p2p(tp, cp, pp, dp, mb),
@@ -300,6 +311,15 @@ class Evaluator:
             self.fp8_amax(tp, cp, ep, pp, vp, dp))
         self._costs[key] = out
         return out
+
+    def rank_hops(self, st: StageTable, tp: int, cp: int, pp: int, vp: int, dp: int, mb: int) -> np.ndarray:
+        """Per pipeline rank, exposed p2p seconds per micro-batch (closed_forms.pipeline_hops_s on
+        the rank's own chunks), overlapped where the stack turns overlap_p2p_comm on and vp > 1
+        (frameworks.apply_framework)."""
+        over = self.framework is not None and self.framework.p2p_overlap and vp > 1 and pp > 1
+        f, b = np.asarray(st.all_fwd_s), np.asarray(st.all_bwd_s)
+        hops = cf.pipeline_hops_s(float(vp), self.p2p(tp, cp, pp, dp, mb), f, b, float(over))
+        return np.broadcast_to(np.asarray(hops, dtype=float), f.shape)
 
     def p2p(self, tp: int, cp: int, pp: int, dp: int, mb: int) -> float:
         key = ("p2p", tp, cp, pp, dp, mb)
@@ -375,23 +395,22 @@ class Evaluator:
 
         m, pp, vp = (g[k].astype(float) for k in ("m", "pp", "vp"))
         sched, zero = g["sched"], g["zero"]
-        # overlap_p2p_comm where the stack turns it on and vp > 1 (frameworks.apply_framework)
-        p2p_overlap = self.framework is not None and self.framework.p2p_overlap
-        over = ((vp > 1) & (pp > 1)).astype(float) if p2p_overlap else np.zeros(n)
-        hops = np.asarray(cf.pipeline_hops_s(vp, c["p2p_s"], c["worst_fwd_s"], over))
-        t_max = c["t_max_s"] + hops
-        idle = (c["t_sum_s"] + pp * hops) - t_max
+        hops = c["hops_s"]  # the slowest rank's exposed p2p (each rank's own is in t_max_s, t_sum_s)
+        t_max = c["t_max_s"]
+        idle = c["t_sum_s"] - t_max
         bubble = np.zeros(n)
         for k, name in enumerate(SCHEDULE_LIST):
             rows = (sched == k) & (pp > 1)
             if rows.any() and SCHEDULES[name].per_rank_pipeline:
-                bubble[rows] = self._per_rank_bubble(name, uniq, inv, np.flatnonzero(rows), m, hops)
+                bubble[rows] = self._per_rank_bubble(name, uniq, inv, np.flatnonzero(rows), m)
             elif rows.any():
-                t_avg = (c["t_sum_s"][rows] + pp[rows] * hops[rows]) / pp[rows]
+                t_avg = c["t_sum_s"][rows] / pp[rows]
                 bubble[rows] = SCHEDULES[name].bubble_s(idle[rows], m[rows], pp[rows], vp[rows], t_avg,
                                                         c["avg_wgrad_s"][rows])
         pipe = cf.pipeline_s(t_max, m, bubble)
-        dp_exp = cf.dp_exposed_s(zero, m, c["worst_fwd_s"], c["worst_bwd_s"], c["worst_layers"], c["all_reduce_s"],
+        # the breakdown's bubble: all the pipeline beyond the slowest rank's own micro-batches
+        bubble = np.where(pp > 1, pipe - m * c["t_worst_s"], 0.0)
+        dp_exp = cf.dp_exposed_s(zero, m, c["worst_fwd_s"] + hops / 2, c["worst_bwd_s"] + hops / 2, c["worst_layers"], c["all_reduce_s"],
                                  c["reduce_scatter_s"], c["all_gather_s"], overlap_dp_comm, overlap_fsdp_prefetch,
                                  can_overlap(self.system), comm_contention_fraction(self.system),
                                  c["unit_all_gather_s"], c["unit_reduce_scatter_s"], c["unit_copy_fwd_s"],
@@ -411,16 +430,14 @@ class Evaluator:
         assert mem.shape == (n,)
         return {"step_time_s": step, "memory_bytes": mem, "pp_bubble_s": bubble, "dp_comm_exposed_s": np.asarray(dp_exp)}
 
-    def _per_rank_bubble(self, name: str, uniq: np.ndarray, inv: np.ndarray, rows: np.ndarray, m: np.ndarray,
-                         hops: np.ndarray) -> np.ndarray:
+    def _per_rank_bubble(self, name: str, uniq: np.ndarray, inv: np.ndarray, rows: np.ndarray,
+                         m: np.ndarray) -> np.ndarray:
         """pipeline_s of a schedule that reads each rank's phases (DualPipe: the largest over ranks
         of m·t_r + its bubble on rank r's own F, B, W), less m·max t, for grid rows `rows`: per
         distinct layout its ranks' t_r and bubbles once (cached; the hops are one layout's), then
         one padded max over ranks for every row."""
-        keys, first, kinv = np.unique(inv[rows], return_index=True, return_inverse=True)
-        # each distinct layout's terms, its hops read at its first row
-        terms = [self._rank_terms(name, tuple(uniq[u].tolist()), float(hops[rows[r]]))
-                 for u, r in zip(keys, first, strict=True)]
+        keys, kinv = np.unique(inv[rows], return_inverse=True)
+        terms = [self._rank_terms(name, tuple(uniq[u].tolist())) for u in keys]
         width = max(len(t) for t, _ in terms)
         t_all = np.zeros((len(terms), width))
         lift = np.full((len(terms), width), -np.inf)
@@ -429,12 +446,14 @@ class Evaluator:
         mm = m[rows][:, None]
         return np.max(mm * t_all[kinv] + lift[kinv], axis=1) - mm[:, 0] * t_all.max(axis=1)[kinv]
 
-    def _rank_terms(self, name: str, row: tuple[int, ...], hops: float) -> tuple[np.ndarray, np.ndarray]:
+    def _rank_terms(self, name: str, row: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(t_r with p2p, the bubble of rank r's own phases) of one distinct layout (`row`: its
         uniq columns, tp .. place) for schedule `name`, as the analytic engine forms them."""
-        key = ("ranks", name, row, hops)
+        key = ("ranks", name, row)
         if key not in self._pipe:
             st = self.stages(*row[:8], *row[9:])  # less dp
+            tp, cp, _, _, mb, _, pp, vp, dp = row[:9]
+            hops = self.rank_hops(st, tp, cp, pp, vp, dp, mb)
             t = np.asarray(st.rank_t_s) + hops
             f = np.asarray(st.rank_fwd_s) + hops / 2  # a micro-batch's p2p: one send each way
             w = np.asarray(st.rank_wgrad_s)
