@@ -155,14 +155,19 @@ def test_frameworks_select_the_fsdp_layout() -> None:
 
 
 def test_pipelined_fsdp_gathers_and_reduce_scatters_once_per_step() -> None:
-    """pp > 1 (torch.distributed.pipelining + FSDP2): L = 4, a = 2, r = 1, f = 1 per unit,
-    m = 8 micro-batches: the first micro-batch's forward waits 2 + 3·max(0, 2 - 1) = 5, the four
-    reduce-scatters after the last backward 4 — 9 s whatever m; collectives 4·(2 + 1) = 12."""
+    """pp 2 (torch.distributed.pipelining + FSDP2): L = 4, a = 2, r = 1, f = 1 per unit,
+    m = 8 micro-batches: a stage's first micro-batch's forward waits 2 + 3·max(0, 2 - 1) = 5, and
+    the fill crosses both stages' waits (each gathers lazily once its activation arrives): 10;
+    the four reduce-scatters after the last stage's last backward 4 — 14 s whatever m;
+    collectives per rank 4·(2 + 1) = 12. pp 4: 4·5 + 4 = 24; pp 4 with vp 2, the three earlier
+    ranks' first chunks (half their units each) and the slowest rank's whole: 2.5·5 + 4 = 16.5."""
     for m in (1, 8):
-        wait, comm, copies = cf.fsdp_exposed_s(m, 4.0, 8.0, 4, 2.0, 1.0, 0.0, 0.0, True, True)
-        assert (wait, comm, copies) == pytest.approx((9.0, 12.0, 0.0))
-    # no prefetch: every collective exposed, once
-    assert cf.fsdp_exposed_s(8, 4.0, 8.0, 4, 2.0, 1.0, 0.5, 1.5, False, True) == pytest.approx((12.0, 12.0, 6.0))
+        wait, comm, copies = cf.fsdp_exposed_s(m, 4.0, 8.0, 4, 2.0, 1.0, 0.0, 0.0, True, cf.fsdp_fill(2, 1))
+        assert (wait, comm, copies) == pytest.approx((14.0, 12.0, 0.0))
+    assert cf.fsdp_exposed_s(8, 4.0, 8.0, 4, 2.0, 1.0, 0.0, 0.0, True, cf.fsdp_fill(4, 1))[0] == pytest.approx(24.0)
+    assert cf.fsdp_exposed_s(8, 4.0, 8.0, 4, 2.0, 1.0, 0.0, 0.0, True, cf.fsdp_fill(4, 2))[0] == pytest.approx(16.5)
+    # no prefetch: every gather exposed on each stage in turn (2·4·2), the reduce-scatters once (4·1)
+    assert cf.fsdp_exposed_s(8, 4.0, 8.0, 4, 2.0, 1.0, 0.5, 1.5, False, cf.fsdp_fill(2, 1)) == pytest.approx((20.0, 12.0, 6.0))
 
 
 @pytest.mark.parametrize("impl", ["flat", "per-param"])

@@ -52,7 +52,7 @@ def step_from_inputs(inp: StepInputs) -> Estimate:
                                        dp.reduce_scatter_s, dp.all_gather_s, plan.overlap_dp_comm,
                                        plan.overlap_fsdp_prefetch, can_overlap(system), comm_contention_fraction(system),
                                        dp.unit_all_gather_s, dp.unit_reduce_scatter_s, dp.unit_copy_fwd_s,
-                                       dp.unit_copy_bwd_s, plan.pp > 1))
+                                       dp.unit_copy_bwd_s, cf.fsdp_fill(plan.pp, plan.vp)))
     optimizer = inp.optimizer_s(i_max)
     breakdown = {
         "compute_fwd_s": m * worst.fwd_gpu_s,

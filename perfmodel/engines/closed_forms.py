@@ -29,8 +29,13 @@ per micro-batch and L its layer instances (one bucket = one layer's share):
     reshard_after_forward off when pp is on, and stage.backward_maybe_with_nosync keeps every
     micro-batch's backward unsharded and unsynced, then runs each unit's post-backward after the
     last one) each unit is gathered once per step and reduce-scattered once, after the stage's
-    last backward:
-      a + (L−1)·max(0, a − f') + L·r       (no prefetch: L·(a + r)), plus L·k_b of copies
+    last backward. A stage gathers its first unit lazily, in the pre-forward hook of its first
+    micro-batch, once that micro-batch's activation has arrived (torch's PipelineScheduleSingle
+    issues no early unshard), so the pipeline fill crosses the first chunk's forward wait of
+    every earlier rank, then the slowest rank's own: n = 1 + (pp − 1)/vp waits in all; the
+    reduce-scatters run after each stage's last send (perform_reduce_grad), only the last
+    stage to finish exposing its own:
+      n·(a + (L−1)·max(0, a − f')) + L·r   (no prefetch: n·L·a + L·r), plus L·k_b of copies
     Both are exact for L equal units: the makespan of the two-stream schedule minus its compute;
     des.fsdp_unit_schedule plays the same schedule out over the unequal units of a real stage.
 On a CPU nothing overlaps (the collective runs on the cores that compute). The part that hides
@@ -93,10 +98,10 @@ def pipeline_hops_s(vp: Num, p2p_s: Num, worst_fwd_s: Num, worst_bwd_s: Num, ove
 def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_reduce_s: Num, reduce_scatter_s: Num,
                  all_gather_s: Num, overlap_dp_comm: Num, overlap_fsdp_prefetch: Num, can_overlap: Num,
                  contention: Num, unit_all_gather_s: Num = 0.0, unit_reduce_scatter_s: Num = 0.0,
-                 unit_copy_fwd_s: Num = 0.0, unit_copy_bwd_s: Num = 0.0, pipelined: Num = False) -> Num:
+                 unit_copy_fwd_s: Num = 0.0, unit_copy_bwd_s: Num = 0.0, fill: Num = 1.0) -> Num:
     """Exposed data-parallel seconds of one step plus the compute slowed by the hidden part.
-    The unit_* arguments are one FSDP unit's collectives and copy kernels, `pipelined` pp > 1
-    (ZeRO 3 only)."""
+    The unit_* arguments are one FSDP unit's collectives and copy kernels, `fill` the stage
+    forward waits a pipeline's fill crosses (ZeRO 3 only: fsdp_fill)."""
     L = _maximum(1.0, layers)
     ag, rs = all_gather_s, reduce_scatter_s
     grad = _where(zero == 0, all_reduce_s, _where(zero < 3, rs, 0.0))
@@ -105,7 +110,7 @@ def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_red
     z012 = _where(over, _maximum(grad - bwd_s, grad / L), grad) + param_gather_exposed_s(param, fwd_s, L, over)
     pre = _and(overlap_fsdp_prefetch, can_overlap)
     z3_wait, z3_comm, z3_copies = fsdp_exposed_s(m, fwd_s, bwd_s, L, unit_all_gather_s, unit_reduce_scatter_s,
-                                                 unit_copy_fwd_s, unit_copy_bwd_s, pre, pipelined)
+                                                 unit_copy_fwd_s, unit_copy_bwd_s, pre, fill)
     exposed = _where(zero == 3, z3_wait, z012)
     total = _where(zero == 3, z3_comm, grad + param)
     return exposed + _maximum(0.0, total - exposed) * contention + _where(zero == 3, z3_copies, 0.0)
@@ -113,11 +118,12 @@ def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_red
 
 def fsdp_exposed_s(m: Num, fwd_s: Num, bwd_s: Num, units: Num, unit_all_gather_s: Num, unit_reduce_scatter_s: Num,
                    unit_copy_fwd_s: Num, unit_copy_bwd_s: Num, prefetch: Num,
-                   pipelined: Num = False) -> tuple[Num, Num, Num]:
+                   fill: Num = 1.0) -> tuple[Num, Num, Num]:
     """(seconds the compute stream waits for the per-unit collectives, seconds of those
     collectives in all, seconds of the copy kernels) over m micro-batches of `units` equal units
     (module docstring). Gradient accumulation re-gathers and reduce-scatters every micro-batch;
-    a pipelined stage (pp > 1) gathers and reduce-scatters each unit once per step."""
+    a pipelined stage (pp > 1: fill > 1, fsdp_fill) gathers and reduce-scatters each unit once
+    per step, and the fill waits for `fill` stages' forward gathers in turn."""
     L = _maximum(1.0, units)
     a, r, kf, kb = unit_all_gather_s, unit_reduce_scatter_s, unit_copy_fwd_s, unit_copy_bwd_s
     f, b = fwd_s / L + kf, bwd_s / L + kb
@@ -126,9 +132,17 @@ def fsdp_exposed_s(m: Num, fwd_s: Num, bwd_s: Num, units: Num, unit_all_gather_s
     bwd = _where(L >= 2, many, r)
     comm = m * (L * (2 * a + r) - a)
     once_comm = L * (a + r)
-    once = _where(prefetch, fwd + L * r, once_comm), once_comm, L * kb
+    once = _where(prefetch, fill * fwd + L * r, fill * L * a + L * r), once_comm, L * kb
+    pipelined = fill > 1
     every = _where(prefetch, m * (fwd + bwd), comm), comm, m * L * (kf + kb)
     return _where(pipelined, once[0], every[0]), _where(pipelined, once[1], every[1]), _where(pipelined, once[2], every[2])
+
+
+def fsdp_fill(pp: Num, vp: Num) -> Num:
+    """The ZeRO-3 forward waits a pipeline's fill crosses: the first chunk's on each of the pp - 1
+    earlier ranks (a vp-th of a rank's units each), then the slowest rank's whole; 1 without a
+    pipeline (fsdp_exposed_s)."""
+    return 1.0 + (pp - 1) / vp
 
 
 def param_gather_exposed_s(param_s: Num, fwd_s: Num, layers: Num, overlap: Num) -> Num:
@@ -169,5 +183,5 @@ def rank_memory_bytes(static_bytes: Num, act_per_mb_bytes: Num, flight: Num, wor
     return static_bytes + act_per_mb_bytes * flight + working_bytes + runtime_bytes
 
 
-__all__ = ["dp_exposed_s", "fsdp_exposed_s", "grad_params", "in_flight", "local_params", "optimizer_step_s", "param_gather_exposed_s",
-           "pipeline_s", "rank_memory_bytes"]
+__all__ = ["dp_exposed_s", "fsdp_exposed_s", "fsdp_fill", "grad_params", "in_flight", "local_params", "optimizer_step_s",
+           "param_gather_exposed_s", "pipeline_hops_s", "pipeline_s", "rank_memory_bytes"]

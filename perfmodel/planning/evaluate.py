@@ -414,7 +414,7 @@ class Evaluator:
                                  c["reduce_scatter_s"], c["all_gather_s"], overlap_dp_comm, overlap_fsdp_prefetch,
                                  can_overlap(self.system), comm_contention_fraction(self.system),
                                  c["unit_all_gather_s"], c["unit_reduce_scatter_s"], c["unit_copy_fwd_s"],
-                                 c["unit_copy_bwd_s"], (pp > 1).astype(float))
+                                 c["unit_copy_bwd_s"], cf.fsdp_fill(pp, vp))
         folded = g["tp"] * g["dp"] * g["cp"]  # MoE parallel folding: edp = tp·cp·dp/(ep·etp), etp 1 in the grid
         local = cf.local_params(zero, c["worst_dense_params"], c["worst_expert_params"], (g["dp"] * g["cp"]).astype(float),
                                 (folded // g["ep"]).astype(float))
