@@ -116,6 +116,29 @@ def test_report_written(tmp_path):
     assert (rep / "validation.html").exists()
 
 
+@pytest.mark.parametrize("only", ["error", "unmeasured"])
+def test_report_of_rows_it_cannot_score_names_them(tmp_path, capsys, only):
+    """A runs file whose one row is an error row (tp not dividing the heads) or has no measured
+    step time: the report used to crash adding float NaN to text; now it says what it left out."""
+    runs, out, rep = tmp_path / "runs.csv", tmp_path / "pred.csv", tmp_path / "report"
+    row = {**ROWS[0], "run_id": "only", "model": "", "arch": "gpt", "n_layers": "2", "hidden": "128",
+           "ffn_hidden": "512", "n_heads": "3" if only == "error" else "4", "n_kv_heads": "4", "vocab": "8192",
+           "tp": "1", "pp": "1", "dp": "1", "cp": "1", "ep": "1", "vp": "1", "n_gpus": "1", "global_batch": "4",
+           "micro_batch": "4", "seq_len": "64", "step_time_s": "" if only == "unmeasured" else "1.0"}
+    _write(runs, [row])
+    assert main(["validate", "--runs", str(runs), "--out", str(out)]) == 0
+    with out.open() as f:
+        pred = next(csv.DictReader(f))
+    if only == "error":
+        assert pred["message"] == ("RowError: architecture columns: field 'num_kv_heads': 4 does not divide num_heads 3; "
+                                   "expected a divisor of num_heads")
+    capsys.readouterr()
+    assert main(["report", "--runs", str(runs), "--pred", str(out), "--out", str(rep)]) == 0
+    text = (rep / "report.md").read_text()
+    assert "| overall | 0 | n/a |" in text and "nan" not in text
+    assert ("1 not predicted" if only == "error" else "1 without a measured step time") in text
+
+
 def test_public_rows_predicted(tmp_path):
     """Every public row is read; the known-unpredictable ones say why."""
     out = tmp_path / "pred.csv"

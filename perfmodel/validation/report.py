@@ -46,8 +46,15 @@ def group_tau(g: pd.DataFrame) -> float:
     layouts of one model on one machine right?"""
     from scipy.stats import kendalltau
 
-    key = g["model"].fillna("") + "|" + g["arch"].fillna("") + "|" + g["n_layers"].astype(str) + "|" + \
-        g["hidden"].astype(str) + "|" + g["accelerator"].fillna("a100-sxm4-80gb")
+    if g.empty:
+        return float("nan")
+
+    def text(col: str, blank: str = "") -> pd.Series:
+        # a column a runs file leaves all blank reads as float NaN: text it cell by cell
+        return g[col].astype(object).where(g[col].notna(), blank).astype(str)
+
+    key = text("model") + "|" + text("arch") + "|" + text("n_layers") + "|" + text("hidden") + "|" + \
+        text("accelerator", "a100-sxm4-80gb")
     taus, weights = [], []
     for _, grp in g.groupby(key):
         if len(grp) < 3 or grp["step_time_s"].nunique() < 2:
@@ -145,17 +152,24 @@ def summary_markdown(met: pd.DataFrame, m: pd.DataFrame) -> str:
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in met.itertuples():
         held = "n/a" if r.interval_held != r.interval_held else f"{r.interval_held:.0%}"
+        tau = "n/a" if r.kendall_tau != r.kendall_tau else f"{r.kendall_tau:.3f}"
+        if not r.rows:
+            lines.append(f"| {r.source} | 0 | n/a | n/a | n/a | n/a | n/a | n/a | n/a | n/a |")
+            continue
         lines.append(f"| {r.source} | {r.rows} | {r.mape:.1%} | {r.median_ape:.1%} | {r.bias:+.1%} | "
-                     f"{r.worst_ape:.1%} ({r.worst_run}) | {r.kendall_tau:.3f} | {r.within_10pct:.0%} | {r.within_20pct:.0%} "
+                     f"{r.worst_ape:.1%} ({r.worst_run}) | {tau} | {r.within_10pct:.0%} | {r.within_20pct:.0%} "
                      f"| {held} |")
     worst = worst_rows(m, 5)
     lines += ["", "Worst rows:", "", "| run | model | layout | measured s | predicted s | error |", "| --- | --- | --- | --- | --- | --- |"]
     for r in worst.itertuples():
         layout = f"tp{r.tp} pp{r.pp} dp{r.dp} mb{r.micro_batch} gb{r.global_batch} {r.recompute}"
-        lines.append(f"| {r.run_id} | {r.model} | {layout} | {r.step_time_s:.4g} | {r.predicted_step_time_s:.4g} | {r.signed_error:+.1%} |")
+        model = r.model if isinstance(r.model, str) and r.model else (r.arch if isinstance(r.arch, str) else "-")
+        lines.append(f"| {r.run_id} | {model} | {layout} | {r.step_time_s:.4g} | {r.predicted_step_time_s:.4g} | {r.signed_error:+.1%} |")
     n_err = int((m["status"] != "ok").sum())
     lines.append("")
-    lines.append(f"{len(m)} rows, {n_err} not predicted (status error).")
+    unmeasured = int(((m["status"] == "ok") & m["step_time_s"].isna()).sum())
+    lines.append(f"{len(m)} rows, {n_err} not predicted (status error)"
+                 + (f", {unmeasured} without a measured step time (left out of the figures)." if unmeasured else "."))
     if n_err:
         top = m[m["status"] != "ok"]["message"].value_counts().head(5)
         lines += [f"- {c} x {msg}" for msg, c in top.items()]
@@ -163,7 +177,7 @@ def summary_markdown(met: pd.DataFrame, m: pd.DataFrame) -> str:
 
 
 def worst_rows(m: pd.DataFrame, n: int = 10) -> pd.DataFrame:
-    ok = m[m["status"] == "ok"]
+    ok = m[(m["status"] == "ok") & m["step_time_s"].notna()]
     return ok.reindex(ok["ape"].sort_values(ascending=False).index).head(n)
 
 

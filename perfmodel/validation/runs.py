@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfmodel import precision as registry
-from perfmodel.errors import PerfmodelError, quote
+from perfmodel.errors import PerfmodelError, SpecError, quote
+from perfmodel.hardware.catalog import parse_model
 from perfmodel.hardware.system import System, resolve_system
 from perfmodel.names import spelling
 from perfmodel.parallel.plan import ParallelPlan
@@ -241,9 +242,9 @@ def row_spec(row: dict[str, str], workloads: dict[str, ModelSpec], notes: list[s
     data.update(id=model or f"row-{row.get('run_id', '?')}", name=model or "from runs columns",
                 source=f"runs file columns ({row.get('source', '')})")
     try:
-        built = ModelSpec.model_validate(data)
-    except Exception as e:  # pydantic / SpecError: report the field
-        raise RowError(f"architecture columns: {e}") from None
+        built = parse_model(ModelSpec, data, "architecture columns")  # one line naming the field
+    except SpecError as e:
+        raise RowError(str(e)) from None
     match = by_architecture(built, sizes, workloads, set(ARCH_COLUMNS.values()))
     if match is None:
         return built
