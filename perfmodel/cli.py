@@ -15,7 +15,16 @@ import warnings
 from pathlib import Path
 
 from perfmodel import precision as registry
-from perfmodel.cliargs import Parser, add_precision_arg, positive_float, positive_int, report_error, shape, show_warning
+from perfmodel.cliargs import (
+    Parser,
+    add_precision_arg,
+    at_least_one,
+    positive_float,
+    positive_int,
+    report_error,
+    shape,
+    show_warning,
+)
 from perfmodel.compute.eager import ELEMENTWISE_IMPLS
 from perfmodel.engines.registry import ENGINE_NAMES
 from perfmodel.errors import PerfmodelError, UsageError
@@ -39,7 +48,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
         g.add_argument(f"--{name}", type=positive_int, default=None if name == "dp" else 1)
     g.add_argument("--etp", type=positive_int, default=1,
                    help="expert tensor-parallel degree (MoE parallel folding: ep x etp must divide tp x cp x dp)")
-    g.add_argument("--moe-imbalance", type=positive_float, default=None,
+    g.add_argument("--moe-imbalance", type=at_least_one, default=None,
                    help="MoE: tokens on the busiest expert-parallel rank over the mean (default 1.23, published "
                         "routing statistics; 1 = force-balanced routing)")
     g.add_argument("--moe-fp8-dispatch", action="store_true", help="MoE: dispatch tokens in fp8 (with an fp8 precision)")
@@ -427,7 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--n-gpus", type=positive_int, required=True)
     cmp.add_argument("--global-batch", type=positive_int, required=True)
     cmp.add_argument("--tokens", type=positive_float, default=None, help="training tokens for time-to-train (> 0)")
-    cmp.add_argument("--pue", type=positive_float, default=1.0, help="datacentre PUE multiplying the energy (default 1.0: IT power)")
+    cmp.add_argument("--pue", type=at_least_one, default=1.0, help="datacentre PUE multiplying the energy (default 1.0: IT power)")
     cmp.add_argument("--electricity-usd-per-kwh", type=positive_float, default=None,
                      help="electricity price for the energy cost")
     cmp.add_argument("--optimizer", default="adam", choices=list(OPTIMIZERS),

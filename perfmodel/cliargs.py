@@ -56,6 +56,17 @@ def positive_float(text: str) -> float:
     return v
 
 
+def at_least_one(text: str) -> float:
+    """argparse type: a finite number >= 1 (a ratio of a maximum over a mean, a PUE)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{quote(text)} is not a number; allowed: a finite number >= 1") from None
+    if not (math.isfinite(v) and v >= 1):
+        raise argparse.ArgumentTypeError(f"{clip(text, 40)}; allowed: a finite number >= 1")
+    return v
+
+
 def shape(text: str) -> list[int]:
     """argparse type: a comma-separated list of positive integers (an input shape, batch first)."""
     try:

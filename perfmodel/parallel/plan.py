@@ -124,7 +124,7 @@ class ParallelPlan(BaseModel):
     fused_cross_entropy: bool = Field(False, description=(
         "the vocab-parallel cross-entropy as one fused kernel that writes the logits' gradient in its forward "
         "(Megatron-Core cross_entropy_loss_fusion) instead of fp32 softmax, loss and gradient kernels"))
-    moe_imbalance: float = Field(MOE_IMBALANCE_DEFAULT, ge=1.0, description=(
+    moe_imbalance: float = Field(MOE_IMBALANCE_DEFAULT, ge=1.0, allow_inf_nan=False, description=(
         "MoE: tokens on the busiest expert-parallel rank over the mean (1 = balanced routing; default 1.23, "
         "see MOE_IMBALANCE_DEFAULT)"))
     moe_fp8_dispatch: bool = Field(False, description="MoE: tokens dispatched in fp8 (DeepSeek-V3, DeepEP) under fp8 GEMMs")
@@ -328,6 +328,9 @@ class ParallelPlan(BaseModel):
             E = spec.num_experts or 1
             if E % self.ep:
                 raise LayoutError(f"ep {self.ep} does not divide num_experts {E} of {spec.id}; valid ep: {_divisors(E)}")
+            if self.ep > 1 and self.moe_imbalance > self.ep:
+                raise LayoutError(f"moe_imbalance {self.moe_imbalance:g}: the busiest of {self.ep} expert-parallel ranks "
+                                  f"receives at most every token, {self.ep} x the mean; allowed: 1 to ep ({self.ep})")
             width = spec.moe_ffn_hidden or spec.hidden
             if width % self.etp:
                 raise LayoutError(f"etp {self.etp} does not divide moe_ffn_hidden {width} of {spec.id}; "

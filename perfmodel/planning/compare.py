@@ -18,7 +18,7 @@ import pandas as pd
 
 from perfmodel.calibration.profile import Profile
 from perfmodel.engines.stages import cached_graph
-from perfmodel.errors import PerfmodelError
+from perfmodel.errors import PerfmodelError, UnknownIdError
 from perfmodel.hardware.system import System
 from perfmodel.planning.goodput import checkpoint_bytes, goodput
 from perfmodel.planning.search import layout_label, resolve_hardware, search
@@ -82,8 +82,9 @@ def compare(workload: str | ModelSpec, candidates: list[str | System], n_gpus: i
             space: SearchSpace | None = None, power_model: PowerModel = "tdp", pue: float = 1.0,
             electricity_usd_per_kwh: float | None = None, calibration: str | Profile | None = "default",
             framework: str | None = None, optimizer: str = "adam") -> pd.DataFrame:
-    """One row per candidate; a candidate that cannot run (unknown id, nothing fits) gets a row
-    whose `message` says why. Each row says its power basis and which cost terms are measured on
+    """One row per candidate; a candidate that cannot run (too few GPUs, nothing fits) gets a row
+    whose `message` says why; an id the catalogue does not know is an UnknownIdError (a typo,
+    not a result). Each row says its power basis and which cost terms are measured on
     that hardware and which take the derating rule (`fallback_terms`). `optimizer`: every
     layout's optimizer (ParallelPlan.optimizer)."""
     spec = get_workload(workload) if isinstance(workload, str) else workload
@@ -94,6 +95,8 @@ def compare(workload: str | ModelSpec, candidates: list[str | System], n_gpus: i
         label = cand if isinstance(cand, str) else cand.name
         try:
             rows.append(evaluate_candidate(job, resolve_hardware(cand, n_gpus), label, space))
+        except UnknownIdError:
+            raise
         except (PerfmodelError, ValueError, KeyError) as e:
             rows.append({"candidate": label, "n_gpus": n_gpus, "message": f"{type(e).__name__}: {e}"})
     return pd.DataFrame(rows)
