@@ -19,7 +19,7 @@ from perfmodel.cliargs import (
     Parser,
     add_precision_arg,
     at_least_one,
-    positive_float,
+    positive_float_at_most,
     positive_int,
     report_error,
     shape,
@@ -435,9 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--hardware", nargs="+", required=True)
     cmp.add_argument("--n-gpus", type=positive_int, required=True)
     cmp.add_argument("--global-batch", type=positive_int, required=True)
-    cmp.add_argument("--tokens", type=positive_float, default=None, help="training tokens for time-to-train (> 0)")
+    cmp.add_argument("--tokens", type=positive_float_at_most(1e18), default=None, help="training tokens for time-to-train (> 0)")
     cmp.add_argument("--pue", type=at_least_one, default=1.0, help="datacentre PUE multiplying the energy (default 1.0: IT power)")
-    cmp.add_argument("--electricity-usd-per-kwh", type=positive_float, default=None,
+    cmp.add_argument("--electricity-usd-per-kwh", type=positive_float_at_most(1e3), default=None,
                      help="electricity price for the energy cost")
     cmp.add_argument("--optimizer", default="adam", choices=list(OPTIMIZERS),
                      help="every candidate's optimizer state and step (adamw-bf16: bf16 moments, fp32 master)")

@@ -8,6 +8,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from perfmodel import precision as registry
@@ -54,6 +55,16 @@ def positive_float(text: str) -> float:
     if not (math.isfinite(v) and v > 0):
         raise argparse.ArgumentTypeError(f"{clip(text, 40)}; allowed: a finite number > 0")
     return v
+
+
+def positive_float_at_most(most: float) -> Callable[[str], float]:
+    """argparse type: a finite number > 0 and at most `most` (beyond it a result is unreadable)."""
+    def parse(text: str) -> float:
+        v = positive_float(text)
+        if v > most:
+            raise argparse.ArgumentTypeError(f"{clip(text, 40)}; allowed: a finite number > 0 and at most {most:g}")
+        return v
+    return parse
 
 
 def at_least_one(text: str) -> float:

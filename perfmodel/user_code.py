@@ -28,7 +28,10 @@ def load_factory(path_spec: str, option: str = "--torch", error: type[PerfmodelE
             raise error(f"{path_spec!r}: cannot import {file}")
         mod = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = mod
-        spec.loader.exec_module(mod)
+        try:
+            spec.loader.exec_module(mod)
+        except Exception as e:  # the user's file: any error of its own, said in one line
+            raise error(f"{path_spec!r}: importing {file} failed: {type(e).__name__}: {e}") from e
     else:
         try:
             mod = importlib.import_module(target)
@@ -41,4 +44,13 @@ def load_factory(path_spec: str, option: str = "--torch", error: type[PerfmodelE
     return fn
 
 
-__all__ = ["load_factory"]
+def call_factory(fn: Callable[[], Any], path_spec: str, error: type[PerfmodelError] = PerfmodelError) -> Any:
+    """`fn()`, with any error the user's code raises turned into one `error` naming the spec."""
+    try:
+        return fn()
+    except Exception as e:
+        raise error(f"{path_spec!r}: calling the factory failed: {type(e).__name__}: {e}; the factory must take "
+                    "no arguments") from e
+
+
+__all__ = ["call_factory", "load_factory"]

@@ -247,10 +247,10 @@ def measure_dataset(target: str, samples: int = 64) -> DatasetMeasurement:
     """Time `samples` reads of the torch Dataset that `target` ("pkg.module:factory" or
     "file.py:factory", the factory returning the dataset) yields, on this machine, in this
     process (one worker): decode + transforms per sample, and the bytes a sample puts on the device."""
-    from perfmodel.user_code import load_factory
+    from perfmodel.user_code import call_factory, load_factory
 
     factory = load_factory(target, "--dataset")
-    ds = factory()
+    ds = call_factory(factory, f"--dataset {target}")
     n = min(samples, len(ds)) if hasattr(ds, "__len__") else samples
     if n <= 0:
         raise PerfmodelError(f"--dataset {target!r}: the dataset is empty")

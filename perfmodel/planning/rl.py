@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 class RLPipelineSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    actor_workers: int = Field(gt=0)
+    actor_workers: int = Field(gt=0, le=65_536, description="CPU actor processes (the simulation runs one each)")
     envs_per_worker: int = Field(1, gt=0)
     env_step_s: float = Field(gt=0, description="CPU seconds per environment step")
     inference_servers: int = Field(1, gt=0, description="accelerators serving the policy")

@@ -415,9 +415,11 @@ def estimate_module_cli(path_spec: str, example_shape: Iterable[int] | None = No
     The factory is called with no arguments under `torch.device("meta")`. It returns a module, or
     `(module, example_inputs)`; with a bare module, `example_shape` (e.g. (8, 2048)) gives the
     input: int64 token ids when the module has an nn.Embedding (`input_dtype="auto"`), else floats."""
+    from perfmodel.user_code import call_factory
+
     factory = _load_factory(path_spec)
     with torch.device("meta"):
-        built = factory()
+        built = call_factory(factory, path_spec, TorchImportError)
     inputs: Any = None
     if isinstance(built, tuple) and len(built) == 2 and isinstance(built[0], nn.Module):
         built, inputs = built
