@@ -465,3 +465,16 @@ def test_list_names_each_file_left_out_once(tmp_path: Path, capsys: pytest.Captu
     out, err = capsys.readouterr()
     assert "my-a100" in out and "bad-gpu" not in out
     assert err.count("bad-gpu.yaml") == 1 and err.count("h100-sxm5-80gb.yaml: field 'id'") == 1
+
+
+def test_a_boolean_is_not_an_integer(tmp_path: Path) -> None:
+    """pydantic's lax mode read true as 1: `num_layers: true` built a one-layer model and
+    ParallelPlan(dp=True) ran dp 1. Both are refused, naming the field."""
+    with pytest.raises(perfmodel.LayoutError, match=r"invalid parallel plan: dp: true is a boolean; allowed: an integer"):
+        perfmodel.ParallelPlan(dp=True)
+    assert perfmodel.ParallelPlan(sequence_parallel=True, tp=2).sequence_parallel  # a bool field stays a bool
+    spec = yaml.safe_load((REPO / "workloads" / "gpt2-124m.yaml").read_text())
+    bad = tmp_path / "m.yaml"
+    bad.write_text(yaml.safe_dump({**spec, "num_layers": True}))
+    with pytest.raises(SpecError, match=r"m.yaml: field 'num_layers': true is a boolean; expected an integer"):
+        wcatalog.load_workload_file(bad)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from perfmodel import precision as registry
-from perfmodel.errors import LayoutError
+from perfmodel.errors import LayoutError, SpecError
 from perfmodel.parallel.partial_recompute import window_label, window_notes
 from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.split import pipeline_split
+from perfmodel.validators import reject_bool_ints
 from perfmodel.workload.graph import AttentionImpl, CpRing, ElementwiseImpl, ExpertGemm
 from perfmodel.workload.module_recompute import DEFAULT_SELECTIVE, parse_selective, recompute_module_notes
 from perfmodel.workload.spec import ModelSpec
@@ -195,6 +196,11 @@ class ParallelPlan(BaseModel):
         if self.grad_reduce_bytes:
             return self.grad_reduce_bytes
         return registry.get(self.precision).grad_bytes
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_ints(cls, data: Any) -> Any:
+        return reject_bool_ints(cls, data)
 
     @model_validator(mode="after")
     def _check(self) -> ParallelPlan:
@@ -384,6 +390,9 @@ def _layout_error(e: ValidationError) -> LayoutError:
         inner = (err.get("ctx") or {}).get("error")
         if isinstance(inner, LayoutError):
             return inner
+        if isinstance(inner, SpecError):
+            parts.append(f"{inner.field}: {inner.problem}; allowed: {inner.expected}")
+            continue
         field = ".".join(str(p) for p in err["loc"]) or "plan"
         allowed = (err.get("ctx") or {}).get("expected") or err["msg"]
         parts.append(f"{field}={err.get('input')!r}: {allowed}")

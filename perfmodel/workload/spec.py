@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from perfmodel.errors import LayoutError, SpecError
+from perfmodel.validators import reject_bool_ints
 
 Family = Literal["dense", "moe", "encoder", "lstm", "gru", "tcn", "patch_transformer", "mlp"]
 
@@ -164,6 +165,11 @@ class ModelSpec(BaseModel):
     patch_len: int | None = Field(None, gt=0, description="patch_transformer")
     patch_stride: int | None = Field(None, gt=0)
     notes: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_ints(cls, data: Any) -> Any:
+        return reject_bool_ints(cls, data)
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
