@@ -30,6 +30,18 @@ def resolve(workload: str | ModelSpec, cluster: str | System, plan: ParallelPlan
     return spec, system, msgs
 
 
+def check_argument_types(workload: object, cluster: object, plan: object) -> None:
+    """A library call with an argument of the wrong kind is a TypeError saying what it takes
+    (not an AttributeError from deep inside); `workload` None is not checked."""
+    if not isinstance(plan, ParallelPlan):
+        raise TypeError(f"plan must be a perfmodel.ParallelPlan, e.g. ParallelPlan(dp=8, global_batch=64); "
+                        f"got {type(plan).__name__}")
+    if workload is not None and not isinstance(workload, str | ModelSpec):
+        raise TypeError(f"workload must be a workload id, a YAML path or a ModelSpec; got {type(workload).__name__}")
+    if not isinstance(cluster, str | System):
+        raise TypeError(f"cluster must be an accelerator, node or cluster id or a System; got {type(cluster).__name__}")
+
+
 def estimate(workload: str | ModelSpec, cluster: str | System, plan: ParallelPlan,
              engine: Engine = DEFAULT_ENGINE, gpus_per_node: int | None = None,
              calibration: str | Profile | None = "default", framework: str | None = None) -> Estimate:
@@ -40,6 +52,7 @@ def estimate(workload: str | ModelSpec, cluster: str | System, plan: ParallelPla
     (`perfmodel fit`) or a Profile. `framework`: the training stack (megatron-lm, megatron-core,
     deepspeed, torchtitan, composer, pytorch, llm.c, jax), which selects mechanisms (attention
     kernel, host dispatch); None leaves the plan as given with eager dispatch."""
+    check_argument_types(workload, cluster, plan)
     prof = load_profile(calibration)
     fw = get_framework(framework) if framework else None
     if fw is not None:
@@ -56,6 +69,10 @@ def estimate_graph(graph: Graph, cluster: str | System, plan: ParallelPlan, gpus
                    engine: Engine = DEFAULT_ENGINE, calibration: str | Profile | None = "default") -> Estimate:
     """Predict a step of an already-built graph (e.g. `from_torch(module, inputs)`): dp, pp and
     tp, which splits the Linear pairs the import recognised (parallel/shard.py)."""
+    check_argument_types(None, cluster, plan)
+    if not isinstance(graph, Graph):
+        raise TypeError(f"graph must be a perfmodel Graph (from perfmodel.from_torch or build_graph); "
+                        f"got {type(graph).__name__}")
     prof = load_profile(calibration)
     system, msgs = resolve_hardware(cluster, plan.world, gpus_per_node)
     est = run_engine(engine, None, calibrated_system(system, prof), plan, msgs, graph=graph)

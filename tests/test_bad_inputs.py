@@ -478,3 +478,19 @@ def test_a_boolean_is_not_an_integer(tmp_path: Path) -> None:
     bad.write_text(yaml.safe_dump({**spec, "num_layers": True}))
     with pytest.raises(SpecError, match=r"m.yaml: field 'num_layers': true is a boolean; expected an integer"):
         wcatalog.load_workload_file(bad)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("gpt2-124m", "h100-sxm5-80gb", None),
+     "plan must be a perfmodel.ParallelPlan, e.g. ParallelPlan(dp=8, global_batch=64); got NoneType"),
+    (("gpt2-124m", "h100-sxm5-80gb", {"dp": 2}),
+     "plan must be a perfmodel.ParallelPlan, e.g. ParallelPlan(dp=8, global_batch=64); got dict"),
+    (("gpt2-124m", None, "plan"), "plan must be a perfmodel.ParallelPlan"),
+    (("gpt2-124m", None, perfmodel.ParallelPlan()), "cluster must be an accelerator, node or cluster id or a System; got NoneType"),
+    ((123, "h100-sxm5-80gb", perfmodel.ParallelPlan()), "workload must be a workload id, a YAML path or a ModelSpec; got int"),
+])
+def test_library_arguments_of_the_wrong_kind_are_a_type_error(args: tuple[Any, ...], message: str) -> None:
+    """They used to be AttributeErrors from deep inside ('NoneType' object has no attribute 'world')."""
+    with pytest.raises(TypeError) as e:
+        perfmodel.estimate(*args)
+    assert str(e.value).startswith(message)
