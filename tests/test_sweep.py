@@ -112,6 +112,24 @@ def test_bad_sweep_files_are_named(tmp_path: Path) -> None:
         load_sweep(p)
 
 
+@pytest.mark.parametrize(("line", "message"), [
+    ("seq_len: [0]", r"field 'seq_len': \[0\]; expected integers > 0, or null: the workload's own"),
+    ("seq_len: [-5]", r"field 'seq_len': \[-5\]; expected integers > 0"),
+    ("n_gpus: [true]", r"field 'n_gpus': \[True\]; expected integers > 0"),
+    ("calibration: nosuch", r"field 'calibration': 'nosuch': .*no such file"),
+    ("precision: [bf16", r"not valid YAML: line \d+, column \d+: .*\(while parsing a flow sequence from line 5\)"),
+])
+def test_sweep_file_checked_up_front(tmp_path: Path, line: str, message: str) -> None:
+    """Each of these used to run: seq_len 0 silently as the workload's own 1024, -5 and an
+    unknown profile as an error row per point in the Parquet file, true as n_gpus 1."""
+    p = tmp_path / "s.yaml"
+    base = {"workloads": "[gpt3-125m]", "hardware": "[h100-sxm5-80gb]", "n_gpus": "[8]", "global_batch": "[8]"}
+    key = line.split(":")[0]
+    p.write_text("".join(f"{k}: {v}\n" for k, v in base.items() if k != key) + line + "\n")
+    with pytest.raises(SpecError, match=message):
+        load_sweep(p)
+
+
 def test_cli_sweep_and_report(sweep_file: Path, tmp_path: Path) -> None:
     out, page = tmp_path / "r.parquet", tmp_path / "r.html"
     assert main(["sweep", str(sweep_file), "--out", str(out), "--workers", "1", "--no-progress"]) == 0

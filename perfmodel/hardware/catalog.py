@@ -84,13 +84,16 @@ def parse_model(cls: type[T], data: dict[str, Any], path: Path | str) -> T:
             raise SpecError(field, "unknown field", f"one of: {allowed}", str(path)) from None
         if kind == "missing":
             raise SpecError(field, "missing", "a value for this required field", str(path)) from None
-        raise SpecError(field, f"{err['msg']} (got {quote(err.get('input'))})", _expected(err), str(path)) from None
+        msg = err["msg"].removeprefix("Value error, ")
+        raise SpecError(field, f"{msg} (got {quote(err.get('input'))})", _expected(err), str(path)) from None
 
 
 def _expected(err: Any) -> str:
     ctx = err.get("ctx") or {}
     if "expected" in ctx:
         return str(ctx["expected"])
+    if err["type"] == "value_error":
+        return "a value the message above allows"
     return err["type"].replace("_", " ")
 
 

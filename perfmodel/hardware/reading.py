@@ -47,6 +47,19 @@ class _StrictLoader(_Base):
         return super().construct_mapping(node, deep=deep)
 
 
+def yaml_error_line(e: yaml.YAMLError) -> str:
+    """A YAML parse error in one line: 'line 2, column 1: did not find expected ',' or ']'
+    (while parsing a flow sequence from line 1)' instead of PyYAML's multi-line text naming
+    "<unicode string>"."""
+    problem = getattr(e, "problem", None)
+    mark = getattr(e, "problem_mark", None)
+    if problem is None or mark is None:
+        return " ".join(str(e).split())
+    context, cmark = getattr(e, "context", None), getattr(e, "context_mark", None)
+    where = f" ({context} from line {cmark.line + 1})" if context and cmark is not None else ""
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}{where}"
+
+
 def read_yaml(path: Path | str) -> dict[str, Any]:
     """The top-level mapping of a YAML file; SpecError (naming the file) on anything else."""
     path = Path(path)
@@ -71,7 +84,7 @@ def read_yaml(path: Path | str) -> dict[str, Any]:
         raise SpecError(str(e.key), f"appears twice (lines {e.first_line} and {e.line}); YAML would keep the last silently",
                         "each key once per mapping", file) from None
     except yaml.YAMLError as e:
-        raise SpecError("(file)", f"not valid YAML: {e}", "a YAML mapping", file) from None
+        raise SpecError("(file)", f"not valid YAML: {yaml_error_line(e)}", "a YAML mapping", file) from None
     except RecursionError:
         raise SpecError("(file)", "nested too deeply to read", f"at most {MAX_DEPTH} levels", file) from None
     if not isinstance(data, dict):

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from perfmodel.errors import PerfmodelError, SpecError
 from perfmodel.hardware.catalog import read_yaml
@@ -84,15 +84,19 @@ class Sweep(BaseModel):
     des: DesStudy | None = None
     calibration: str = Field("default", description="calibration profile: default, none or a `perfmodel fit` YAML")
 
-    _as_list = field_validator("workloads", "hardware", "n_gpus", "global_batch", "seq_len", "precision",
-                               mode="before")(_list)
+    _as_list = field_validator("workloads", "hardware", "precision", mode="before")(_list)
 
-    @field_validator("n_gpus", "global_batch")
+    @field_validator("n_gpus", "global_batch", "seq_len", mode="before")
     @classmethod
-    def _positive(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        if any(x <= 0 for x in v):
-            raise ValueError(f"{list(v)}: every value must be a positive integer")
-        return v
+    def _positive(cls, v: Any, info: ValidationInfo) -> list[Any]:
+        """Integers > 0 (seq_len also null: the workload's own). A boolean is not an integer
+        (pydantic would read true as 1), and seq_len 0 is not 'the default'."""
+        vals = _list(v)
+        if any(isinstance(x, bool) or (x is not None and not isinstance(x, int)) or (x is not None and x <= 0)
+               for x in vals):
+            raise SpecError(info.field_name or "?", f"{vals}", "integers > 0" + (", or null: the workload's own"
+                                                                              if info.field_name == "seq_len" else ""))
+        return vals
 
 
 @dataclass(frozen=True)
@@ -110,10 +114,16 @@ class Point:
 
 
 def load_sweep(path: str | Path) -> Sweep:
+    from perfmodel.calibration.profile import load_profile
     from perfmodel.hardware.catalog import parse_model
 
     p = Path(path)
     sweep = parse_model(Sweep, read_yaml(p), p)
+    try:
+        load_profile(sweep.calibration)  # a profile that cannot be read fails here, not in every row
+    except (PerfmodelError, OSError, ValueError) as e:
+        raise SpecError("calibration", f"{sweep.calibration!r}: {e}",
+                        "'default', 'none' or a profile YAML written by perfmodel fit", str(p)) from None
     # relative workload files are relative to the sweep file
     fixed = tuple(str(p.parent / w) if not Path(w).is_absolute() and (p.parent / w).is_file() else w
                   for w in sweep.workloads)
