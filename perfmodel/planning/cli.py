@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 
+from perfmodel.errors import LayoutError
 from perfmodel.units import fmt
 
 
@@ -18,6 +19,12 @@ def search_main(a: argparse.Namespace) -> int:
                  space=SearchSpace(offload_activations=getattr(a, "offload", False),
                                    block_recompute=getattr(a, "block_recompute", True),
                                    **({"schedules": tuple(a.schedules)} if getattr(a, "schedules", None) else {})))
+    if res.n_layouts == 0:
+        # not a memory verdict: no split of these GPUs feeds this batch at all
+        raise LayoutError(f"no layout of {a.n_gpus:,} GPUs exists for global batch {a.global_batch} of {res.spec.id}: "
+                          "dp x tp x pp x cp must equal the GPU count, dp x micro-batch must divide the global "
+                          "batch and tp, pp, cp must divide the model's heads, layers and sequence; allowed: a global "
+                          "batch that dp divides, or fewer GPUs")
     top = res.table.head(a.top)
     if a.json:
         print(json.dumps({"workload": res.spec.id, "system": res.system.name, "n_layouts": res.n_layouts,
