@@ -192,3 +192,16 @@ def test_framework_written_another_way_or_unknown_still_predicts(tmp_path):
     assert "framework 'NeMo' read as megatron-core" in got["nemo"]["message"]
     assert got["colossal"]["predicted_step_time_s"] == got["empty"]["predicted_step_time_s"]
     assert "framework 'colossalai' is not one perfmodel models" in got["colossal"]["message"]
+
+
+def test_report_names_a_pred_file_it_cannot_use(tmp_path, capsys):
+    runs, rep = tmp_path / "runs.csv", tmp_path / "report"
+    _write(runs, ROWS[:1])
+    empty, other = tmp_path / "empty.csv", tmp_path / "other.csv"
+    empty.write_text("")
+    other.write_text("a,b\n1,2\n")
+    assert main(["report", "--runs", str(runs), "--pred", str(empty), "--out", str(rep)]) == 2
+    assert f"{empty}: field '(file)': is empty; expected the output of perfmodel validate" in capsys.readouterr().err
+    assert main(["report", "--runs", str(runs), "--pred", str(other), "--out", str(rep)]) == 2
+    assert (f"{other}: field 'run_id': missing column; expected the output of perfmodel validate, with columns "
+            "run_id, status, predicted_step_time_s") in capsys.readouterr().err

@@ -45,9 +45,10 @@ def parse_nccl_tests(text: str, collective: str | None = None,
     elif len(found) == 1:
         coll = found.pop()
     elif found:
-        raise ValueError(f"the log names several collectives ({', '.join(sorted(found))}); pass collective=")
+        raise ValueError(f"the log names several collectives ({', '.join(sorted(found))}); pass collective= (--collective)")
     else:
-        raise ValueError("cannot tell the collective from the log (no *_perf command line); pass collective=")
+        raise ValueError("cannot tell the collective from the log (no *_perf command line): not an nccl-tests "
+                         "log, or one without its command line; pass collective= (--collective)")
     if coll not in SUPPORTED_COLLECTIVES:
         raise ValueError(f"collective {coll!r} is not modelled; one of {', '.join(SUPPORTED_COLLECTIVES)}")
 

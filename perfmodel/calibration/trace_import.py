@@ -42,6 +42,7 @@ from typing import Any
 
 import yaml
 
+from perfmodel.errors import SpecError
 from perfmodel.units import fmt
 
 # --------------------------------------------------------------------------------------------
@@ -94,7 +95,11 @@ def _load_trace(path: str | Path) -> list[dict[str, Any]]:
             raw = fh.read()
     else:
         raw = p.read_text()
-    data = json.loads(raw)
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise SpecError("(file)", f"not JSON (line {e.lineno}, column {e.colno}: {e.msg})",
+                        "a torch.profiler Chrome trace (export_chrome_trace), .json or .json.gz", str(p)) from None
     events = data.get("traceEvents", []) if isinstance(data, dict) else data
     return [e for e in events if isinstance(e, dict) and e.get("ph") == "X" and "dur" in e and "ts" in e]
 

@@ -17,6 +17,23 @@ import pandas as pd
 TARGETS = {"overall_mape": 0.10, "source_mape": 0.15, "kendall_tau": 0.8, "cpu_mape": 0.15}
 
 
+def _read(path: Path, what: str, dtype: dict[str, type], encoding: str = "utf-8", need: tuple[str, ...] = ()) -> pd.DataFrame:
+    """A CSV the report reads; SpecError naming the file when it is empty or lacks a column."""
+    from perfmodel.errors import SpecError
+
+    try:
+        d = pd.read_csv(path, dtype=dtype, encoding=encoding, encoding_errors="replace")
+    except pd.errors.EmptyDataError:
+        raise SpecError("(file)", "is empty", what, str(path)) from None
+    except (OSError, pd.errors.ParserError) as e:
+        raise SpecError("(file)", f"cannot be read ({' '.join(str(e).split())})", what, str(path)) from None
+    missing = [c for c in ("run_id", *need) if c not in d.columns]
+    if missing:
+        raise SpecError(missing[0], "missing column", f"{what}, with columns {', '.join(('run_id', *need))}",
+                        str(path))
+    return d
+
+
 def joined(runs: list[Path], preds: list[Path]) -> pd.DataFrame:
     frames = []
     for r, p in zip(runs, preds, strict=False):
@@ -24,10 +41,11 @@ def joined(runs: list[Path], preds: list[Path]) -> pd.DataFrame:
         # those rows error rows; here they must only not stop the report
         with open(r, "rb") as f:
             enc = "utf-16" if f.read(2) in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
-        d = pd.read_csv(r, dtype={"run_id": str}, encoding=enc, encoding_errors="replace")
+        d = _read(r, "a runs file (docs/DESIGN.md, the validation contract)", {"run_id": str}, encoding=enc)
         d["run_id"] = d["run_id"].fillna("")
         d = d[~d["run_id"].duplicated()]  # a repeated run_id is an error row in the predictions
-        q = pd.read_csv(p, dtype={"run_id": str, "message": str}, encoding_errors="replace")
+        q = _read(p, "the output of perfmodel validate", {"run_id": str, "message": str},
+                  need=("status", "predicted_step_time_s"))
         q["run_id"] = q["run_id"].fillna("")
         frames.append(d.merge(q.drop_duplicates("run_id"), on="run_id", how="left"))
     m = pd.concat(frames, ignore_index=True)
