@@ -395,7 +395,8 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"],
                    help="with --nccl-log: the collective, when the log does not name its *_perf binary")
     c.add_argument("--group-size", type=positive_int, default=None, help="with --nccl-log: ranks, when the log lists no devices")
-    c.add_argument("--algorithm", default="ring", help="with --nccl-log: NCCL algorithm the curve was measured with")
+    c.add_argument("--algorithm", default="ring", choices=("ring", "tree", "nvls", "nvlstree", "collnet", "pat", "gloo"),
+                   help="with --nccl-log: the algorithm the curve was measured with (NCCL_ALGO; gloo on a CPU)")
     c.add_argument("--dataset", default=None, help="package.module:factory (or file.py:factory) returning a torch Dataset: "
                    "measure its per-sample CPU time and bytes for an input-pipeline spec")
     c.add_argument("--dataset-samples", type=positive_int, default=64, help="with --dataset: samples to time")

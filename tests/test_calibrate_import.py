@@ -40,6 +40,15 @@ def test_nccl_log_without_command_line_needs_collective():
     assert (coll, n, len(pts)) == ("all_gather", 8, len(NCCL_BUSBW))
 
 
+def test_nccl_options_that_contradict_the_log_are_refused(tmp_path):
+    """An all_reduce_perf log on 8 ranks was imported as an all_to_all curve of 1000 ranks."""
+    with pytest.raises(ValueError, match="--collective all_to_all contradicts the log, which ran all_reduce"):
+        parse_nccl_tests(NCCL_LOG.read_text(), collective="all_to_all")
+    with pytest.raises(ValueError, match="--group-size 1000 contradicts the log, which ran on 8 ranks"):
+        parse_nccl_tests(NCCL_LOG.read_text(), group_size=1000)
+    assert parse_nccl_tests(NCCL_LOG.read_text(), collective="all_reduce", group_size=8)[:2] == ("all_reduce", 8)
+
+
 def test_synthetic_gpu_trace_uses_linked_kernel_durations():
     gemm, attn = read_torch_trace(DATA / "gpu_trace_synthetic.json")
     by = {(g["precision"], g["m"], g["n"], g["k"], g["batch"]): g for g in gemm}

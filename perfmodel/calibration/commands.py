@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.reading import read_yaml
 
 
 class CalibrateError(PerfmodelError):
@@ -82,6 +83,10 @@ def import_nccl(log: str, node: str | None, out: Path, collective: str | None, g
     if not node_path.exists():
         raise CalibrateError(f"--node {node!r}: no spec {node_path}")
     coll, n, pts = parse_nccl_tests(Path(log).read_text(), collective=collective, group_size=group_size)
+    per_node = int(read_yaml(node_path).get("accelerators_per_node") or 0)
+    if per_node and n > per_node:
+        raise CalibrateError(f"the log ran on {n} ranks but a {node} node has {per_node} GPUs: a node spec holds its "
+                             "scale-up curves; give a log of at most one node's GPUs")
     curve = curve_from_nccl(coll, n, pts, source="", algorithm=algorithm)
     written = apply_to_spec(curve=curve, node_yaml_path=node_path, node_out=_dest(out, "nodes", node),
                             source_note=f"nccl-tests log {Path(log).name} ({coll}, {n} ranks)")

@@ -42,6 +42,8 @@ def parse_nccl_tests(text: str, collective: str | None = None,
     found = {_norm_collective(m.group(1)) for m in _PERF_RE.finditer(text)}
     if collective is not None:
         coll = _norm_collective(collective)
+        if found and coll not in found:
+            raise ValueError(f"--collective {collective} contradicts the log, which ran {', '.join(sorted(found))}")
     elif len(found) == 1:
         coll = found.pop()
     elif found:
@@ -88,7 +90,10 @@ def parse_nccl_tests(text: str, collective: str | None = None,
             rows[int(toks[0])].append(bw * 1e9)
     if not rows:
         raise ValueError("no nccl-tests data rows with a positive busbw found")
-    n = group_size or len(ranks) or nthread_ngpus
+    logged = len(ranks) or nthread_ngpus
+    if group_size and logged and group_size != logged:
+        raise ValueError(f"--group-size {group_size} contradicts the log, which ran on {logged} ranks")
+    n = group_size or logged
     if not n or n < 2:
         raise ValueError("cannot tell the number of ranks from the log (need the '# Using devices' lines); pass group_size=")
     pts = [(float(size), statistics.median(v)) for size, v in sorted(rows.items())]
