@@ -20,7 +20,8 @@ class Parser(argparse.ArgumentParser):
     `main` reports argument errors the same way as every other error (JSON with --json)."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(message, usage=self.format_usage())
+        # one usage line, not argparse's whole option list (40 lines for estimate) before the error
+        raise UsageError(message, usage=f"usage: {self.prog} ... ({self.prog} -h lists the options)\n")
 
 
 MAX_COUNT = 10**7  # GPUs, degrees, batches, tokens of context: past any machine or model built
@@ -111,6 +112,8 @@ def report_error(e: BaseException, as_json: bool) -> int:
         print(f"perfmodel: error: {e}", file=sys.stderr)
     elif isinstance(e, OSError):
         print(f"perfmodel: error: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""), file=sys.stderr)
+    elif type(e) is ValueError:  # a bad value the code said in words; its class adds nothing
+        print(f"perfmodel: error: {e}", file=sys.stderr)
     else:
         print(f"perfmodel: error: {type(e).__name__}: {e}", file=sys.stderr)
     return 2
