@@ -50,7 +50,8 @@ def cmd_converge(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps(res.to_dict(), indent=2, default=str))
         return 0
-    print(f"{res.workload} on {res.n_gpus} GPUs of {res.hardware} to loss {res.target_loss}: E_min {res.e_min_tokens:.3g} tokens, "
+    target = f"to loss {res.target_loss:g}" if res.target_loss is not None else "to the given E_min"
+    print(f"{res.workload} on {res.n_gpus} GPUs of {res.hardware} {target}: E_min {res.e_min_tokens:.3g} tokens, "
           f"B_noise {res.b_noise_tokens:.3g} tokens, {res.params / 1e9:.3g}B parameters")
     print(f"{'global batch':>12} {'steps':>10} {'tokens':>10} {'step':>9} {'time':>10} {'GPU-h':>10}  layout")
     for p in res.curve:
