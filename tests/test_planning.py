@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import perfmodel
-from perfmodel.errors import LayoutError
+from perfmodel.errors import LayoutError, UnknownIdError
 from perfmodel.hardware.catalog import load_catalog
 from perfmodel.hardware.system import resolve_system
 from perfmodel.planning.compare import compare, sensitivity, write_report
@@ -238,15 +238,20 @@ def test_more_bandwidth_never_slower(knob: str) -> None:
 
 # --- comparison and CLI ------------------------------------------------------------------------
 def test_compare_report(tmp_path) -> None:
-    cands = [A100, "no-such-gpu"]
+    cands = [A100]
     if "h100-sxm5-80gb" in load_catalog().accelerators:
-        cands.insert(1, "h100-sxm5-80gb")
+        cands.append("h100-sxm5-80gb")
+    # an id the catalogue does not know is a typo, not a row of the table
+    with pytest.raises(UnknownIdError, match="unknown hardware 'no-such-gpu'"):
+        compare("llama3-8b", [*cands, "no-such-gpu"], 64, 256, tokens=1e11)
+    # a candidate that cannot run this job is a row saying why
+    df = compare("llama3-8b", ["jean-zay-a100-80gb"], 1024, 256, tokens=1e11)
+    assert "jean-zay-a100-80gb has 384 GPUs" in df.iloc[0]["message"]
     df = compare("llama3-8b", cands, 64, 256, tokens=1e11)
     a100 = df[df["candidate"] == A100].iloc[0]
     assert a100["cost_usd"] == pytest.approx(a100["gpu_hours"] * 5.12)
     assert a100["tokens_per_usd"] == pytest.approx(1e11 / a100["cost_usd"])
     assert 0 < a100["goodput"] < 1 and a100["days_with_failures"] > a100["days"]
-    assert "unknown hardware" in df[df["candidate"] == "no-such-gpu"].iloc[0]["message"]
     sens = sensitivity("llama3-8b", [A100], 64, 256, tokens=1e11, pct=20)
     up = sens[(sens["knob"] == "scale-out bandwidth") & (sens["change_pct"] > 0)].iloc[0]
     assert up["days_ratio"] <= 1 + 1e-9
