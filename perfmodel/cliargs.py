@@ -47,36 +47,30 @@ def positive_int(text: str) -> int:
     return v
 
 
-def positive_float(text: str) -> float:
-    """argparse type: a finite number > 0 (accepts 1e12, 2.5e+12)."""
+def _finite(text: str, allowed: str, ok: Callable[[float], bool]) -> float:
+    """argparse type body: a finite number for which `ok` holds, else an error saying `allowed`."""
     try:
         v = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{quote(text)} is not a number; allowed: a finite number > 0") from None
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"{clip(text, 40)}; allowed: a finite number > 0")
+        raise argparse.ArgumentTypeError(f"{quote(text)} is not a number; allowed: {allowed}") from None
+    if not (math.isfinite(v) and ok(v)):
+        raise argparse.ArgumentTypeError(f"{clip(text, 40)}; allowed: {allowed}")
     return v
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (accepts 1e12, 2.5e+12)."""
+    return _finite(text, "a finite number > 0", lambda v: v > 0)
 
 
 def positive_float_at_most(most: float) -> Callable[[str], float]:
     """argparse type: a finite number > 0 and at most `most` (beyond it a result is unreadable)."""
-    def parse(text: str) -> float:
-        v = positive_float(text)
-        if v > most:
-            raise argparse.ArgumentTypeError(f"{clip(text, 40)}; allowed: a finite number > 0 and at most {most:g}")
-        return v
-    return parse
+    return lambda text: _finite(text, f"a finite number > 0 and at most {most:g}", lambda v: 0 < v <= most)
 
 
 def at_least_one(text: str) -> float:
     """argparse type: a finite number >= 1 (a ratio of a maximum over a mean, a PUE)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{quote(text)} is not a number; allowed: a finite number >= 1") from None
-    if not (math.isfinite(v) and v >= 1):
-        raise argparse.ArgumentTypeError(f"{clip(text, 40)}; allowed: a finite number >= 1")
-    return v
+    return _finite(text, "a finite number >= 1", lambda v: v >= 1)
 
 
 def shape(text: str) -> list[int]:
