@@ -10,7 +10,7 @@ the DES), evaluated on the slowest rank.
 from __future__ import annotations
 
 from perfmodel.engines import closed_forms as cf
-from perfmodel.engines.stages import can_overlap, comm_contention_fraction, dp_collectives
+from perfmodel.engines.stages import can_overlap, comm_contention_fraction, dp_collectives, first_unit_params
 from perfmodel.engines.step import StepInputs, finish, prepare
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.system import System
@@ -45,14 +45,16 @@ def step_from_inputs(inp: StepInputs) -> Estimate:
     fwd = [r.fwd_s + h / 2 for r, h in zip(inp.ranks, rank_hops, strict=True)]
     pipe, _ = pipeline_time_s(list(t), m, plan.vp, plan.schedule_name, avg_w, fwd, [r.wgrad_s for r in inp.ranks])
     bubble = pipe - m * t[i_max] if p > 1 else 0.0  # all the pipeline beyond the worst rank's own micro-batches
-    dp = dp_collectives(system, plan, worst.dense_params, worst.expert_params, worst.layers)
+    dp = dp_collectives(system, plan, worst.dense_params, worst.expert_params, worst.layers,
+                        first_unit_params(inp.graph, plan, i_max))
     # the data-parallel collectives run on their own stream while the rank also waits for its
     # pipeline sends: a micro-batch's wall time, p2p included, is what hides them
     dp_exposed = float(cf.dp_exposed_s(plan.zero_stage, m, worst.fwd_s + hops / 2, worst.bwd_s + hops / 2, worst.layers, dp.all_reduce_s,
                                        dp.reduce_scatter_s, dp.all_gather_s, plan.overlap_dp_comm,
                                        plan.overlap_fsdp_prefetch, can_overlap(system), comm_contention_fraction(system),
                                        dp.unit_all_gather_s, dp.unit_reduce_scatter_s, dp.unit_copy_fwd_s,
-                                       dp.unit_copy_bwd_s, cf.fsdp_fill(plan.pp, plan.vp)))
+                                       dp.unit_copy_bwd_s, cf.fsdp_fill(plan.pp, plan.vp), dp.first_all_gather_s,
+                                       dp.first_reduce_scatter_s))
     optimizer = inp.optimizer_s(i_max)
     breakdown = {
         "compute_fwd_s": m * worst.fwd_gpu_s,

@@ -24,6 +24,9 @@ per micro-batch and L its layer instances (one bucket = one layer's share):
                   steady state (a gather and a reduce-scatter per unit), the last two
                   reduce-scatters
         plus L·(k_f + k_b) of copy kernels
+      The rank's first unit (its first layer: the embedding on the first stage, 4x a layer in
+      Llama-3.2-1B) takes its own a1, r1, the others their mean a, r: the forward opens with a1,
+      the backward's last steady term is max(0, a1 + r − b') and its close r1.
       no prefetch          m · (L·(2a + r) − a + L·(k_f + k_b))
     With a pipeline (pp > 1; torch.distributed.pipelining with FSDP2, as torchtitan runs it:
     reshard_after_forward off when pp is on, and stage.backward_maybe_with_nosync keeps every
@@ -98,7 +101,8 @@ def pipeline_hops_s(vp: Num, p2p_s: Num, worst_fwd_s: Num, worst_bwd_s: Num, ove
 def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_reduce_s: Num, reduce_scatter_s: Num,
                  all_gather_s: Num, overlap_dp_comm: Num, overlap_fsdp_prefetch: Num, can_overlap: Num,
                  contention: Num, unit_all_gather_s: Num = 0.0, unit_reduce_scatter_s: Num = 0.0,
-                 unit_copy_fwd_s: Num = 0.0, unit_copy_bwd_s: Num = 0.0, fill: Num = 1.0) -> Num:
+                 unit_copy_fwd_s: Num = 0.0, unit_copy_bwd_s: Num = 0.0, fill: Num = 1.0,
+                 first_all_gather_s: Num | None = None, first_reduce_scatter_s: Num | None = None) -> Num:
     """Exposed data-parallel seconds of one step plus the compute slowed by the hidden part.
     The unit_* arguments are one FSDP unit's collectives and copy kernels, `fill` the stage
     forward waits a pipeline's fill crosses (ZeRO 3 only: fsdp_fill)."""
@@ -110,7 +114,8 @@ def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_red
     z012 = _where(over, _maximum(grad - bwd_s, grad / L), grad) + param_gather_exposed_s(param, fwd_s, L, over)
     pre = _and(overlap_fsdp_prefetch, can_overlap)
     z3_wait, z3_comm, z3_copies = fsdp_exposed_s(m, fwd_s, bwd_s, L, unit_all_gather_s, unit_reduce_scatter_s,
-                                                 unit_copy_fwd_s, unit_copy_bwd_s, pre, fill)
+                                                 unit_copy_fwd_s, unit_copy_bwd_s, pre, fill,
+                                                 first_all_gather_s, first_reduce_scatter_s)
     exposed = _where(zero == 3, z3_wait, z012)
     total = _where(zero == 3, z3_comm, grad + param)
     return exposed + _maximum(0.0, total - exposed) * contention + _where(zero == 3, z3_copies, 0.0)
@@ -118,7 +123,8 @@ def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_red
 
 def fsdp_exposed_s(m: Num, fwd_s: Num, bwd_s: Num, units: Num, unit_all_gather_s: Num, unit_reduce_scatter_s: Num,
                    unit_copy_fwd_s: Num, unit_copy_bwd_s: Num, prefetch: Num,
-                   fill: Num = 1.0) -> tuple[Num, Num, Num]:
+                   fill: Num = 1.0, first_all_gather_s: Num | None = None,
+                   first_reduce_scatter_s: Num | None = None) -> tuple[Num, Num, Num]:
     """(seconds the compute stream waits for the per-unit collectives, seconds of those
     collectives in all, seconds of the copy kernels) over m micro-batches of `units` equal units
     (module docstring). Gradient accumulation re-gathers and reduce-scatters every micro-batch;
@@ -126,13 +132,19 @@ def fsdp_exposed_s(m: Num, fwd_s: Num, bwd_s: Num, units: Num, unit_all_gather_s
     per step, and the fill waits for `fill` stages' forward gathers in turn."""
     L = _maximum(1.0, units)
     a, r, kf, kb = unit_all_gather_s, unit_reduce_scatter_s, unit_copy_fwd_s, unit_copy_bwd_s
+    # the first unit (the embedding on the first stage): its gather opens the forward, its
+    # re-gather is the last of the backward's steady state, its reduce-scatter closes it
+    a1 = a if first_all_gather_s is None else first_all_gather_s
+    r1 = r if first_reduce_scatter_s is None else first_reduce_scatter_s
     f, b = fwd_s / L + kf, bwd_s / L + kb
-    fwd = a + (L - 1) * _maximum(0.0, a - f)
-    many = _maximum(0.0, a - b) + (L - 2) * _maximum(0.0, a + r - b) + _maximum(0.0, r - b) + r
-    bwd = _where(L >= 2, many, r)
-    comm = m * (L * (2 * a + r) - a)
-    once_comm = L * (a + r)
-    once = _where(prefetch, fill * fwd + L * r, fill * L * a + L * r), once_comm, L * kb
+    fwd = a1 + (L - 1) * _maximum(0.0, a - f)
+    steady = _where(L >= 3, _maximum(0.0, a - b) + (L - 3) * _maximum(0.0, a + r - b) + _maximum(0.0, a1 + r - b),
+                    _maximum(0.0, a1 - b))
+    bwd = _where(L >= 2, steady + _maximum(0.0, r - b) + r1, r1)
+    total_a, total_r = a1 + (L - 1) * a, r1 + (L - 1) * r
+    comm = m * (2 * total_a + total_r - a)
+    once_comm = total_a + total_r
+    once = _where(prefetch, fill * fwd + total_r, fill * total_a + total_r), once_comm, L * kb
     pipelined = fill > 1
     every = _where(prefetch, m * (fwd + bwd), comm), comm, m * L * (kf + kb)
     return _where(pipelined, once[0], every[0]), _where(pipelined, once[1], every[1]), _where(pipelined, once[2], every[2])

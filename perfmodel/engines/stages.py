@@ -293,20 +293,31 @@ class DpCollectives:
     unit_reduce_scatter_s: float = 0.0
     unit_copy_fwd_s: float = 0.0  # copy-out after the forward gather
     unit_copy_bwd_s: float = 0.0  # copy-out after the backward re-gather + chunk_cat
+    # the rank's first unit (its first layer instance: the embedding on the first stage), gathered
+    # first with nothing to hide behind and reduce-scattered last; the unit_* figures above are
+    # then the mean of the other units (equal to them where no first unit is named)
+    first_all_gather_s: float = 0.0
+    first_reduce_scatter_s: float = 0.0
 
 
 def dp_collectives(system: System, plan: ParallelPlan, dense_params: float, expert_params: float,
-                   units: float = 1.0) -> DpCollectives:
-    """The stage's DP collectives; `units` is its FSDP unit count (layer instances) for ZeRO 3."""
+                   units: float = 1.0, first: tuple[float, float] | None = None) -> DpCollectives:
+    """The stage's DP collectives; `units` is its FSDP unit count (layer instances) for ZeRO 3,
+    `first` the (dense, expert) parameters of its first unit (first_unit_params)."""
     n_dense, dense_stride = group_stride(plan, "dp")
     n_exp, exp_stride = expert_dp_stride(plan)
     g = plan.grad_bytes
     u = max(1.0, units)
+    fd, fe = first if first is not None and u > 1 else (dense_params / u, expert_params / u)
+    # the other units' mean (all units alike when the first is not named)
+    rd, re_ = (dense_params - fd) / max(1.0, u - 1), (expert_params - fe) / max(1.0, u - 1)
+    if first is None or u <= 1:
+        rd, re_ = fd, fe
 
-    def coll(kind: str, bytes_per: float, share: float = 1.0) -> float:
-        t = collective_time_s(system, kind, dense_params * share * bytes_per, n_dense, dense_stride)
-        if expert_params:
-            t += collective_time_s(system, kind, expert_params * share * bytes_per, n_exp, exp_stride)
+    def coll(kind: str, bytes_per: float, dense: float = dense_params, expert: float = expert_params) -> float:
+        t = collective_time_s(system, kind, dense * bytes_per, n_dense, dense_stride)
+        if expert:
+            t += collective_time_s(system, kind, expert * bytes_per, n_exp, exp_stride)
         return t
 
     copy_out = copy_in = 0.0
@@ -316,8 +327,20 @@ def dp_collectives(system: System, plan: ParallelPlan, dense_params: float, expe
         copy_out = memory_bound_cost(acc, 0.0, 2 * ACT_BYTES * unit_params, 1).time_s
         copy_in = memory_bound_cost(acc, 0.0, (ACT_BYTES + g) * unit_params, 1).time_s
     return DpCollectives(coll("all_reduce", g), coll("reduce_scatter", g), coll("all_gather", ACT_BYTES),
-                         coll("all_gather", ACT_BYTES, 1.0 / u), coll("reduce_scatter", g, 1.0 / u),
-                         copy_out, copy_out + copy_in)
+                         coll("all_gather", ACT_BYTES, rd, re_), coll("reduce_scatter", g, rd, re_),
+                         copy_out, copy_out + copy_in,
+                         coll("all_gather", ACT_BYTES, fd, fe), coll("reduce_scatter", g, fd, fe))
+
+
+def first_unit_params(graph: Graph, plan: ParallelPlan, rank: int) -> tuple[float, float]:
+    """(dense, expert) parameters of pipeline rank `rank`'s first FSDP unit: its first layer
+    instance in model order (the embedding on the first stage)."""
+    order = {id(layer): i for i, layer in enumerate(graph.layers)}
+    held = [layer for layer, n in stage_layers(graph, plan.pp, rank, plan.vp, plan.schedule_name) if n > 0]
+    if not held:
+        return 0.0, 0.0
+    layer = min(held, key=lambda x: order[id(x)])
+    return layer.params - layer.expert_params, layer.expert_params
 
 
 def comm_contention_fraction(system: System) -> float:

@@ -71,6 +71,7 @@ class StageTable:
     worst_expert_params: float
     worst_layers: float
     worst_rank: int
+    worst_first_params: tuple[float, float]  # (dense, expert) of the slowest rank's first layer instance
     act_per_mb_bytes: tuple[float, ...]  # per memory stage: activation bytes per in-flight micro-batch
     act_working_bytes: tuple[float, ...]
     # per rank, for a schedule whose pipeline reads each rank's phases (per_rank_pipeline): its
@@ -106,6 +107,8 @@ class LayoutCosts(NamedTuple):
     unit_reduce_scatter_s: float
     unit_copy_fwd_s: float
     unit_copy_bwd_s: float
+    first_all_gather_s: float  # the slowest rank's first FSDP unit (stages.first_unit_params)
+    first_reduce_scatter_s: float
     p2p_s: float
     optimizer_extra_s: float  # tied-embedding sync, sp replicated-gradient all-reduce, non-element-wise optimizer work
     amax_per_mb_s: float  # delayed scaling's amax all-reduces per micro-batch (stages.delayed_amax_s_per_micro_batch)
@@ -251,6 +254,7 @@ class Evaluator:
             worst_bwd_s=float(b[i]),
             worst_dense_params=float(c[i] @ v["dense"]), worst_expert_params=float(c[i] @ v["expert"]),
             worst_layers=float(c[i].sum()), worst_rank=i,
+            worst_first_params=_first_params(c[i], v),
             act_per_mb_bytes=tuple(acts), act_working_bytes=tuple(work),
             rank_t_s=tuple(t.tolist()) if per_rank else (), rank_fwd_s=tuple(f.tolist()) if per_rank else (),
             rank_wgrad_s=tuple(w.tolist()) if per_rank else (),
@@ -292,11 +296,12 @@ class Evaluator:
         if key in self._costs:
             return self._costs[key]
         st = self.stages(tp, cp, ep, sp, mb, rec, pp, vp, split_wgrad, a2a_m, place)
-        coll_key = ("dp", tp, cp, ep, pp, dp, st.worst_dense_params, st.worst_expert_params, st.worst_layers)
+        coll_key = ("dp", tp, cp, ep, pp, dp, st.worst_dense_params, st.worst_expert_params, st.worst_layers,
+                    st.worst_first_params)
         if coll_key not in self._coll:
             plan = self.plan(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp)
             self._coll[coll_key] = dp_collectives(self.system, plan, st.worst_dense_params, st.worst_expert_params,  # type: ignore[assignment]
-                                                  st.worst_layers)
+                                                  st.worst_layers, st.worst_first_params)
         dpc: Any = self._coll[coll_key]
         hops = self.rank_hops(st, tp, cp, pp, vp, dp, mb)
         t = np.asarray(st.all_t_s) + hops
@@ -305,7 +310,7 @@ class Evaluator:
             st.worst_fwd_s, st.worst_bwd_s,
             st.worst_dense_params, st.worst_expert_params, st.worst_layers, dpc.all_reduce_s, dpc.reduce_scatter_s,
             dpc.all_gather_s, dpc.unit_all_gather_s, dpc.unit_reduce_scatter_s, dpc.unit_copy_fwd_s,
-            dpc.unit_copy_bwd_s, self.p2p(tp, cp, pp, dp, mb),
+            dpc.unit_copy_bwd_s, dpc.first_all_gather_s, dpc.first_reduce_scatter_s, self.p2p(tp, cp, pp, dp, mb),
             self.tied_embedding(tp, cp, pp, dp) + self.optimizer_matrix(tp, cp, pp, vp, dp, st.worst_rank, place)
             + self.sp_grad_sync(tp, cp, ep, sp, pp, vp, dp, st.worst_rank, place),
             self.fp8_amax(tp, cp, ep, pp, vp, dp))
@@ -414,7 +419,8 @@ class Evaluator:
                                  c["reduce_scatter_s"], c["all_gather_s"], overlap_dp_comm, overlap_fsdp_prefetch,
                                  can_overlap(self.system), comm_contention_fraction(self.system),
                                  c["unit_all_gather_s"], c["unit_reduce_scatter_s"], c["unit_copy_fwd_s"],
-                                 c["unit_copy_bwd_s"], cf.fsdp_fill(pp, vp))
+                                 c["unit_copy_bwd_s"], cf.fsdp_fill(pp, vp), c["first_all_gather_s"],
+                                 c["first_reduce_scatter_s"])
         folded = g["tp"] * g["dp"] * g["cp"]  # MoE parallel folding: edp = tp·cp·dp/(ep·etp), etp 1 in the grid
         local = cf.local_params(zero, c["worst_dense_params"], c["worst_expert_params"], (g["dp"] * g["cp"]).astype(float),
                                 (folded // g["ep"]).astype(float))
@@ -477,6 +483,15 @@ class Evaluator:
                 flight_p[rows] = SCHEDULES[name].in_flight(m[rows, None], pp[rows, None], vp[rows, None], stage[rows])
         flight = np.asarray(cf.in_flight(pp[:, None], flight_p))
         return np.max(cf.rank_memory_bytes(s, a[:, 0], flight, a[:, 1], RUNTIME_BYTES), axis=1)
+
+
+def _first_params(counts: np.ndarray, v: dict[str, np.ndarray]) -> tuple[float, float]:
+    """(dense, expert) parameters of a rank's first FSDP unit: the first layer in model order it
+    holds (stages.first_unit_params)."""
+    held = np.flatnonzero(counts > 0)
+    if not len(held):
+        return 0.0, 0.0
+    return float(v["dense"][held[0]]), float(v["expert"][held[0]])
 
 
 def placements(g: dict[str, np.ndarray]) -> np.ndarray:
