@@ -54,7 +54,7 @@ def step_from_inputs(inp: StepInputs) -> Estimate:
                                        plan.overlap_fsdp_prefetch, can_overlap(system), comm_contention_fraction(system),
                                        dp.unit_all_gather_s, dp.unit_reduce_scatter_s, dp.unit_copy_fwd_s,
                                        dp.unit_copy_bwd_s, cf.fsdp_fill(plan.pp, plan.vp), dp.first_all_gather_s,
-                                       dp.first_reduce_scatter_s))
+                                       dp.first_reduce_scatter_s, dp.first_share))
     optimizer = inp.optimizer_s(i_max)
     breakdown = {
         "compute_fwd_s": m * worst.fwd_gpu_s,

@@ -6,7 +6,9 @@ Pipeline (stages taking t_s per micro-batch, hops included; bubble from the sche
     T_pipe = m · max_s t_s + bubble(Σ t_s − max_s t_s, ...)
 Data-parallel exposure, per step, on the slowest stage with f, b its forward / backward seconds
 per micro-batch and L its layer instances (one bucket = one layer's share):
-    ZeRO 0-2, overlap    max(G − b, G/L) + max(P − f, P/L)   (G grad reduction, P param gather)
+    ZeRO 0-2, overlap    max(G − b, G·s_1) + max(P − f, P/L)   (G grad reduction, P param gather; s_1
+                         the first layer's share of the parameters, the last bucket to be ready:
+                         1/L where unnamed)
     ZeRO 0-2, no overlap G + P
     ZeRO 3 (FSDP): one unit per layer instance, each its own collectives (per-unit latency and
     the busbw of a unit-sized message): a all-gather, r reduce-scatter per unit; per unit on the
@@ -102,7 +104,8 @@ def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_red
                  all_gather_s: Num, overlap_dp_comm: Num, overlap_fsdp_prefetch: Num, can_overlap: Num,
                  contention: Num, unit_all_gather_s: Num = 0.0, unit_reduce_scatter_s: Num = 0.0,
                  unit_copy_fwd_s: Num = 0.0, unit_copy_bwd_s: Num = 0.0, fill: Num = 1.0,
-                 first_all_gather_s: Num | None = None, first_reduce_scatter_s: Num | None = None) -> Num:
+                 first_all_gather_s: Num | None = None, first_reduce_scatter_s: Num | None = None,
+                 first_share: Num | None = None) -> Num:
     """Exposed data-parallel seconds of one step plus the compute slowed by the hidden part.
     The unit_* arguments are one FSDP unit's collectives and copy kernels, `fill` the stage
     forward waits a pipeline's fill crosses (ZeRO 3 only: fsdp_fill)."""
@@ -111,7 +114,10 @@ def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_red
     grad = _where(zero == 0, all_reduce_s, _where(zero < 3, rs, 0.0))
     param = _where(_and(zero >= 1, zero <= 2), ag, 0.0)
     over = _and(overlap_dp_comm, can_overlap)
-    z012 = _where(over, _maximum(grad - bwd_s, grad / L), grad) + param_gather_exposed_s(param, fwd_s, L, over)
+    # the last gradient bucket is the rank's first layer's (the embedding on the first stage): its
+    # share of the parameters where the caller names it, else one L-th of the gradients
+    last = grad / L if first_share is None else grad * first_share
+    z012 = _where(over, _maximum(grad - bwd_s, last), grad) + param_gather_exposed_s(param, fwd_s, L, over)
     pre = _and(overlap_fsdp_prefetch, can_overlap)
     z3_wait, z3_comm, z3_copies = fsdp_exposed_s(m, fwd_s, bwd_s, L, unit_all_gather_s, unit_reduce_scatter_s,
                                                  unit_copy_fwd_s, unit_copy_bwd_s, pre, fill,

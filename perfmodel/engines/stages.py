@@ -298,6 +298,7 @@ class DpCollectives:
     # then the mean of the other units (equal to them where no first unit is named)
     first_all_gather_s: float = 0.0
     first_reduce_scatter_s: float = 0.0
+    first_share: float = 0.0  # the first unit's share of the stage's parameters (its last gradient bucket)
 
 
 def dp_collectives(system: System, plan: ParallelPlan, dense_params: float, expert_params: float,
@@ -329,7 +330,8 @@ def dp_collectives(system: System, plan: ParallelPlan, dense_params: float, expe
     return DpCollectives(coll("all_reduce", g), coll("reduce_scatter", g), coll("all_gather", ACT_BYTES),
                          coll("all_gather", ACT_BYTES, rd, re_), coll("reduce_scatter", g, rd, re_),
                          copy_out, copy_out + copy_in,
-                         coll("all_gather", ACT_BYTES, fd, fe), coll("reduce_scatter", g, fd, fe))
+                         coll("all_gather", ACT_BYTES, fd, fe), coll("reduce_scatter", g, fd, fe),
+                         (fd + fe) / (dense_params + expert_params) if dense_params + expert_params > 0 else 1.0 / u)
 
 
 def first_unit_params(graph: Graph, plan: ParallelPlan, rank: int) -> tuple[float, float]:

@@ -109,6 +109,7 @@ class LayoutCosts(NamedTuple):
     unit_copy_bwd_s: float
     first_all_gather_s: float  # the slowest rank's first FSDP unit (stages.first_unit_params)
     first_reduce_scatter_s: float
+    first_share: float
     p2p_s: float
     optimizer_extra_s: float  # tied-embedding sync, sp replicated-gradient all-reduce, non-element-wise optimizer work
     amax_per_mb_s: float  # delayed scaling's amax all-reduces per micro-batch (stages.delayed_amax_s_per_micro_batch)
@@ -310,7 +311,8 @@ class Evaluator:
             st.worst_fwd_s, st.worst_bwd_s,
             st.worst_dense_params, st.worst_expert_params, st.worst_layers, dpc.all_reduce_s, dpc.reduce_scatter_s,
             dpc.all_gather_s, dpc.unit_all_gather_s, dpc.unit_reduce_scatter_s, dpc.unit_copy_fwd_s,
-            dpc.unit_copy_bwd_s, dpc.first_all_gather_s, dpc.first_reduce_scatter_s, self.p2p(tp, cp, pp, dp, mb),
+            dpc.unit_copy_bwd_s, dpc.first_all_gather_s, dpc.first_reduce_scatter_s, dpc.first_share,
+            self.p2p(tp, cp, pp, dp, mb),
             self.tied_embedding(tp, cp, pp, dp) + self.optimizer_matrix(tp, cp, pp, vp, dp, st.worst_rank, place)
             + self.sp_grad_sync(tp, cp, ep, sp, pp, vp, dp, st.worst_rank, place),
             self.fp8_amax(tp, cp, ep, pp, vp, dp))
@@ -420,7 +422,7 @@ class Evaluator:
                                  can_overlap(self.system), comm_contention_fraction(self.system),
                                  c["unit_all_gather_s"], c["unit_reduce_scatter_s"], c["unit_copy_fwd_s"],
                                  c["unit_copy_bwd_s"], cf.fsdp_fill(pp, vp), c["first_all_gather_s"],
-                                 c["first_reduce_scatter_s"])
+                                 c["first_reduce_scatter_s"], c["first_share"])
         folded = g["tp"] * g["dp"] * g["cp"]  # MoE parallel folding: edp = tp·cp·dp/(ep·etp), etp 1 in the grid
         local = cf.local_params(zero, c["worst_dense_params"], c["worst_expert_params"], (g["dp"] * g["cp"]).astype(float),
                                 (folded // g["ep"]).astype(float))
