@@ -12,6 +12,7 @@ from perfmodel import ParallelPlan
 from perfmodel.cli import main as cli_main
 from perfmodel.engines.analytic import analytic_estimate
 from perfmodel.engines.des import des_estimate, stream_utilisation
+from perfmodel.engines.step import prepare
 from perfmodel.errors import LayoutError
 from perfmodel.parallel.schedules import SCHEDULES
 from perfmodel.workload.graph import Graph, Layer, Op
@@ -300,3 +301,16 @@ def test_the_last_gradient_bucket_is_the_first_layers_share() -> None:
     a, d = analytic_estimate(spec, system, plan), des_estimate(spec, system, plan)
     assert d.step_time_s == pytest.approx(a.step_time_s, rel=0.02)
     assert d.breakdown_s["dp_comm_exposed_s"] == pytest.approx(a.breakdown_s["dp_comm_exposed_s"], rel=0.15)
+
+
+def test_each_stage_steps_its_own_optimizer() -> None:
+    """The DES used to give every stage the largest stage's optimizer seconds; a stage steps its
+    own parameters, and the step ends on the stage whose sync and optimizer end last."""
+    spec = perfmodel.get_workload("gpt2-124m")
+    plan = ParallelPlan(pp=2, global_batch=8, micro_batch=1)
+    system = perfmodel.resolve_system("a100-sxm4-80gb", None, plan.world)[0]
+    inp = prepare(spec, system, plan)
+    per_stage = [inp.optimizer_s(r) for r in range(plan.pp)]
+    assert per_stage[0] != per_stage[1]
+    d = des_estimate(spec, system, plan)
+    assert d.breakdown_s["optimizer_s"] in per_stage

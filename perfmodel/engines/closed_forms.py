@@ -87,16 +87,16 @@ def pipeline_s(t_max_s: Num, m: Num, bubble_s: Num) -> Num:
     return m * t_max_s + bubble_s
 
 
-def pipeline_hops_s(vp: Num, p2p_s: Num, worst_fwd_s: Num, worst_bwd_s: Num, overlap: Num) -> Num:
+def pipeline_hops_s(vp: Num, p2p_s: Num, fwd_s: Num, bwd_s: Num, overlap: Num) -> Num:
     """p2p seconds per micro-batch on a rank: activation out and gradient back, per chunk. With
     overlap (Megatron-Core's overlap_p2p_comm in the interleaved schedule: isend / irecv posted
     beside the next chunk's forward or backward, waited on only before the chunk that needs them)
     the steady state alternates forward and backward chunks, so one transfer of each pair is
-    exposed only by what one chunk's forward on the slowest rank (worst_fwd_s / vp) does not cover
-    and the other by what one chunk's backward (worst_bwd_s / vp) does not. Charging both against
+    exposed only by what one of the rank's forward chunks (fwd_s / vp) does not cover and the
+    other by what one of its backward chunks (bwd_s / vp) does not. Charging both against
     the forward made a faster tp link slower: it shortens the forward, which narrows both windows,
     while the step gains only the forward's share once."""
-    hidden = _maximum(0.0, p2p_s - worst_fwd_s / vp) + _maximum(0.0, p2p_s - worst_bwd_s / vp)
+    hidden = _maximum(0.0, p2p_s - fwd_s / vp) + _maximum(0.0, p2p_s - bwd_s / vp)
     return vp * _where(overlap, hidden, 2 * p2p_s)
 
 

@@ -19,7 +19,8 @@ pipeline when variability asks for them):
                      waits before each F, the backward's before each B. With a pipeline the
                      units are gathered before the first micro-batch's F only and their
                      reduce-scatters are DP-stream buckets after the grad-final op
-    optimizer        after the stage's DP sync, the same optimizer seconds as the analytic engine
+    optimizer        after the stage's DP sync, its own optimizer seconds (the analytic engine takes the
+                     first stage's, the one a step ends on)
 All durations come from the shared stage costs (`engines/stages.py`: per virtual stage, the p2p
 send, the DP collectives, the contention fraction); the closed forms give only what is not
 simulated (the ZeRO-1/2 parameter gather, the optimizer step).
@@ -226,7 +227,7 @@ class RankResult:
 class PipelineSim:
     """One step of `replicas` copies of a p-stage pipeline; `run()` fills `result[r][s]`."""
 
-    def __init__(self, plan: ParallelPlan, costs: list[list[ChunkCost]], p2p_s: float, optimizer_s: float,
+    def __init__(self, plan: ParallelPlan, costs: list[list[ChunkCost]], p2p_s: float, optimizer_s: list[float],
                  param_s: tuple[float, float], contention: float, *, jitter_sigma: float = 0.0, seed: int = 0,
                  straggler: tuple[int, float] | None = None, replicas: int = 1, trace: bool = True,
                  overlap_p2p: bool = False) -> None:
@@ -383,9 +384,10 @@ class PipelineSim:
         self._record("dp contention + param gather", env.now, tail, pid, "compute")
         yield env.timeout(tail)
         res.dp_tail_s = env.now - res.compute_end_s
-        self._record("optimizer", env.now, self.optimizer_s, pid, "compute")
-        yield env.timeout(self.optimizer_s)
-        res.optimizer_s = self.optimizer_s
+        opt = self.optimizer_s[s]  # each stage steps its own parameters
+        self._record("optimizer", env.now, opt, pid, "compute")
+        yield env.timeout(opt)
+        res.optimizer_s = opt
         res.finish_s = env.now
         res.finished = True
 
@@ -430,7 +432,7 @@ def des_estimate(spec: ModelSpec | None, system: System, plan: ParallelPlan, mes
     inp = prepare(spec, system, plan, messages, graph)
     costs = chunk_costs(inp)
     param_s = _param_gather(inp, costs)
-    optimizer_s = max(inp.optimizer_s(r) for r in range(plan.pp))
+    optimizer_s = [inp.optimizer_s(r) for r in range(plan.pp)]
     sim = PipelineSim(plan, costs, inp.p2p_s, optimizer_s, param_s, comm_contention_fraction(system),
                       jitter_sigma=jitter_sigma, seed=seed, straggler=straggler, replicas=replicas, trace=trace,
                       overlap_p2p=overlap_p2p or plan.overlap_p2p_comm)
