@@ -4,7 +4,7 @@
 with T_pipe = m · max_s t_s + bubble, t_s a rank's forward + backward + p2p seconds per
 micro-batch and the bubble the schedule's closed form (perfmodel/parallel/schedules/); the DP
 exposure and the optimizer step are `closed_forms`' (written once, shared with the planner and
-the DES), evaluated on the slowest rank.
+the DES), evaluated on the rank whose tail ends last (tail_candidates).
 """
 
 from __future__ import annotations
@@ -33,8 +33,41 @@ def pipeline_time_s(stage_s: list[float], m: int, vp: int, schedule: str, wgrad_
     return float(pipe), float(pipe - m * max(stage_s)) if p > 1 else 0.0
 
 
+def tail_candidates(inp: StepInputs, rank_hops: tuple[float, ...]) -> list[tuple[int, float]]:
+    """(rank, lead) of the ranks whose DP tail and optimizer may end the step: the slowest compute
+    rank, the first (which ends a pipeline: its last backward chunk waits for every later rank's)
+    and the last (the head, MTP layers). Rank r's compute ends before the first rank's by the
+    last micro-batch's backward chunk and one send on each rank before it; under a schedule that
+    defers weight gradients (ZB-H1, DualPipe) the W phases fill that drain: lead 0."""
+    plan = inp.plan
+    p, vp = plan.pp, plan.vp
+    lead = [0.0] * p
+    if p > 1 and not get_schedule(plan.schedule_name).defers_wgrad:
+        for k in range(1, p):
+            prev = inp.ranks[k - 1]
+            lead[k] = lead[k - 1] + prev.bwd_s / vp + rank_hops[k - 1] / (2 * vp)
+    return [(r, lead[r]) for r in (inp.worst_rank, 0, p - 1)]
+
+
+def rank_tail_s(inp: StepInputs, r: int, rank_hops: tuple[float, ...]) -> tuple[float, float]:
+    """(exposed data-parallel seconds, optimizer seconds) after pipeline rank `r`'s last compute."""
+    plan, system, rank = inp.plan, inp.system, inp.ranks[r]
+    h = rank_hops[r]
+    dp = dp_collectives(system, plan, rank.dense_params, rank.expert_params, rank.layers,
+                        first_unit_params(inp.graph, plan, r))
+    # the data-parallel collectives run on their own stream while the rank also waits for its
+    # pipeline sends: a micro-batch's wall time, p2p included, is what hides them
+    exposed = float(cf.dp_exposed_s(plan.zero_stage, plan.num_micro_batches, rank.fwd_s + h / 2, rank.bwd_s + h / 2,
+                                    rank.layers, dp.all_reduce_s, dp.reduce_scatter_s, dp.all_gather_s,
+                                    plan.overlap_dp_comm, plan.overlap_fsdp_prefetch, can_overlap(system),
+                                    comm_contention_fraction(system), dp.unit_all_gather_s, dp.unit_reduce_scatter_s,
+                                    dp.unit_copy_fwd_s, dp.unit_copy_bwd_s, cf.fsdp_fill(plan.pp, plan.vp),
+                                    dp.first_all_gather_s, dp.first_reduce_scatter_s, dp.first_share))
+    return exposed, inp.optimizer_s(r)
+
+
 def step_from_inputs(inp: StepInputs) -> Estimate:
-    plan, system = inp.plan, inp.system
+    plan = inp.plan
     m, p = plan.num_micro_batches, plan.pp
     rank_hops = inp.rank_hops_s
     t = inp.stage_time_s
@@ -45,17 +78,13 @@ def step_from_inputs(inp: StepInputs) -> Estimate:
     fwd = [r.fwd_s + h / 2 for r, h in zip(inp.ranks, rank_hops, strict=True)]
     pipe, _ = pipeline_time_s(list(t), m, plan.vp, plan.schedule_name, avg_w, fwd, [r.wgrad_s for r in inp.ranks])
     bubble = pipe - m * t[i_max] if p > 1 else 0.0  # all the pipeline beyond the worst rank's own micro-batches
-    dp = dp_collectives(system, plan, worst.dense_params, worst.expert_params, worst.layers,
-                        first_unit_params(inp.graph, plan, i_max))
-    # the data-parallel collectives run on their own stream while the rank also waits for its
-    # pipeline sends: a micro-batch's wall time, p2p included, is what hides them
-    dp_exposed = float(cf.dp_exposed_s(plan.zero_stage, m, worst.fwd_s + hops / 2, worst.bwd_s + hops / 2, worst.layers, dp.all_reduce_s,
-                                       dp.reduce_scatter_s, dp.all_gather_s, plan.overlap_dp_comm,
-                                       plan.overlap_fsdp_prefetch, can_overlap(system), comm_contention_fraction(system),
-                                       dp.unit_all_gather_s, dp.unit_reduce_scatter_s, dp.unit_copy_fwd_s,
-                                       dp.unit_copy_bwd_s, cf.fsdp_fill(plan.pp, plan.vp), dp.first_all_gather_s,
-                                       dp.first_reduce_scatter_s, dp.first_share))
-    optimizer = inp.optimizer_s(i_max)
+    # the step ends when the last rank's data-parallel tail and optimizer end: each candidate rank's
+    # own tail, less how long before the pipeline's end its compute ends (tail_candidates)
+    tails = [(rank_tail_s(inp, r, rank_hops), lead) for r, lead in tail_candidates(inp, rank_hops)]
+    (dp_own, opt_own), lead = max(tails, key=lambda x: x[0][0] + x[0][1] - x[1])
+    tail = dp_own + opt_own - lead  # >= 0: the first stage, which ends the pipeline, leads by 0
+    dp_exposed = max(0.0, dp_own - lead)  # the drain hides the DP part first
+    optimizer = tail - dp_exposed
     breakdown = {
         "compute_fwd_s": m * worst.fwd_gpu_s,
         "compute_bwd_s": m * worst.bwd_gpu_s,

@@ -21,7 +21,7 @@ every accelerator kind, schedule, ZeRO stage, overlap flag, recompute and precis
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -65,13 +65,7 @@ class StageTable:
     t_max_s: float  # max over ranks of the schedule's stage time (no p2p), per micro-batch
     t_sum_s: float
     avg_wgrad_s: float
-    worst_fwd_s: float
-    worst_bwd_s: float
-    worst_dense_params: float  # parameters of the slowest rank
-    worst_expert_params: float
-    worst_layers: float
     worst_rank: int
-    worst_first_params: tuple[float, float]  # (dense, expert) of the slowest rank's first layer instance
     act_per_mb_bytes: tuple[float, ...]  # per memory stage: activation bytes per in-flight micro-batch
     act_working_bytes: tuple[float, ...]
     # per rank, for a schedule whose pipeline reads each rank's phases (per_rank_pipeline): its
@@ -84,35 +78,32 @@ class StageTable:
     all_t_s: tuple[float, ...] = ()
     all_fwd_s: tuple[float, ...] = ()
     all_bwd_s: tuple[float, ...] = ()
+    # per rank: parameters held, layer instances (FSDP units) and its first unit's (dense, expert)
+    # parameters (stages.first_unit_params), for the data-parallel tail
+    all_dense_params: tuple[float, ...] = ()
+    all_expert_params: tuple[float, ...] = ()
+    all_layers: tuple[float, ...] = ()
+    all_first_params: tuple[tuple[float, float], ...] = ()
 
 
-class LayoutCosts(NamedTuple):
-    """Per distinct (tp, cp, ep, sp, mb, rec, pp, vp, dp): the shared costs of that layout (a
-    NamedTuple: its rows stack into a table without a per-field copy, columns come out by name)."""
-
-    t_max_s: float  # max over ranks of the stage time with the rank's own exposed p2p
-    t_sum_s: float  # their sum
-    t_worst_s: float  # the slowest rank's (StageTable.worst_rank), p2p included
-    hops_s: float  # the slowest rank's exposed p2p per micro-batch
-    avg_wgrad_s: float
-    worst_fwd_s: float
-    worst_bwd_s: float
-    worst_dense_params: float
-    worst_expert_params: float
-    worst_layers: float
-    all_reduce_s: float
-    reduce_scatter_s: float
-    all_gather_s: float
-    unit_all_gather_s: float  # one FSDP unit's collectives and copy kernels (stages.DpCollectives)
-    unit_reduce_scatter_s: float
-    unit_copy_fwd_s: float
-    unit_copy_bwd_s: float
-    first_all_gather_s: float  # the slowest rank's first FSDP unit (stages.first_unit_params)
-    first_reduce_scatter_s: float
-    first_share: float
-    p2p_s: float
-    optimizer_extra_s: float  # tied-embedding sync, sp replicated-gradient all-reduce, non-element-wise optimizer work
-    amax_per_mb_s: float  # delayed scaling's amax all-reduces per micro-batch (stages.delayed_amax_s_per_micro_batch)
+# Per distinct (tp, cp, ep, sp, mb, rec, pp, vp, dp, split, a2a_m, place): the shared costs of that
+# layout, one row of floats (rows stack into a table without a per-field copy; columns by name).
+SHARED_COLUMNS = (
+    "t_max_s",  # max over ranks of the stage time with the rank's own exposed p2p
+    "t_sum_s",  # their sum
+    "t_worst_s",  # the slowest rank's (StageTable.worst_rank), p2p included
+    "avg_wgrad_s",
+    "p2p_s",
+    "amax_per_mb_s",  # delayed scaling's amax all-reduces per micro-batch (stages.delayed_amax_s_per_micro_batch)
+)
+# per candidate rank of the step's tail (analytic.tail_candidates: the slowest, the first, the last):
+# its windows, parameters and units, exposed p2p, drain lead, DP collectives (stages.DpCollectives)
+# and the optimizer work that is not element-wise (tied-embedding sync, sp replicated gradients, Muon)
+TAIL_COLUMNS = ("fwd_s", "bwd_s", "dense_params", "expert_params", "layers", "hops_s", "lead_s", "all_reduce_s",
+                "reduce_scatter_s", "all_gather_s", "unit_all_gather_s", "unit_reduce_scatter_s", "unit_copy_fwd_s",
+                "unit_copy_bwd_s", "first_all_gather_s", "first_reduce_scatter_s", "first_share", "optimizer_extra_s")
+N_TAILS = 3
+COST_COLUMNS = SHARED_COLUMNS + tuple(f"{c}_{k}" for k in range(N_TAILS) for c in TAIL_COLUMNS)
 
 
 class _RowTable:
@@ -140,8 +131,8 @@ class _RowTable:
 
 
 def _columns(table: np.ndarray) -> dict[str, np.ndarray]:
-    """{field: its column} of a table whose rows are LayoutCosts."""
-    return {name: table[:, j] for j, name in enumerate(LayoutCosts._fields)}
+    """{column: its values} of a table whose rows are layout_costs rows (COST_COLUMNS)."""
+    return {name: table[:, j] for j, name in enumerate(COST_COLUMNS)}
 
 
 @dataclass
@@ -162,7 +153,7 @@ class Evaluator:
     _counts: dict[tuple[Any, ...], np.ndarray] = field(default_factory=dict, repr=False)
     _stages: dict[tuple[Any, ...], StageTable] = field(default_factory=dict, repr=False)
     _static: dict[tuple[Any, ...], tuple[float, ...]] = field(default_factory=dict, repr=False)
-    _costs: dict[tuple[Any, ...], LayoutCosts] = field(default_factory=dict, repr=False)
+    _costs: dict[tuple[Any, ...], tuple[float, ...]] = field(default_factory=dict, repr=False)
     _coll: dict[tuple[Any, ...], float] = field(default_factory=dict, repr=False)
     _mem: dict[tuple[Any, ...], tuple[tuple[float, ...], ...]] = field(default_factory=dict, repr=False)
     _pipe: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
@@ -251,15 +242,13 @@ class Evaluator:
         work = np.max((cs > 0) * v["work"], axis=1, initial=0.0).tolist()
         per_rank = place >= 0 and SCHEDULES[_placement(place)].per_rank_pipeline
         tab = StageTable(
-            t_max_s=float(t[i]), t_sum_s=float(t.sum()), avg_wgrad_s=float(w.sum()) / pp, worst_fwd_s=float(f[i]),
-            worst_bwd_s=float(b[i]),
-            worst_dense_params=float(c[i] @ v["dense"]), worst_expert_params=float(c[i] @ v["expert"]),
-            worst_layers=float(c[i].sum()), worst_rank=i,
-            worst_first_params=_first_params(c[i], v),
+            t_max_s=float(t[i]), t_sum_s=float(t.sum()), avg_wgrad_s=float(w.sum()) / pp, worst_rank=i,
             act_per_mb_bytes=tuple(acts), act_working_bytes=tuple(work),
             rank_t_s=tuple(t.tolist()) if per_rank else (), rank_fwd_s=tuple(f.tolist()) if per_rank else (),
             rank_wgrad_s=tuple(w.tolist()) if per_rank else (),
             all_t_s=tuple(t.tolist()), all_fwd_s=tuple(f.tolist()), all_bwd_s=tuple(b.tolist()),
+            all_dense_params=tuple((c @ v["dense"]).tolist()), all_expert_params=tuple((c @ v["expert"]).tolist()),
+            all_layers=tuple(c.sum(axis=1).tolist()), all_first_params=tuple(_first_params(row, v) for row in c),
         )
         self._stages[key] = tab
         return tab
@@ -292,30 +281,36 @@ class Evaluator:
         return self._mem[key]
 
     def layout_costs(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int, pp: int, vp: int, dp: int,
-                     split_wgrad: int, a2a_m: int = 0, place: int = -1) -> LayoutCosts:
+                     split_wgrad: int, a2a_m: int = 0, place: int = -1) -> tuple[float, ...]:
         key = (tp, cp, ep, sp, mb, rec, pp, vp, dp, split_wgrad, a2a_m, place)
         if key in self._costs:
             return self._costs[key]
         st = self.stages(tp, cp, ep, sp, mb, rec, pp, vp, split_wgrad, a2a_m, place)
-        coll_key = ("dp", tp, cp, ep, pp, dp, st.worst_dense_params, st.worst_expert_params, st.worst_layers,
-                    st.worst_first_params)
-        if coll_key not in self._coll:
-            plan = self.plan(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp)
-            self._coll[coll_key] = dp_collectives(self.system, plan, st.worst_dense_params, st.worst_expert_params,  # type: ignore[assignment]
-                                                  st.worst_layers, st.worst_first_params)
-        dpc: Any = self._coll[coll_key]
         hops = self.rank_hops(st, tp, cp, pp, vp, dp, mb)
         t = np.asarray(st.all_t_s) + hops
-        out = LayoutCosts(
-            float(t.max()), float(t.sum()), float(t[st.worst_rank]), float(hops[st.worst_rank]), st.avg_wgrad_s,
-            st.worst_fwd_s, st.worst_bwd_s,
-            st.worst_dense_params, st.worst_expert_params, st.worst_layers, dpc.all_reduce_s, dpc.reduce_scatter_s,
-            dpc.all_gather_s, dpc.unit_all_gather_s, dpc.unit_reduce_scatter_s, dpc.unit_copy_fwd_s,
-            dpc.unit_copy_bwd_s, dpc.first_all_gather_s, dpc.first_reduce_scatter_s, dpc.first_share,
-            self.p2p(tp, cp, pp, dp, mb),
-            self.tied_embedding(tp, cp, pp, dp) + self.optimizer_matrix(tp, cp, pp, vp, dp, st.worst_rank, place)
-            + self.sp_grad_sync(tp, cp, ep, sp, pp, vp, dp, st.worst_rank, place),
-            self.fp8_amax(tp, cp, ep, pp, vp, dp))
+        row = [float(t.max()), float(t.sum()), float(t[st.worst_rank]), st.avg_wgrad_s, self.p2p(tp, cp, pp, dp, mb),
+               self.fp8_amax(tp, cp, ep, pp, vp, dp)]
+        # the drain leads of analytic.tail_candidates: none where the W phases fill the drain
+        lead = np.zeros(pp)
+        if pp > 1 and not split_wgrad:
+            lead[1:] = np.cumsum(np.asarray(st.all_bwd_s[:-1]) / vp + hops[:-1] / (2 * vp))
+        tied = self.tied_embedding(tp, cp, pp, dp)
+        for r in (st.worst_rank, 0, pp - 1):
+            coll_key = ("dp", tp, cp, ep, pp, dp, st.all_dense_params[r], st.all_expert_params[r], st.all_layers[r],
+                        st.all_first_params[r])
+            if coll_key not in self._coll:
+                plan = self.plan(tp=tp, cp=cp, ep=ep, pp=pp, dp=dp)
+                self._coll[coll_key] = dp_collectives(  # type: ignore[assignment]
+                    self.system, plan, st.all_dense_params[r], st.all_expert_params[r], st.all_layers[r],
+                    st.all_first_params[r])
+            dpc: Any = self._coll[coll_key]
+            row += [st.all_fwd_s[r], st.all_bwd_s[r], st.all_dense_params[r], st.all_expert_params[r], st.all_layers[r],
+                    float(hops[r]), float(lead[r]), dpc.all_reduce_s, dpc.reduce_scatter_s, dpc.all_gather_s,
+                    dpc.unit_all_gather_s, dpc.unit_reduce_scatter_s, dpc.unit_copy_fwd_s, dpc.unit_copy_bwd_s,
+                    dpc.first_all_gather_s, dpc.first_reduce_scatter_s, dpc.first_share,
+                    tied + self.optimizer_matrix(tp, cp, pp, vp, dp, r, place)
+                    + self.sp_grad_sync(tp, cp, ep, sp, pp, vp, dp, r, place)]
+        out = tuple(row)
         self._costs[key] = out
         return out
 
@@ -402,7 +397,6 @@ class Evaluator:
 
         m, pp, vp = (g[k].astype(float) for k in ("m", "pp", "vp"))
         sched, zero = g["sched"], g["zero"]
-        hops = c["hops_s"]  # the slowest rank's exposed p2p (each rank's own is in t_max_s, t_sum_s)
         t_max = c["t_max_s"]
         idle = c["t_sum_s"] - t_max
         bubble = np.zeros(n)
@@ -417,26 +411,45 @@ class Evaluator:
         pipe = cf.pipeline_s(t_max, m, bubble)
         # the breakdown's bubble: all the pipeline beyond the slowest rank's own micro-batches
         bubble = np.where(pp > 1, pipe - m * c["t_worst_s"], 0.0)
-        dp_exp = cf.dp_exposed_s(zero, m, c["worst_fwd_s"] + hops / 2, c["worst_bwd_s"] + hops / 2, c["worst_layers"], c["all_reduce_s"],
-                                 c["reduce_scatter_s"], c["all_gather_s"], overlap_dp_comm, overlap_fsdp_prefetch,
-                                 can_overlap(self.system), comm_contention_fraction(self.system),
-                                 c["unit_all_gather_s"], c["unit_reduce_scatter_s"], c["unit_copy_fwd_s"],
-                                 c["unit_copy_bwd_s"], cf.fsdp_fill(pp, vp), c["first_all_gather_s"],
-                                 c["first_reduce_scatter_s"], c["first_share"])
-        folded = g["tp"] * g["dp"] * g["cp"]  # MoE parallel folding: edp = tp·cp·dp/(ep·etp), etp 1 in the grid
-        local = cf.local_params(zero, c["worst_dense_params"], c["worst_expert_params"], (g["dp"] * g["cp"]).astype(float),
-                                (folded // g["ep"]).astype(float))
-        accumulate = grad_accumulation_s_per_param(self.system.accelerator.elementwise_achieved_Bps,
-                                                   autocast_on(self.plan()))
-        held = cf.grad_params(zero, c["worst_dense_params"], c["worst_expert_params"], (g["dp"] * g["cp"]).astype(float),
-                              (folded // g["ep"]).astype(float))
-        opt = (cf.optimizer_step_s(local, optimizer_s_per_param(self.system.accelerator, self.optimizer),
-                                   c["optimizer_extra_s"]) + m * c["amax_per_mb_s"] + (m - 1) * accumulate * held)
-        step = np.asarray(pipe + dp_exp + opt)
+        # the step's tail: the largest over the candidate ranks of its own DP exposure and optimizer
+        # less its drain lead (analytic.tail_candidates; the first maximum, as max() takes it there)
+        tails = [self._tail(c, k, g, m, zero, pp, vp, overlap_dp_comm, overlap_fsdp_prefetch) for k in range(N_TAILS)]
+        ends = np.stack([dp_k + opt_k - c[f"lead_s_{k}"] for k, (dp_k, opt_k) in enumerate(tails)])
+        pick = np.argmax(ends, axis=0)
+        tail = np.take_along_axis(ends, pick[None, :], axis=0)[0]
+        dp_own = np.choose(pick, [t[0] for t in tails])
+        lead = np.choose(pick, [c[f"lead_s_{k}"] for k in range(N_TAILS)])
+        dp_exp = np.maximum(0.0, dp_own - lead)
+        step = np.asarray(pipe + tail)
 
         mem = self._memory(g, uniq, inv, m, pp, vp, sched, zero)
         assert mem.shape == (n,)
         return {"step_time_s": step, "memory_bytes": mem, "pp_bubble_s": bubble, "dp_comm_exposed_s": np.asarray(dp_exp)}
+
+    def _tail(self, c: dict[str, np.ndarray], k: int, g: dict[str, np.ndarray], m: np.ndarray, zero: np.ndarray,
+              pp: np.ndarray, vp: np.ndarray, overlap_dp_comm: bool,
+              overlap_fsdp_prefetch: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(exposed DP seconds, optimizer seconds) after candidate rank `k`'s last compute
+        (analytic.rank_tail_s), per grid row."""
+        def col(name: str) -> np.ndarray:
+            return c[f"{name}_{k}"]
+
+        hops = col("hops_s")
+        dp_exp = cf.dp_exposed_s(zero, m, col("fwd_s") + hops / 2, col("bwd_s") + hops / 2, col("layers"),
+                                 col("all_reduce_s"), col("reduce_scatter_s"), col("all_gather_s"), overlap_dp_comm,
+                                 overlap_fsdp_prefetch, can_overlap(self.system), comm_contention_fraction(self.system),
+                                 col("unit_all_gather_s"), col("unit_reduce_scatter_s"), col("unit_copy_fwd_s"),
+                                 col("unit_copy_bwd_s"), cf.fsdp_fill(pp, vp), col("first_all_gather_s"),
+                                 col("first_reduce_scatter_s"), col("first_share"))
+        folded = g["tp"] * g["dp"] * g["cp"]  # MoE parallel folding: edp = tp·cp·dp/(ep·etp), etp 1 in the grid
+        dpcp, edp = (g["dp"] * g["cp"]).astype(float), (folded // g["ep"]).astype(float)
+        local = cf.local_params(zero, col("dense_params"), col("expert_params"), dpcp, edp)
+        accumulate = grad_accumulation_s_per_param(self.system.accelerator.elementwise_achieved_Bps,
+                                                   autocast_on(self.plan()))
+        held = cf.grad_params(zero, col("dense_params"), col("expert_params"), dpcp, edp)
+        opt = (cf.optimizer_step_s(local, optimizer_s_per_param(self.system.accelerator, self.optimizer),
+                                   col("optimizer_extra_s")) + m * c["amax_per_mb_s"] + (m - 1) * accumulate * held)
+        return np.asarray(dp_exp, dtype=float), np.asarray(opt, dtype=float)
 
     def _per_rank_bubble(self, name: str, uniq: np.ndarray, inv: np.ndarray, rows: np.ndarray,
                          m: np.ndarray) -> np.ndarray:
@@ -531,4 +544,4 @@ def unique_rows(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return uniq, inv.reshape(-1)
 
 
-__all__ = ["Evaluator", "LayoutCosts", "StageTable", "unique_rows"]
+__all__ = ["COST_COLUMNS", "Evaluator", "StageTable", "unique_rows"]
