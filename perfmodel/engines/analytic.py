@@ -10,7 +10,7 @@ the DES), evaluated on the rank whose tail ends last (tail_candidates).
 from __future__ import annotations
 
 from perfmodel.engines import closed_forms as cf
-from perfmodel.engines.stages import can_overlap, comm_contention_fraction, dp_collectives, first_unit_params
+from perfmodel.engines.stages import cached_dp_collectives, can_overlap, comm_contention_fraction, first_unit_params
 from perfmodel.engines.step import StepInputs, finish, prepare
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.system import System
@@ -53,8 +53,8 @@ def rank_tail_s(inp: StepInputs, r: int, rank_hops: tuple[float, ...]) -> tuple[
     """(exposed data-parallel seconds, optimizer seconds) after pipeline rank `r`'s last compute."""
     plan, system, rank = inp.plan, inp.system, inp.ranks[r]
     h = rank_hops[r]
-    dp = dp_collectives(system, plan, rank.dense_params, rank.expert_params, rank.layers,
-                        first_unit_params(inp.graph, plan, r))
+    dp = cached_dp_collectives(system, plan, rank.dense_params, rank.expert_params, rank.layers,
+                               first_unit_params(inp.graph, plan, r))
     # the data-parallel collectives run on their own stream while the rank also waits for its
     # pipeline sends: a micro-batch's wall time, p2p included, is what hides them
     exposed = float(cf.dp_exposed_s(plan.zero_stage, plan.num_micro_batches, rank.fwd_s + h / 2, rank.bwd_s + h / 2,
@@ -80,7 +80,9 @@ def step_from_inputs(inp: StepInputs) -> Estimate:
     bubble = pipe - m * t[i_max] if p > 1 else 0.0  # all the pipeline beyond the worst rank's own micro-batches
     # the step ends when the last rank's data-parallel tail and optimizer end: each candidate rank's
     # own tail, less how long before the pipeline's end its compute ends (tail_candidates)
-    tails = [(rank_tail_s(inp, r, rank_hops), lead) for r, lead in tail_candidates(inp, rank_hops)]
+    candidates = tail_candidates(inp, rank_hops)
+    own = {r: rank_tail_s(inp, r, rank_hops) for r in dict.fromkeys(r for r, _ in candidates)}
+    tails = [(own[r], lead) for r, lead in candidates]
     (dp_own, opt_own), lead = max(tails, key=lambda x: x[0][0] + x[0][1] - x[1])
     tail = dp_own + opt_own - lead  # >= 0: the first stage, which ends the pipeline, leads by 0
     dp_exposed = max(0.0, dp_own - lead)  # the drain hides the DP part first

@@ -334,6 +334,13 @@ def dp_collectives(system: System, plan: ParallelPlan, dense_params: float, expe
                          (fd + fe) / (dense_params + expert_params) if dense_params + expert_params > 0 else 1.0 / u)
 
 
+@lru_cache(maxsize=4096)
+def cached_dp_collectives(system: System, plan: ParallelPlan, dense_params: float, expert_params: float,
+                          units: float = 1.0, first: tuple[float, float] | None = None) -> DpCollectives:
+    """dp_collectives, memoised: the analytic engine asks for the same ranks' again per estimate."""
+    return dp_collectives(system, plan, dense_params, expert_params, units, first)
+
+
 def first_unit_params(graph: Graph, plan: ParallelPlan, rank: int) -> tuple[float, float]:
     """(dense, expert) parameters of pipeline rank `rank`'s first FSDP unit: its first layer
     instance in model order (the embedding on the first stage)."""
