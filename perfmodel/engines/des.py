@@ -230,7 +230,7 @@ class PipelineSim:
     def __init__(self, plan: ParallelPlan, costs: list[list[ChunkCost]], p2p_s: float, optimizer_s: list[float],
                  param_s: tuple[float, float], contention: float, *, jitter_sigma: float = 0.0, seed: int = 0,
                  straggler: tuple[int, float] | None = None, replicas: int = 1, trace: bool = True,
-                 overlap_p2p: bool = False) -> None:
+                 overlap_p2p: bool = False, overlap_dp: bool = True) -> None:
         sched = self.sched = get_schedule(plan.schedule_name)
         self.p, self.m, self.v = plan.pp, plan.num_micro_batches, len(costs[0])
         self.m_chunk = sched.micro_batches_per_chunk(self.m) if self.p > 1 else self.m  # grads final after these
@@ -243,6 +243,10 @@ class PipelineSim:
         self.contention = contention
         self.replicas, self.straggler, self.trace = replicas, straggler, trace
         self.overlap_p2p = overlap_p2p
+        # without overlapped gradient reduction (Megatron's finalize_model_grads after the
+        # schedule; DDP without its hooks) no bucket starts before the stage's compute is done,
+        # though an earlier virtual stage's gradients are final sooner
+        self.overlap_dp = overlap_dp
         self.env = simpy.Environment()
         self.events: dict[tuple[Any, ...], simpy.Event] = {}
         self.links = {(r, s, d): simpy.Resource(self.env, 1) for r in range(replicas) for s in range(self.p)
@@ -303,6 +307,7 @@ class PipelineSim:
                 yield dep
             yield from self._op(r, s, work, done)
         self.result[r][s].compute_end_s = self.env.now
+        self._ev(("computed", r, s)).succeed()
         yield from self._finish(r, s)
 
     def _op(self, r: int, s: int, work: Work, done: list[int]) -> Generator[simpy.Event, Any, None]:
@@ -365,6 +370,8 @@ class PipelineSim:
 
     def _dp(self, s: int) -> Generator[simpy.Event, Any, None]:
         env = self.env
+        if not self.overlap_dp:
+            yield env.all_of([self._ev(("computed", r, s)) for r in range(self.replicas)])
         for ch in reversed(range(self.v)):
             for k, (_, dur) in enumerate(self.costs[s][ch].buckets):
                 yield env.all_of([self._ev((r, "grad", s, ch, k)) for r in range(self.replicas)])
@@ -435,7 +442,8 @@ def des_estimate(spec: ModelSpec | None, system: System, plan: ParallelPlan, mes
     optimizer_s = [inp.optimizer_s(r) for r in range(plan.pp)]
     sim = PipelineSim(plan, costs, inp.p2p_s, optimizer_s, param_s, comm_contention_fraction(system),
                       jitter_sigma=jitter_sigma, seed=seed, straggler=straggler, replicas=replicas, trace=trace,
-                      overlap_p2p=overlap_p2p or plan.overlap_p2p_comm)
+                      overlap_p2p=overlap_p2p or plan.overlap_p2p_comm,
+                      overlap_dp=bool(plan.overlap_dp_comm and can_overlap(system)))
     sim.run()
     r, s = max(((r, s) for r in range(replicas) for s in range(plan.pp)), key=lambda rs: sim.result[rs[0]][rs[1]].finish_s)
     res = sim.result[r][s]
