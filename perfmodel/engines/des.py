@@ -12,7 +12,8 @@ pipeline when variability asks for them):
     DP stream        one process per stage: the gradient buckets (one per layer instance, its
                      share of the stage's collective by parameters) of the grad-final op (the
                      last micro-batch's B, or W under ZB-H1) reduced as backward produces them;
-                     a bucket starts when every replica has produced it
+                     a bucket starts when every replica has produced it (without overlapped
+                     reduction, when every replica's compute for the stage is done)
     FSDP units       ZeRO-3: every layer instance a unit with its own gather / reduce-scatter
                      (`fsdp_unit_schedule`: a compute and a communication stream, one-unit-ahead
                      prefetch, re-gather in backward), played out once per chunk; the forward
