@@ -35,18 +35,12 @@ def pipeline_time_s(stage_s: list[float], m: int, vp: int, schedule: str, wgrad_
 
 def tail_candidates(inp: StepInputs, rank_hops: tuple[float, ...]) -> list[tuple[int, float]]:
     """(rank, lead) of the ranks whose DP tail and optimizer may end the step: the slowest compute
-    rank, the first (which ends a pipeline: its last backward chunk waits for every later rank's)
-    and the last (the head, MTP layers). Rank r's compute ends before the first rank's by the
-    last micro-batch's backward chunk and one send on each rank before it; under a schedule that
-    defers weight gradients (ZB-H1, DualPipe) the W phases fill that drain: lead 0."""
+    rank, the first (which ends a pipeline) and the last (the head, MTP layers), each with its
+    drain lead (closed_forms.drain_leads)."""
     plan = inp.plan
-    p, vp = plan.pp, plan.vp
-    lead = [0.0] * p
-    if p > 1 and not get_schedule(plan.schedule_name).defers_wgrad:
-        for k in range(1, p):
-            prev = inp.ranks[k - 1]
-            lead[k] = lead[k - 1] + prev.bwd_s / vp + rank_hops[k - 1] / (2 * vp)
-    return [(r, lead[r]) for r in (inp.worst_rank, 0, p - 1)]
+    lead = cf.drain_leads([r.bwd_s for r in inp.ranks], rank_hops, plan.vp,
+                          get_schedule(plan.schedule_name).defers_wgrad)
+    return [(r, float(lead[r])) for r in (inp.worst_rank, 0, plan.pp - 1)]
 
 
 def rank_tail_s(inp: StepInputs, r: int, rank_hops: tuple[float, ...]) -> tuple[float, float]:

@@ -53,6 +53,7 @@ Memory per rank: static bytes + activations per micro-batch · in flight + worki
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -156,6 +157,18 @@ def fsdp_exposed_s(m: Num, fwd_s: Num, bwd_s: Num, units: Num, unit_all_gather_s
     return _where(pipelined, once[0], every[0]), _where(pipelined, once[1], every[1]), _where(pipelined, once[2], every[2])
 
 
+def drain_leads(bwd_s: Sequence[float] | np.ndarray, hops_s: Sequence[float] | np.ndarray, vp: int,
+                defers_wgrad: bool) -> np.ndarray:
+    """Per pipeline rank, how long before the first rank (the one a pipeline ends on: its last
+    backward chunk waits for every later rank's) its compute ends: the last micro-batch's
+    backward chunk (bwd_s / vp) and one send (hops_s / 2vp) on each rank before it. None under a
+    schedule that defers weight gradients (ZB-H1, DualPipe): its W phases fill that drain."""
+    lead = np.zeros(len(bwd_s))
+    if len(bwd_s) > 1 and not defers_wgrad:
+        lead[1:] = np.cumsum(np.asarray(bwd_s[:-1], dtype=float) / vp + np.asarray(hops_s[:-1], dtype=float) / (2 * vp))
+    return lead
+
+
 def fsdp_fill(pp: Num, vp: Num) -> Num:
     """The ZeRO-3 forward waits a pipeline's fill crosses: the first chunk's on each of the pp - 1
     earlier ranks (a vp-th of a rank's units each), then the slowest rank's whole; 1 without a
@@ -201,5 +214,5 @@ def rank_memory_bytes(static_bytes: Num, act_per_mb_bytes: Num, flight: Num, wor
     return static_bytes + act_per_mb_bytes * flight + working_bytes + runtime_bytes
 
 
-__all__ = ["dp_exposed_s", "fsdp_exposed_s", "fsdp_fill", "grad_params", "in_flight", "local_params", "optimizer_step_s",
+__all__ = ["dp_exposed_s", "drain_leads", "fsdp_exposed_s", "fsdp_fill", "grad_params", "in_flight", "local_params", "optimizer_step_s",
            "param_gather_exposed_s", "pipeline_hops_s", "pipeline_s", "rank_memory_bytes"]

@@ -309,11 +309,11 @@ def dp_collectives(system: System, plan: ParallelPlan, dense_params: float, expe
     n_exp, exp_stride = expert_dp_stride(plan)
     g = plan.grad_bytes
     u = max(1.0, units)
-    fd, fe = first if first is not None and u > 1 else (dense_params / u, expert_params / u)
-    # the other units' mean (all units alike when the first is not named)
-    rd, re_ = (dense_params - fd) / max(1.0, u - 1), (expert_params - fe) / max(1.0, u - 1)
-    if first is None or u <= 1:
-        rd, re_ = fd, fe
+    if first is None or u <= 1:  # all units alike
+        fd, fe = rd, re_ = dense_params / u, expert_params / u
+    else:  # the first unit its own, the others their mean
+        fd, fe = first
+        rd, re_ = (dense_params - fd) / (u - 1), (expert_params - fe) / (u - 1)
 
     def coll(kind: str, bytes_per: float, dense: float = dense_params, expert: float = expert_params) -> float:
         t = collective_time_s(system, kind, dense * bytes_per, n_dense, dense_stride)

@@ -68,16 +68,13 @@ class StageTable:
     worst_rank: int
     act_per_mb_bytes: tuple[float, ...]  # per memory stage: activation bytes per in-flight micro-batch
     act_working_bytes: tuple[float, ...]
-    # per rank, for a schedule whose pipeline reads each rank's phases (per_rank_pipeline): its
-    # stage time, forward and weight-gradient seconds per micro-batch (no p2p)
-    rank_t_s: tuple[float, ...] = ()
-    rank_fwd_s: tuple[float, ...] = ()
-    rank_wgrad_s: tuple[float, ...] = ()
-    # per rank, every schedule: stage time (no p2p), forward and backward seconds per micro-batch,
-    # the chunk windows that cover its pipeline sends under overlap_p2p_comm
+    # per rank: stage time (no p2p), forward, backward and weight-gradient seconds per micro-batch
+    # (the chunk windows that cover its pipeline sends under overlap_p2p_comm; the phases a
+    # per_rank_pipeline schedule reads)
     all_t_s: tuple[float, ...] = ()
     all_fwd_s: tuple[float, ...] = ()
     all_bwd_s: tuple[float, ...] = ()
+    all_wgrad_s: tuple[float, ...] = ()
     # per rank: parameters held, layer instances (FSDP units) and its first unit's (dense, expert)
     # parameters (stages.first_unit_params), for the data-parallel tail
     all_dense_params: tuple[float, ...] = ()
@@ -93,7 +90,6 @@ SHARED_COLUMNS = (
     "t_sum_s",  # their sum
     "t_worst_s",  # the slowest rank's (StageTable.worst_rank), p2p included
     "avg_wgrad_s",
-    "p2p_s",
     "amax_per_mb_s",  # delayed scaling's amax all-reduces per micro-batch (stages.delayed_amax_s_per_micro_batch)
 )
 # per candidate rank of the step's tail (analytic.tail_candidates: the slowest, the first, the last):
@@ -240,13 +236,11 @@ class Evaluator:
         cs = c[list(memory_stages(pp))]
         acts = (cs @ v["act"]).tolist()
         work = np.max((cs > 0) * v["work"], axis=1, initial=0.0).tolist()
-        per_rank = place >= 0 and SCHEDULES[_placement(place)].per_rank_pipeline
         tab = StageTable(
             t_max_s=float(t[i]), t_sum_s=float(t.sum()), avg_wgrad_s=float(w.sum()) / pp, worst_rank=i,
             act_per_mb_bytes=tuple(acts), act_working_bytes=tuple(work),
-            rank_t_s=tuple(t.tolist()) if per_rank else (), rank_fwd_s=tuple(f.tolist()) if per_rank else (),
-            rank_wgrad_s=tuple(w.tolist()) if per_rank else (),
             all_t_s=tuple(t.tolist()), all_fwd_s=tuple(f.tolist()), all_bwd_s=tuple(b.tolist()),
+            all_wgrad_s=tuple(w.tolist()),
             all_dense_params=tuple((c @ v["dense"]).tolist()), all_expert_params=tuple((c @ v["expert"]).tolist()),
             all_layers=tuple(c.sum(axis=1).tolist()), all_first_params=tuple(_first_params(row, v) for row in c),
         )
@@ -288,12 +282,9 @@ class Evaluator:
         st = self.stages(tp, cp, ep, sp, mb, rec, pp, vp, split_wgrad, a2a_m, place)
         hops = self.rank_hops(st, tp, cp, pp, vp, dp, mb)
         t = np.asarray(st.all_t_s) + hops
-        row = [float(t.max()), float(t.sum()), float(t[st.worst_rank]), st.avg_wgrad_s, self.p2p(tp, cp, pp, dp, mb),
+        row = [float(t.max()), float(t.sum()), float(t[st.worst_rank]), st.avg_wgrad_s,
                self.fp8_amax(tp, cp, ep, pp, vp, dp)]
-        # the drain leads of analytic.tail_candidates: none where the W phases fill the drain
-        lead = np.zeros(pp)
-        if pp > 1 and not split_wgrad:
-            lead[1:] = np.cumsum(np.asarray(st.all_bwd_s[:-1]) / vp + hops[:-1] / (2 * vp))
+        lead = cf.drain_leads(st.all_bwd_s, hops, vp, bool(split_wgrad))
         tied = self.tied_embedding(tp, cp, pp, dp)
         for r in (st.worst_rank, 0, pp - 1):
             coll_key = ("dp", tp, cp, ep, pp, dp, st.all_dense_params[r], st.all_expert_params[r], st.all_layers[r],
@@ -475,9 +466,9 @@ class Evaluator:
             st = self.stages(*row[:8], *row[9:])  # less dp
             tp, cp, _, _, mb, _, pp, vp, dp = row[:9]
             hops = self.rank_hops(st, tp, cp, pp, vp, dp, mb)
-            t = np.asarray(st.rank_t_s) + hops
-            f = np.asarray(st.rank_fwd_s) + hops / 2  # a micro-batch's p2p: one send each way
-            w = np.asarray(st.rank_wgrad_s)
+            t = np.asarray(st.all_t_s) + hops
+            f = np.asarray(st.all_fwd_s) + hops / 2  # a micro-batch's p2p: one send each way
+            w = np.asarray(st.all_wgrad_s)
             self._pipe[key] = (t, SCHEDULES[name].rank_bubbles_s(len(t), f, np.maximum(0.0, t - f - w), w))
         return self._pipe[key]
 
