@@ -20,8 +20,8 @@ pipeline when variability asks for them):
                      waits before each F, the backward's before each B. With a pipeline the
                      units are gathered before the first micro-batch's F only and their
                      reduce-scatters are DP-stream buckets after the grad-final op
-    optimizer        after the stage's DP sync, its own optimizer seconds (the analytic engine takes the
-                     first stage's, the one a step ends on)
+    optimizer        after the stage's DP sync, its own optimizer seconds (the analytic engine takes
+                     the largest over candidate ranks of tail less drain lead: tail_candidates)
 All durations come from the shared stage costs (`engines/stages.py`: per virtual stage, the p2p
 send, the DP collectives, the contention fraction); the closed forms give only what is not
 simulated (the ZeRO-1/2 parameter gather, the optimizer step).

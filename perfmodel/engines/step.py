@@ -5,6 +5,7 @@ the other: each takes the same `StepInputs` and times the step its own way."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from perfmodel.compute.autocast import autocast_on, grad_accumulation_s_per_param
@@ -50,7 +51,7 @@ class StepInputs:
     p2p_s: float  # one activation crossing one stage boundary
     whole: Graph | None = None  # an imported graph before shard(): the whole model's FLOPs and weights
 
-    @property
+    @cached_property
     def rank_hops_s(self) -> tuple[float, ...]:
         """Per pipeline rank, p2p seconds per micro-batch (closed_forms.pipeline_hops_s): all of
         them when the sends block; with overlap_p2p_comm what the rank's own forward and backward
@@ -60,19 +61,22 @@ class StepInputs:
         return tuple(float(cf.pipeline_hops_s(plan.vp, self.p2p_s, r.fwd_s, r.bwd_s, plan.overlap_p2p_comm))
                      for r in self.ranks)
 
+    @cached_property
+    def own_stage_s(self) -> tuple[float, ...]:
+        """Per rank, seconds of one micro-batch's own chunks under the plan's schedule (p2p aside)."""
+        sched = get_schedule(self.plan.schedule_name)
+        return tuple(float(sched.stage_s(r.fwd_s, r.bwd_s, r.bwd_input_s, r.wgrad_s)) for r in self.ranks)
+
     @property
     def stage_time_s(self) -> tuple[float, ...]:
         """Per rank, seconds of one micro-batch under the plan's schedule, p2p included."""
-        sched = get_schedule(self.plan.schedule_name)
-        return tuple(float(sched.stage_s(r.fwd_s, r.bwd_s, r.bwd_input_s, r.wgrad_s)) + h
-                     for r, h in zip(self.ranks, self.rank_hops_s, strict=True))
+        return tuple(t + h for t, h in zip(self.own_stage_s, self.rank_hops_s, strict=True))
 
     @property
     def worst_rank(self) -> int:
-        """The rank whose own chunks take longest (p2p aside): its parameters, windows and terms
-        make the step's breakdown and data-parallel collectives."""
-        sched = get_schedule(self.plan.schedule_name)
-        t = [float(sched.stage_s(r.fwd_s, r.bwd_s, r.bwd_input_s, r.wgrad_s)) for r in self.ranks]
+        """The rank whose own chunks take longest (p2p aside): its parameters and terms make the
+        step's breakdown, and it is one of the tail candidates (analytic.tail_candidates)."""
+        t = self.own_stage_s
         return max(range(len(t)), key=t.__getitem__)
 
     def optimizer_s(self, rank: int) -> float:
