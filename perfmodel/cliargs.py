@@ -47,6 +47,16 @@ def positive_int(text: str) -> int:
     return v
 
 
+def positive_int_at_most(most: int) -> Callable[[str], int]:
+    """argparse type: an integer from 1 to `most` (a count past which a simulation never ends)."""
+    def parse(text: str) -> int:
+        v = positive_int(text)
+        if v > most:
+            raise argparse.ArgumentTypeError(f"{clip(text, 40)}; allowed: an integer from 1 to {most:,}")
+        return v
+    return parse
+
+
 def _finite(text: str, allowed: str, ok: Callable[[float], bool]) -> float:
     """argparse type body: a finite number for which `ok` holds, else an error saying `allowed`."""
     try:

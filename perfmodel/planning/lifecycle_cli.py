@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from collections.abc import Callable
 from typing import Any
 
-from perfmodel.cliargs import add_precision_arg
+from perfmodel.cliargs import (
+    add_precision_arg,
+    positive_float,
+    positive_float_at_most,
+    positive_int,
+    positive_int_at_most,
+)
 from perfmodel.errors import PerfmodelError
 
 # The largest values the options take: beyond them a result is a number no one can read (a
@@ -17,21 +22,6 @@ from perfmodel.errors import PerfmodelError
 MOST_TOKENS = 1e18  # tokens: a thousand times the largest pretraining corpora
 MOST_SECONDS = 1e9  # about 32 years
 MOST_ACTORS = 65_536
-
-
-def _positive(kind: type, most: float | None = None) -> Callable[[str], Any]:
-    what = "an integer" if kind is int else "a number"
-
-    def parse(text: str) -> Any:
-        try:
-            v = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        if not math.isfinite(v) or v <= 0 or (most is not None and v > most):
-            bound = f"{what} > 0" + (f" and at most {most:g}" if most is not None else "")
-            raise argparse.ArgumentTypeError(f"{text}; allowed: {bound}")
-        return v
-    return parse
 
 
 def _days(s: float) -> str:
@@ -136,14 +126,16 @@ def add_parsers(sub: Any, plan_args: Callable[[argparse.ArgumentParser], None],
     c = sub.add_parser("converge", help="time, GPU-hours, cost and energy to a target loss, per global batch")
     c.add_argument("workload")
     c.add_argument("--hardware", required=True, help="accelerator, node or cluster id")
-    c.add_argument("--n-gpus", type=_positive(int), required=True)
-    c.add_argument("--target-loss", type=_positive(float), default=None, help="nats per token")
-    c.add_argument("--noise-scale", type=_positive(float, MOST_TOKENS), default=None, help="B_noise in tokens (default: Kaplan B_crit(L))")
-    c.add_argument("--e-min", type=_positive(float, MOST_TOKENS), default=None, help="tokens to the target in the small-batch limit")
+    c.add_argument("--n-gpus", type=positive_int, required=True)
+    c.add_argument("--target-loss", type=positive_float, default=None, help="nats per token")
+    c.add_argument("--noise-scale", type=positive_float_at_most(MOST_TOKENS), default=None,
+                   help="B_noise in tokens (default: Kaplan B_crit(L))")
+    c.add_argument("--e-min", type=positive_float_at_most(MOST_TOKENS), default=None, help="tokens to the target in the small-batch limit")
     c.add_argument("--loss-curve", default=None, help="CSV with columns tokens, loss from your own run")
-    c.add_argument("--curve-batch-tokens", type=_positive(float, MOST_TOKENS), default=None, help="the batch (tokens) of --loss-curve")
-    c.add_argument("--global-batch", type=_positive(int), nargs="+", default=None, help="batches to try (sequences)")
-    c.add_argument("--seq-len", type=_positive(int), default=None)
+    c.add_argument("--curve-batch-tokens", type=positive_float_at_most(MOST_TOKENS), default=None,
+                   help="the batch (tokens) of --loss-curve")
+    c.add_argument("--global-batch", type=positive_int, nargs="+", default=None, help="batches to try (sequences)")
+    c.add_argument("--seq-len", type=positive_int, default=None)
     add_precision_arg(c)
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=cmd_converge)
@@ -156,12 +148,12 @@ def add_parsers(sub: Any, plan_args: Callable[[argparse.ArgumentParser], None],
     g = sub.add_parser("goodput", help="checkpoint cost and goodput from the model and a storage spec")
     g.add_argument("workload")
     g.add_argument("--hardware", required=True)
-    g.add_argument("--n-gpus", type=_positive(int), required=True)
+    g.add_argument("--n-gpus", type=positive_int, required=True)
     g.add_argument("--storage", default="tectonic-llama3", help="storage spec id (hardware_specs/storage/) or YAML path")
     g.add_argument("--async", dest="asynchronous", action="store_true", help="asynchronous checkpointing")
-    g.add_argument("--interval", type=_positive(float, MOST_SECONDS), nargs="*", default=[600.0, 1800.0, 3600.0, 7200.0],
+    g.add_argument("--interval", type=positive_float_at_most(MOST_SECONDS), nargs="*", default=[600.0, 1800.0, 3600.0, 7200.0],
                    help="checkpoint intervals to tabulate (seconds), besides Young/Daly's")
-    g.add_argument("--gpu-mtbf-hours", type=_positive(float, MOST_SECONDS / 3600), default=None,
+    g.add_argument("--gpu-mtbf-hours", type=positive_float_at_most(MOST_SECONDS / 3600), default=None,
                    help="mean time between failures of one GPU (default: the Llama 3 report's)")
     g.add_argument("--json", action="store_true")
     plan_args(g)
@@ -170,14 +162,14 @@ def add_parsers(sub: Any, plan_args: Callable[[argparse.ArgumentParser], None],
     r = sub.add_parser("rl", help="actor-learner RL pipeline: samples per second and the bottleneck (simpy)")
     r.add_argument("workload", help="the policy workload id (e.g. ppo-mlp-humanoid)")
     r.add_argument("--hardware", required=True, help="accelerator of the inference servers and the learner")
-    r.add_argument("--actor-workers", type=_positive(int, MOST_ACTORS), required=True)
-    r.add_argument("--envs-per-worker", type=_positive(int), default=1)
-    r.add_argument("--env-step-ms", type=_positive(float), required=True, help="CPU milliseconds per environment step")
-    r.add_argument("--inference-servers", type=_positive(int), default=1)
-    r.add_argument("--inference-max-batch", type=_positive(int), default=256)
-    r.add_argument("--unroll-length", type=_positive(int), default=128)
-    r.add_argument("--learner-batch", type=_positive(int), default=32, help="trajectories per learner step")
-    r.add_argument("--learner-gpus", type=_positive(int), default=1)
+    r.add_argument("--actor-workers", type=positive_int_at_most(MOST_ACTORS), required=True)
+    r.add_argument("--envs-per-worker", type=positive_int, default=1)
+    r.add_argument("--env-step-ms", type=positive_float, required=True, help="CPU milliseconds per environment step")
+    r.add_argument("--inference-servers", type=positive_int, default=1)
+    r.add_argument("--inference-max-batch", type=positive_int, default=256)
+    r.add_argument("--unroll-length", type=positive_int, default=128)
+    r.add_argument("--learner-batch", type=positive_int, default=32, help="trajectories per learner step")
+    r.add_argument("--learner-gpus", type=positive_int, default=1)
     r.add_argument("--calibration", default="default", metavar="PROFILE|none",
                    help="calibration profile of the policy timings: 'default' (shipped), 'none' (physics only) or a YAML "
                    "written by `perfmodel fit`")
