@@ -167,7 +167,6 @@ def search(workload: str | ModelSpec, cluster: str | System, n_gpus: int, global
     system = resolve_hardware(cluster, max(counts))
     space = space or SearchSpace()
     seq = seq_len or spec.seq_len
-    spec.check_seq_len(seq)
     grid = layout_grid(spec, system, counts, global_batch, seq, space)
     prof = load_profile(calibration)
     fw = get_framework(framework) if framework else None
