@@ -205,10 +205,25 @@ def test_every_op_scheduled_once(schedule):
         assert sorted(order) == sorted((k, j, c) for k in kinds for j in range(m) for c in range(v))
 
 
-@pytest.mark.parametrize("m", [3, 5, 12])
-def test_interleaved_micro_batches_not_multiple_of_p_runs(m):
-    a, d = uniform(ParallelPlan(pp=4, vp=2, global_batch=m))
-    assert d.step_time_s >= a.step_time_s * (1 - 1e-9)  # the closed form is a lower bound here
+@pytest.mark.parametrize("p,m,v", [(4, 3, 2), (4, 5, 2), (4, 6, 2), (4, 7, 4), (2, 3, 2), (2, 5, 4), (8, 12, 2)])
+def test_interleaved_micro_batches_not_multiple_of_p_match_the_closed_form(p, m, v):
+    """m not a multiple of p runs Megatron's larger micro-batch groups (g >= p), whose steady state
+    never waits: the simulated order takes the closed form's m·t + (p − 1)·t/v exactly."""
+    a, d = uniform(ParallelPlan(pp=p, vp=v, global_batch=m))
+    assert d.step_time_s == pytest.approx(a.step_time_s, rel=1e-9)
+
+
+def test_interleaved_groups_follow_megatrons_schedule_table():
+    """PP 2, VP 2, 5 micro-batches: Megatron-Core's get_schedule_table with a group of 3 (its
+    docstring's example) runs micro-batches 0 1 2 0 1 2 3 4 3 4 on chunks 0 0 0 1 1 1 0 0 1 1;
+    the default group (pp = 2) would leave a last group of 1, which it refuses."""
+    sched = SCHEDULES["interleaved"]
+    forwards = [(j, c) for kind, j, c in sched.order(2, 5, 2, 1) if kind == "F"]
+    assert forwards == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1), (3, 0), (4, 0), (3, 1), (4, 1)]
+    # warm-up 2(p - s - 1) + (v - 1)·g chunk forwards, then one more in the steady state, over v
+    assert float(sched.in_flight(5, 2, 2, 1)) == pytest.approx((0 + 1 * 3 + 1) / 2)
+    assert float(sched.in_flight(5, 2, 2, 0)) == pytest.approx((2 + 3 + 1) / 2)
+    assert any("groups of 3" in n for n in sched.check(2, 2, 5))
 
 
 # ---- variability --------------------------------------------------------------------------
@@ -344,3 +359,4 @@ def test_without_overlap_no_bucket_starts_before_the_stage_is_done() -> None:
     system = perfmodel.resolve_system("h100-sxm5-80gb", None, plan.world)[0]
     a, d = analytic_estimate(spec, system, plan), des_estimate(spec, system, plan)
     assert d.step_time_s == pytest.approx(a.step_time_s, rel=0.01)
+

@@ -31,9 +31,9 @@ Schedules (perfmodel/parallel/schedules/) emit each stage's order of F, B and W;
 resolves dependencies:
     gpipe        all forwards, then all backwards (reverse micro-batch order)
     1f1b         p-s-1 warm-up forwards, then one forward one backward (Narayanan et al. 2021)
-    interleaved  Megatron's virtual-pipeline order: micro-batches in groups of p, chunk-major;
-                 warm-up 2(p-s-1) + (v-1)p virtual forwards (all of them when m == p, or
-                 when m is no multiple of p, where Megatron's order would deadlock)
+    interleaved  Megatron's virtual-pipeline order: micro-batches in groups of g (p, or the
+                 smallest larger group Megatron accepts when m is no multiple of p), chunk-major;
+                 warm-up 2(p-s-1) + (v-1)g virtual forwards (all of them when m < p)
     zb-h1        1F1B's F/B order with B split from W; stage s runs W(j) after B(j + s), so it
                  holds at most p activations (1F1B's peak) and the deferred W's fill the drain
                  (Qi et al. 2024, "Zero Bubble Pipeline Parallelism" §3.1)
