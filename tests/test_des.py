@@ -360,3 +360,17 @@ def test_without_overlap_no_bucket_starts_before_the_stage_is_done() -> None:
     a, d = analytic_estimate(spec, system, plan), des_estimate(spec, system, plan)
     assert d.step_time_s == pytest.approx(a.step_time_s, rel=0.01)
 
+
+def test_zb_h1_gradients_are_final_after_the_weight_gradient_phase() -> None:
+    """ZB-H1 defers each micro-batch's weight gradients (W): a gradient bucket is ready only when
+    the last micro-batch's W has made it, so only the W phase, not the whole backward, hides the
+    all-reduce. Llama-3 70B, pp 2 x dp 8 on H100, ZeRO 0: the closed form put 0.08 s of the DP
+    all-reduce in the open where the simulation has 0.36 s (14 % of the step)."""
+    plan = ParallelPlan(pp=2, dp=8, global_batch=8, seq_len=2048, schedule="zb-h1", recompute="full")
+    system = perfmodel.resolve_system("h100-sxm5-80gb", None, plan.world)[0]
+    spec = perfmodel.get_workload("llama3-70b")
+    a, d = analytic_estimate(spec, system, plan), des_estimate(spec, system, plan)
+    assert d.step_time_s == pytest.approx(a.step_time_s, rel=0.01)
+    assert d.breakdown_s["dp_comm_exposed_s"] == pytest.approx(a.breakdown_s["dp_comm_exposed_s"], rel=0.02)
+    one_f_one_b = analytic_estimate(spec, system, plan.model_copy(update={"schedule": "1f1b"}))
+    assert a.breakdown_s["dp_comm_exposed_s"] > 3 * one_f_one_b.breakdown_s["dp_comm_exposed_s"]

@@ -106,10 +106,12 @@ def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_red
                  contention: Num, unit_all_gather_s: Num = 0.0, unit_reduce_scatter_s: Num = 0.0,
                  unit_copy_fwd_s: Num = 0.0, unit_copy_bwd_s: Num = 0.0, fill: Num = 1.0,
                  first_all_gather_s: Num | None = None, first_reduce_scatter_s: Num | None = None,
-                 first_share: Num | None = None) -> Num:
+                 first_share: Num | None = None, grad_window_s: Num | None = None) -> Num:
     """Exposed data-parallel seconds of one step plus the compute slowed by the hidden part.
     The unit_* arguments are one FSDP unit's collectives and copy kernels, `fill` the stage
-    forward waits a pipeline's fill crosses (ZeRO 3 only: fsdp_fill)."""
+    forward waits a pipeline's fill crosses (ZeRO 3 only: fsdp_fill). `grad_window_s`: the last
+    micro-batch's phase during which ZeRO 0-2 gradient buckets become final (default its whole
+    backward; the weight-gradient phase under a schedule that defers it)."""
     L = _maximum(1.0, layers)
     ag, rs = all_gather_s, reduce_scatter_s
     grad = _where(zero == 0, all_reduce_s, _where(zero < 3, rs, 0.0))
@@ -118,7 +120,8 @@ def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_red
     # the last gradient bucket is the rank's first layer's (the embedding on the first stage): its
     # share of the parameters where the caller names it, else one L-th of the gradients
     last = grad / L if first_share is None else grad * first_share
-    z012 = _where(over, _maximum(grad - bwd_s, last), grad) + param_gather_exposed_s(param, fwd_s, L, over)
+    window = bwd_s if grad_window_s is None else grad_window_s
+    z012 = _where(over, _maximum(grad - window, last), grad) + param_gather_exposed_s(param, fwd_s, L, over)
     pre = _and(overlap_fsdp_prefetch, can_overlap)
     z3_wait, z3_comm, z3_copies = fsdp_exposed_s(m, fwd_s, bwd_s, L, unit_all_gather_s, unit_reduce_scatter_s,
                                                  unit_copy_fwd_s, unit_copy_bwd_s, pre, fill,

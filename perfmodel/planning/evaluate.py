@@ -93,11 +93,13 @@ SHARED_COLUMNS = (
     "amax_per_mb_s",  # delayed scaling's amax all-reduces per micro-batch (stages.delayed_amax_s_per_micro_batch)
 )
 # per candidate rank of the step's tail (analytic.tail_candidates: the slowest, the first, the last):
-# its windows, parameters and units, exposed p2p, drain lead, DP collectives (stages.DpCollectives)
-# and the optimizer work that is not element-wise (tied-embedding sync, sp replicated gradients, Muon)
+# its windows, parameters and units, exposed p2p, drain lead, DP collectives (stages.DpCollectives),
+# the optimizer work that is not element-wise (tied-embedding sync, sp replicated gradients, Muon) and
+# the phase that makes its gradients final (analytic.grad_window_s)
 TAIL_COLUMNS = ("fwd_s", "bwd_s", "dense_params", "expert_params", "layers", "hops_s", "lead_s", "all_reduce_s",
                 "reduce_scatter_s", "all_gather_s", "unit_all_gather_s", "unit_reduce_scatter_s", "unit_copy_fwd_s",
-                "unit_copy_bwd_s", "first_all_gather_s", "first_reduce_scatter_s", "first_share", "optimizer_extra_s")
+                "unit_copy_bwd_s", "first_all_gather_s", "first_reduce_scatter_s", "first_share", "optimizer_extra_s",
+                "grad_window_s")
 N_TAILS = 3
 COST_COLUMNS = SHARED_COLUMNS + tuple(f"{c}_{k}" for k in range(N_TAILS) for c in TAIL_COLUMNS)
 
@@ -300,7 +302,9 @@ class Evaluator:
                     dpc.unit_all_gather_s, dpc.unit_reduce_scatter_s, dpc.unit_copy_fwd_s, dpc.unit_copy_bwd_s,
                     dpc.first_all_gather_s, dpc.first_reduce_scatter_s, dpc.first_share,
                     tied + self.optimizer_matrix(tp, cp, pp, vp, dp, r, place)
-                    + self.sp_grad_sync(tp, cp, ep, sp, pp, vp, dp, r, place)]
+                    + self.sp_grad_sync(tp, cp, ep, sp, pp, vp, dp, r, place),
+                    # analytic.grad_window_s: the phase that makes the gradients final
+                    st.all_wgrad_s[r] if split_wgrad else st.all_bwd_s[r] + float(hops[r]) / 2]
         out = tuple(row)
         self._costs[key] = out
         return out
@@ -431,7 +435,7 @@ class Evaluator:
                                  overlap_fsdp_prefetch, can_overlap(self.system), comm_contention_fraction(self.system),
                                  col("unit_all_gather_s"), col("unit_reduce_scatter_s"), col("unit_copy_fwd_s"),
                                  col("unit_copy_bwd_s"), cf.fsdp_fill(pp, vp), col("first_all_gather_s"),
-                                 col("first_reduce_scatter_s"), col("first_share"))
+                                 col("first_reduce_scatter_s"), col("first_share"), col("grad_window_s"))
         folded = g["tp"] * g["dp"] * g["cp"]  # MoE parallel folding: edp = tp·cp·dp/(ep·etp), etp 1 in the grid
         dpcp, edp = (g["dp"] * g["cp"]).astype(float), (folded // g["ep"]).astype(float)
         local = cf.local_params(zero, col("dense_params"), col("expert_params"), dpcp, edp)
