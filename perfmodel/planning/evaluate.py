@@ -53,84 +53,22 @@ from perfmodel.memory import (
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.schedules import SCHEDULES
 from perfmodel.parallel.split import stage_layers
+from perfmodel.planning.cost_rows import (
+    COST_COLUMNS,
+    N_TAILS,
+    RowTable,
+    StageTable,
+    cost_columns,
+    first_params,
+    pad,
+    placement_name,
+    placements,
+    schedule_of,
+    unique_rows,
+)
 from perfmodel.planning.space import RECOMPUTES, SCHEDULE_LIST
 from perfmodel.workload.graph import Graph
 from perfmodel.workload.spec import ModelSpec
-
-
-@dataclass(frozen=True)
-class StageTable:
-    """Per (shape, pp, vp): what the closed forms need from the ranks, unrolled to scalars."""
-
-    t_max_s: float  # max over ranks of the schedule's stage time (no p2p), per micro-batch
-    t_sum_s: float
-    avg_wgrad_s: float
-    worst_rank: int
-    act_per_mb_bytes: tuple[float, ...]  # per memory stage: activation bytes per in-flight micro-batch
-    act_working_bytes: tuple[float, ...]
-    # per rank: stage time (no p2p), forward, backward and weight-gradient seconds per micro-batch
-    # (the chunk windows that cover its pipeline sends under overlap_p2p_comm; the phases a
-    # per_rank_pipeline schedule reads)
-    all_t_s: tuple[float, ...] = ()
-    all_fwd_s: tuple[float, ...] = ()
-    all_bwd_s: tuple[float, ...] = ()
-    all_wgrad_s: tuple[float, ...] = ()
-    # per rank: parameters held, layer instances (FSDP units) and its first unit's (dense, expert)
-    # parameters (stages.first_unit_params), for the data-parallel tail
-    all_dense_params: tuple[float, ...] = ()
-    all_expert_params: tuple[float, ...] = ()
-    all_layers: tuple[float, ...] = ()
-    all_first_params: tuple[tuple[float, float], ...] = ()
-
-
-# Per distinct (tp, cp, ep, sp, mb, rec, pp, vp, dp, split, a2a_m, place): the shared costs of that
-# layout, one row of floats (rows stack into a table without a per-field copy; columns by name).
-SHARED_COLUMNS = (
-    "t_max_s",  # max over ranks of the stage time with the rank's own exposed p2p
-    "t_sum_s",  # their sum
-    "t_worst_s",  # the slowest rank's (StageTable.worst_rank), p2p included
-    "avg_wgrad_s",
-    "amax_per_mb_s",  # delayed scaling's amax all-reduces per micro-batch (stages.delayed_amax_s_per_micro_batch)
-)
-# per candidate rank of the step's tail (analytic.tail_candidates: the slowest, the first, the last):
-# its windows, parameters and units, exposed p2p, drain lead, DP collectives (stages.DpCollectives),
-# the optimizer work that is not element-wise (tied-embedding sync, sp replicated gradients, Muon) and
-# the phase that makes its gradients final (analytic.grad_window_s)
-TAIL_COLUMNS = ("fwd_s", "bwd_s", "dense_params", "expert_params", "layers", "hops_s", "lead_s", "all_reduce_s",
-                "reduce_scatter_s", "all_gather_s", "unit_all_gather_s", "unit_reduce_scatter_s", "unit_copy_fwd_s",
-                "unit_copy_bwd_s", "first_all_gather_s", "first_reduce_scatter_s", "first_share", "optimizer_extra_s",
-                "grad_window_s")
-N_TAILS = 3
-COST_COLUMNS = SHARED_COLUMNS + tuple(f"{c}_{k}" for k in range(N_TAILS) for c in TAIL_COLUMNS)
-
-
-class _RowTable:
-    """Records computed once per key, kept as the rows of one growing NumPy array, so a grid
-    takes its rows by index instead of converting Python records on every pass."""
-
-    def __init__(self) -> None:
-        self.index: dict[tuple[Any, ...], int] = {}
-        self.rows: list[Any] = []
-        self._array: np.ndarray | None = None
-
-    def lookup(self, keys: list[tuple[Any, ...]], make: Any) -> np.ndarray:
-        """Row numbers of `keys`, computing `make(*key)` for the keys not seen before."""
-        index = self.index
-        for key in keys:
-            if key not in index:
-                index[key] = len(self.rows)
-                self.rows.append(make(*key))
-        return np.fromiter((index[key] for key in keys), dtype=np.int64, count=len(keys))
-
-    def array(self) -> np.ndarray:
-        if self._array is None or len(self._array) != len(self.rows):
-            self._array = np.array(self.rows, dtype=float)
-        return self._array
-
-
-def _columns(table: np.ndarray) -> dict[str, np.ndarray]:
-    """{column: its values} of a table whose rows are layout_costs rows (COST_COLUMNS)."""
-    return {name: table[:, j] for j, name in enumerate(COST_COLUMNS)}
 
 
 @dataclass
@@ -155,8 +93,8 @@ class Evaluator:
     _coll: dict[tuple[Any, ...], float] = field(default_factory=dict, repr=False)
     _mem: dict[tuple[Any, ...], tuple[tuple[float, ...], ...]] = field(default_factory=dict, repr=False)
     _pipe: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False)
-    _cost_rows: _RowTable = field(default_factory=_RowTable, repr=False)
-    _mem_rows: _RowTable = field(default_factory=_RowTable, repr=False)
+    _cost_rows: RowTable = field(default_factory=RowTable, repr=False)
+    _mem_rows: RowTable = field(default_factory=RowTable, repr=False)
 
     def __post_init__(self) -> None:
         if self.framework is not None:
@@ -215,7 +153,7 @@ class Evaluator:
             index = {id(layer): i for i, layer in enumerate(g.layers)}
             c = np.zeros((pp, len(g.layers)))
             for s in range(pp):
-                for layer, n in stage_layers(g, pp, s, vp, _placement(place)):
+                for layer, n in stage_layers(g, pp, s, vp, placement_name(place)):
                     c[s, index[id(layer)]] = n
             self._counts[key] = c
         return self._counts[key]
@@ -231,7 +169,7 @@ class Evaluator:
         v = self.layer_vectors(tp, cp, ep, sp, mb, rec, (pp, vp, a2a_m) if a2a_m else None)
         c = self.stage_counts(self.graph(tp, cp, ep, sp, mb), pp, vp, place)
         # a micro-batch runs through the schedule's share of a rank's chunks (stages.rank_costs)
-        ct = c * (SCHEDULES[_placement(place)].run_share() if pp > 1 else 1.0)
+        ct = c * (SCHEDULES[placement_name(place)].run_share() if pp > 1 else 1.0)
         f, b, w = ct @ v["fwd"], ct @ v["bwd"], ct @ v["wgrad"]
         t = f + ct @ v["bwd_in"] + w if split_wgrad else f + b
         i = int(np.argmax(t))
@@ -244,7 +182,7 @@ class Evaluator:
             all_t_s=tuple(t.tolist()), all_fwd_s=tuple(f.tolist()), all_bwd_s=tuple(b.tolist()),
             all_wgrad_s=tuple(w.tolist()),
             all_dense_params=tuple((c @ v["dense"]).tolist()), all_expert_params=tuple((c @ v["expert"]).tolist()),
-            all_layers=tuple(c.sum(axis=1).tolist()), all_first_params=tuple(_first_params(row, v) for row in c),
+            all_layers=tuple(c.sum(axis=1).tolist()), all_first_params=tuple(first_params(row, v) for row in c),
         )
         self._stages[key] = tab
         return tab
@@ -256,7 +194,7 @@ class Evaluator:
         key = (tp, cp, ep, pp, vp, dp, zero, place)
         if key not in self._static:
             g = self.graph(tp, cp, ep, 0, 1)
-            plan = self.plan(tp=tp, cp=cp, ep=ep, pp=pp, vp=vp, dp=dp, zero_stage=zero, schedule=_schedule_of(place))
+            plan = self.plan(tp=tp, cp=cp, ep=ep, pp=pp, vp=vp, dp=dp, zero_stage=zero, schedule=schedule_of(place))
             parts = []
             for stage in memory_stages(pp):
                 mem = memory_per_rank(g, plan, stage)
@@ -273,7 +211,7 @@ class Evaluator:
             st = self.stages(tp, cp, ep, sp, mb, rec, pp, vp, place=place)
             rows = [self.static_bytes(tp, cp, ep, pp, vp, dp, z, place) for z in range(4)]
             rows += [st.act_per_mb_bytes, st.act_working_bytes]
-            self._mem[key] = tuple(_pad(r, 3) for r in rows)
+            self._mem[key] = tuple(pad(r, 3) for r in rows)
         return self._mem[key]
 
     def layout_costs(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int, pp: int, vp: int, dp: int,
@@ -339,7 +277,7 @@ class Evaluator:
         key = ("spgrad", tp, cp, ep, pp, vp, dp, rank, place)
         if key not in self._coll:
             plan = self.plan(tp=tp, cp=cp, ep=ep, pp=pp, vp=vp, dp=dp, sequence_parallel=True,
-                             schedule=_schedule_of(place))
+                             schedule=schedule_of(place))
             self._coll[key] = sp_replicated_grad_sync_s(self.system, plan, self.graph(tp, cp, ep, 1, 1), rank)
         return self._coll[key]
 
@@ -356,7 +294,7 @@ class Evaluator:
             return 0.0
         key = ("opt", tp, cp, pp, vp, dp, rank, place)
         if key not in self._coll:
-            plan = self.plan(tp=tp, cp=cp, pp=pp, vp=vp, dp=dp, schedule=_schedule_of(place))
+            plan = self.plan(tp=tp, cp=cp, pp=pp, vp=vp, dp=dp, schedule=schedule_of(place))
             self._coll[key] = optimizer_matrix_s(self.system, plan, self.spec, self.graph(tp, cp, 1, 0, 1), rank)
         return self._coll[key]
 
@@ -373,7 +311,7 @@ class Evaluator:
     def _a2a_overlap(self, ep: int, rec: int, pp: int, vp: int, place: int = -1) -> bool:
         key = ("a2a", ep, rec, pp, vp, place)
         if key not in self._coll:
-            plan = self.plan(ep=ep, dp=ep, recompute=RECOMPUTES[rec], pp=pp, vp=vp, schedule=_schedule_of(place))
+            plan = self.plan(ep=ep, dp=ep, recompute=RECOMPUTES[rec], pp=pp, vp=vp, schedule=schedule_of(place))
             self._coll[key] = float(plan.moe_a2a_overlap)
         return bool(self._coll[key])
 
@@ -388,7 +326,7 @@ class Evaluator:
         uniq, inv = unique_rows([g[c] for c in ("tp", "cp", "ep", "sp", "mb", "rec", "pp", "vp", "dp")]
                                 + [split, self.a2a_overlap_micro_batches(g, place), place])
         idx = self._cost_rows.lookup([tuple(row) for row in uniq.tolist()], self.layout_costs)
-        c = _columns(self._cost_rows.array()[idx[inv]])
+        c = cost_columns(self._cost_rows.array()[idx[inv]])
 
         m, pp, vp = (g[k].astype(float) for k in ("m", "pp", "vp"))
         sched, zero = g["sched"], g["zero"]
@@ -493,50 +431,6 @@ class Evaluator:
                 flight_p[rows] = SCHEDULES[name].in_flight(m[rows, None], pp[rows, None], vp[rows, None], stage[rows])
         flight = np.asarray(cf.in_flight(pp[:, None], flight_p))
         return np.max(cf.rank_memory_bytes(s, a[:, 0], flight, a[:, 1], RUNTIME_BYTES), axis=1)
-
-
-def _first_params(counts: np.ndarray, v: dict[str, np.ndarray]) -> tuple[float, float]:
-    """(dense, expert) parameters of a rank's first FSDP unit: the first layer in model order it
-    holds (stages.first_unit_params)."""
-    held = np.flatnonzero(counts > 0)
-    if not len(held):
-        return 0.0, 0.0
-    return float(v["dense"][held[0]]), float(v["expert"][held[0]])
-
-
-def placements(g: dict[str, np.ndarray]) -> np.ndarray:
-    """Per grid row, the schedule that places its chunks on the ranks where that is not Megatron's
-    c·pp + s (DualPipe's two stages per rank: an index into SCHEDULE_LIST), else -1."""
-    own = np.array([k if SCHEDULES[name].per_rank_pipeline else -1 for k, name in enumerate(SCHEDULE_LIST)])
-    return np.where(g["pp"] > 1, own[g["sched"]], -1).astype(np.int64)
-
-
-def _placement(place: int) -> str:
-    return "1f1b" if place < 0 else SCHEDULE_LIST[place]
-
-
-def _schedule_of(place: int) -> str | None:
-    return None if place < 0 else SCHEDULE_LIST[place]
-
-
-def _pad(xs: tuple[float, ...], k: int) -> tuple[float, ...]:
-    return xs + (xs[-1],) * (k - len(xs))
-
-
-def unique_rows(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct rows, index of each row's distinct row) of integer columns, through one
-    mixed-radix int64 key (np.unique(axis=0) sorts rows lexicographically, ten times slower)."""
-    codes, sizes, values = [], [], []
-    for col in cols:
-        vals, code = np.unique(col, return_inverse=True)
-        codes.append(code.reshape(-1))
-        sizes.append(len(vals))
-        values.append(vals)
-    key = np.ravel_multi_index(codes, sizes)
-    ukey, inv = np.unique(key, return_inverse=True)
-    parts = np.unravel_index(ukey, sizes)
-    uniq = np.stack([vals[p] for vals, p in zip(values, parts, strict=True)], axis=1)
-    return uniq, inv.reshape(-1)
 
 
 __all__ = ["COST_COLUMNS", "Evaluator", "StageTable", "unique_rows"]
