@@ -1,6 +1,6 @@
 """ZeRO-3 / FSDP per-unit schedule: each layer instance an FSDP unit with its own all-gather and
 reduce-scatter, prefetched one unit ahead on one NCCL stream, re-gathered for the backward
-except the unit whose backward comes first (engines/closed_forms.py, des.fsdp_unit_schedule).
+except the unit whose backward comes first (engines/closed_forms.py, des_costs.fsdp_unit_schedule).
 Hand-computed timelines, the closed form equal to the two-stream simulation for equal units,
 analytic vs DES on real models, monotonicity, and the FSDP2 copy kernels."""
 
@@ -15,7 +15,8 @@ from perfmodel import ParallelPlan
 from perfmodel.compute.ops import memory_bound_cost
 from perfmodel.engines import closed_forms as cf
 from perfmodel.engines.analytic import analytic_estimate
-from perfmodel.engines.des import FsdpUnit, des_estimate, fsdp_unit_schedule
+from perfmodel.engines.des import des_estimate
+from perfmodel.engines.des_costs import FsdpUnit, fsdp_unit_schedule
 from perfmodel.engines.stages import dp_collectives
 
 secs = st.one_of(st.just(0.0), st.floats(0.0, 5.0, allow_nan=False))

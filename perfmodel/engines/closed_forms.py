@@ -42,7 +42,7 @@ per micro-batch and L its layer instances (one bucket = one layer's share):
     stage to finish exposing its own:
       n·(a + (L−1)·max(0, a − f')) + L·r   (no prefetch: n·L·a + L·r), plus L·k_b of copies
     Both are exact for L equal units: the makespan of the two-stream schedule minus its compute;
-    des.fsdp_unit_schedule plays the same schedule out over the unequal units of a real stage.
+    des_costs.fsdp_unit_schedule plays the same schedule out over the unequal units of a real stage.
 On a CPU nothing overlaps (the collective runs on the cores that compute). The part that hides
 slows the compute beside it by the NCCL contention fraction c:
     T_dp = exposed + (total − exposed) · c
