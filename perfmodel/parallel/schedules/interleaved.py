@@ -45,9 +45,12 @@ def group_size(m: Num, p: Num) -> Num:
     if np.ndim(m) == 0 and np.ndim(p) == 0:
         return float(_group(int(m), int(p)))
     mb, pb = np.broadcast_arrays(np.asarray(m, dtype=np.int64), np.asarray(p, dtype=np.int64))
-    pairs, inv = np.unique(np.stack([mb.ravel(), pb.ravel()]), axis=1, return_inverse=True)
-    g = np.array([_group(int(a), int(b)) for a, b in pairs.T], dtype=float)
-    return g[inv.ravel()].reshape(mb.shape)
+    out = pb.astype(float)
+    odd = (mb > pb) & (mb % np.maximum(pb, 1) != 0)
+    if odd.any():
+        keys, inv = np.unique(mb[odd] * (1 << 32) + pb[odd], return_inverse=True)
+        out[odd] = np.array([_group(int(k >> 32), int(k & 0xFFFFFFFF)) for k in keys], dtype=float)[inv.ravel()]
+    return out
 
 
 class Interleaved(PipelineSchedule):
