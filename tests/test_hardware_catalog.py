@@ -120,6 +120,7 @@ def test_every_number_in_this_catalogue_cites_a_references_key(cat: catalog.Cata
     ("H20", "h20-96gb"), ("NVIDIA A800-SXM4-80GB", "a800-sxm4-80gb"), ("A800", "a800-sxm4-80gb"),
     ("GH200", "gh200-96gb-hbm3"), ("NVIDIA GH200 120GB", "gh200-96gb-hbm3"), ("AMD Instinct MI250X", "mi250x-gcd"),
     ("TPU v5e", "tpu-v5e"), ("v5litepod", "tpu-v5e"), ("Trillium", "tpu-v6e"), ("TPU v6e", "tpu-v6e"),
+    ("TPUv4", "tpu-v4"), ("NVIDIA DGX B200", "b200"), ("HGX H100", "h100-sxm5-80gb"),
 ])
 def test_an_accelerator_written_another_way_is_found_and_said(written: str, acc_id: str) -> None:
     system, msgs = resolve_system(written, None, 8)
@@ -127,7 +128,7 @@ def test_an_accelerator_written_another_way_is_found_and_said(written: str, acc_
     assert f"accelerator {written!r} read as {acc_id}" in msgs[0]
 
 
-@pytest.mark.parametrize("written", ["h100-pcie", "l20", "a100-pcie", "B100"])
+@pytest.mark.parametrize("written", ["h100-pcie", "l20", "a100-pcie", "B100", "H100 NVL", "A100-PCIE-40GB"])
 def test_a_chip_the_catalogue_lacks_is_not_guessed(written: str) -> None:
     with pytest.raises(catalog.UnknownIdError, match=f"unknown accelerator '{written}'; known: a100-sxm4-40gb"):
         resolve_system(written, None, 8)
@@ -145,6 +146,16 @@ def test_an_accelerator_cell_naming_a_system_runs_that_system() -> None:
     system, msgs = resolve_system("gb200-nvl72", None, 64)
     assert (system.accelerator.id, system.node.id) == ("gb200", "gb200-nvl72")
     assert "is a system id" in msgs[0]
+    # as a datasheet writes it
+    system, msgs = resolve_system("GB200 NVL72", None, 64)
+    assert (system.accelerator.id, system.node.id) == ("gb200", "gb200-nvl72")
+    assert msgs[0].startswith("accelerator 'GB200 NVL72' (gb200-nvl72) is a system id")
+
+
+def test_a_system_cell_written_another_way_is_read_and_said() -> None:
+    system, msgs = resolve_system("gb300", "GB300 NVL72", 64)
+    assert system.node.id == "gb300-nvl72"
+    assert "system 'GB300 NVL72' read as gb300-nvl72" in msgs
 
 
 def test_h100_sxm_dense_peaks(cat: catalog.Catalog) -> None:

@@ -170,8 +170,9 @@ def _load_dir(cls: type[T], dirs: list[Path], taken: dict[str, str], problems: l
 
 
 def name_key(name: str) -> str:
-    """A hardware name reduced to what identifies it: lower case, '-' for spaces and '_', no vendor prefix."""
-    return re.sub(r"^(nvidia|amd|intel|google)-", "", spelling(name))
+    """A hardware name reduced to what identifies it: lower case, no vendor or DGX / HGX prefix,
+    no separators ('TPUv4' = 'TPU v4', 'NVIDIA DGX B200' = 'b200')."""
+    return re.sub(r"^((nvidia|amd|intel|google|dgx|hgx)-)+", "", spelling(name)).replace("-", "")
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from perfmodel.errors import LayoutError, UnknownIdError
-from perfmodel.hardware.catalog import load_catalog
+from perfmodel.hardware.catalog import Catalog, load_catalog
 from perfmodel.hardware.host_cpu import HOST_CPU, HOST_NODE
 from perfmodel.hardware.network import NetworkLevel, network_levels
 from perfmodel.hardware.specs import Accelerator, Cluster, Fabric, Node
+from perfmodel.names import spelling
 from perfmodel.units import Dimension, parse_quantity
 
 __all__ = ["SCALE_KEYS", "System", "check_scale_factor", "domain_gpus", "resolve_hardware", "resolve_system"]
@@ -160,6 +161,11 @@ def _blocks_note(cluster: Cluster, levels: tuple[NetworkLevel, ...], block: int,
     return f"{cluster.id}: {n_gpus} GPUs span {count} {unit}{'s' if count > 1 else ''} of {block}{joined}{part}"
 
 
+def _system_id(cat: Catalog, name: str) -> str | None:
+    """The node or cluster id `name` is, exactly or up to case, spaces and '_' ('GB200 NVL72')."""
+    return next((n for n in (name, spelling(name)) if n in cat.nodes or n in cat.clusters), None)
+
+
 def resolve_system(accelerator: str | None, system: str | None, n_gpus: int, gpus_per_node: int | None = None) -> tuple[System, list[str]]:
     """Build the System for a run of `n_gpus`: (system, messages about the defaults taken).
 
@@ -170,9 +176,14 @@ def resolve_system(accelerator: str | None, system: str | None, n_gpus: int, gpu
     cluster: Cluster | None = None
     node: Node | None = None
     if accelerator and not system and accelerator not in cat.accelerators and \
-            (accelerator in cat.nodes or accelerator in cat.clusters):
-        system, accelerator = accelerator, None
-        msgs.append(f"accelerator {system!r} is a system id: used that system and its accelerator")
+            (named := _system_id(cat, accelerator)) is not None:
+        written, system, accelerator = accelerator, named, None
+        as_id = "" if written == named else f" ({named})"
+        msgs.append(f"accelerator {written!r}{as_id} is a system id: used that system and its accelerator")
+    if system and system not in cat.nodes and system not in cat.clusters and \
+            (named := _system_id(cat, system)) is not None:
+        msgs.append(f"system {system!r} read as {named}")
+        system = named
     if system:
         if system in cat.clusters:
             cluster = cat.clusters[system]
