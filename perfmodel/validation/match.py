@@ -28,14 +28,16 @@ FINGERPRINT = ("num_layers", "hidden", "num_heads", "vocab")
 _NAMING = {"id", "name", "source", "notes", "published_params", "seq_len"}
 
 
-# words a published checkpoint's name adds to the architecture's: the same network trains alike
-_VARIANT = re.compile(r"(-(hf|base|instruct|chat|it|v\d+(\.\d+)*|\d{4}))+$")
+# words a published checkpoint's name adds to the architecture's: the same network trains alike.
+# A version is dropped only when dotted (Mixtral-8x7B-v0.1): a bare V2 / V3 names the network
+# itself (DeepSeek-V2 is not DeepSeek-V3)
+_VARIANT = re.compile(r"(-(hf|base|instruct|chat|it|v\d+(\.\d+)+|\d{4}))+$")
 
 
 def _key(name: str) -> str:
     """`name` reduced to what identifies an architecture: the part after an `org/` prefix, lower
     case, without a `meta-` prefix or checkpoint suffixes (-hf, -base, -instruct, -chat, -it,
-    -v0.1, a release date -2507), and without separators: 'meta-llama/Meta-Llama-3.1-8B-Instruct' -> 'llama3.18b'."""
+    a dotted version -v0.1, a release date -2507), and without separators: 'meta-llama/Meta-Llama-3.1-8B-Instruct' -> 'llama3.18b'."""
     key = spelling(name.rsplit("/", 1)[-1])
     key = _VARIANT.sub("", key.removeprefix("meta-"))
     return re.sub(r"[^a-z0-9.]", "", key)
