@@ -88,3 +88,14 @@ def test_dualpipe_bubble_pieces_equal_the_played_order(p: int) -> None:
     assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
     assert uniform_bubble_columns(p, 1.0, 1.0, 1.0) == pytest.approx((p / 2 - 1) * 1.0, abs=1e-12)  # F = B = W
     assert (bubble_pieces(p) >= 0).all()
+
+
+def test_gpipe_waits_for_the_slowest_forward_and_the_slowest_backward() -> None:
+    """Ranks of t = 3, 3, 4 with forwards 2, 1, 1 (backwards 1, 2, 3), 4 micro-batches: GPipe's
+    forward flow shop ends after Σf + 3·max f = 4 + 6, its backward one takes Σb + 3·max b = 6 + 9:
+    25, where alternating (1F1B) takes 4·4 + (10 − 4) = 22."""
+    t, f = [3.0, 3.0, 4.0], [2.0, 1.0, 1.0]
+    assert SCHEDULES["gpipe"].pipeline_s(t, f, [0.0] * 3, 4, 1) == pytest.approx(25.0)
+    assert SCHEDULES["1f1b"].pipeline_s(t, f, [0.0] * 3, 4, 1) == pytest.approx(22.0)
+    # one rank slowest in both phases: the two agree
+    assert SCHEDULES["gpipe"].pipeline_s([3.0, 3.0, 4.0], [1.0, 1.0, 2.0], [0.0] * 3, 4, 1) == pytest.approx(22.0)

@@ -47,6 +47,7 @@ SHARED_COLUMNS = (
     "t_worst_s",  # the slowest rank's (StageTable.worst_rank), p2p included
     "avg_wgrad_s",
     "amax_per_mb_s",  # delayed scaling's amax all-reduces per micro-batch (stages.delayed_amax_s_per_micro_batch)
+    "split_excess_s",  # max forward + max backward - max stage time over the ranks (schedules.base.split_excess_s)
 )
 # per candidate rank of the step's tail (analytic.tail_candidates: the slowest, the first, the last):
 # its windows, parameters and units, exposed p2p, drain lead, DP collectives (stages.DpCollectives),

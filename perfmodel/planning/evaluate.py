@@ -52,6 +52,7 @@ from perfmodel.memory import (
 )
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.schedules import SCHEDULES
+from perfmodel.parallel.schedules.base import split_excess_s
 from perfmodel.parallel.split import stage_layers
 from perfmodel.planning.cost_rows import (
     COST_COLUMNS,
@@ -223,7 +224,8 @@ class Evaluator:
         hops = self.rank_hops(st, tp, cp, pp, vp, dp, mb)
         t = np.asarray(st.all_t_s) + hops
         row = [float(t.max()), float(t.sum()), float(t[st.worst_rank]), st.avg_wgrad_s,
-               self.fp8_amax(tp, cp, ep, pp, vp, dp)]
+               self.fp8_amax(tp, cp, ep, pp, vp, dp),
+               split_excess_s(t.tolist(), (np.asarray(st.all_fwd_s) + hops / 2).tolist())]
         lead = cf.drain_leads(st.all_bwd_s, hops, vp, bool(split_wgrad))
         tied = self.tied_embedding(tp, cp, pp, dp)
         for r in (st.worst_rank, 0, pp - 1):
@@ -340,7 +342,7 @@ class Evaluator:
             elif rows.any():
                 t_avg = c["t_sum_s"][rows] / pp[rows]
                 bubble[rows] = SCHEDULES[name].bubble_s(idle[rows], m[rows], pp[rows], vp[rows], t_avg,
-                                                        c["avg_wgrad_s"][rows])
+                                                        c["avg_wgrad_s"][rows], c["split_excess_s"][rows])
         pipe = cf.pipeline_s(t_max, m, bubble)
         # the breakdown's bubble: all the pipeline beyond the slowest rank's own micro-batches
         bubble = np.where(pp > 1, pipe - m * c["t_worst_s"], 0.0)

@@ -7,7 +7,10 @@ of a v-chunk rank counts 1/v). A rank's time per micro-batch t_s is
 `stage_s` (forward + backward, or forward + input-gradient + weight-gradient phases for a
 schedule that splits them) plus its p2p sends; `idle_s` is Σ_s t_s − max_s t_s, the 1F1B bubble
 (Narayanan et al. 2021 §2.2), and a schedule's bubble is a function of it, of the mean t_s
-(`t_avg_s`) and of the mean weight-gradient phase (`wgrad_avg_s`).
+(`t_avg_s`), of the mean weight-gradient phase (`wgrad_avg_s`) and of `split_excess_s`,
+max_s f_s + max_s b_s − max_s t_s (f_s a rank's forward with its send, b_s = t_s − f_s): what a
+schedule that runs every forward before any backward waits beyond one that alternates them, 0
+when one rank is the slowest in both phases.
 """
 
 from __future__ import annotations
@@ -20,6 +23,11 @@ import numpy.typing as npt
 
 Work = tuple[str, int, int]  # (kind F / B / W, micro-batch, model chunk)
 Num = float | npt.NDArray[np.float64]
+
+
+def split_excess_s(stage_s: Sequence[float], fwd_s: Sequence[float]) -> float:
+    """max_s f_s + max_s b_s − max_s t_s over the ranks (module docstring), >= 0."""
+    return max(0.0, max(fwd_s) + max(t - f for t, f in zip(stage_s, fwd_s, strict=True)) - max(stage_s))
 
 
 class PipelineSchedule:
@@ -71,7 +79,8 @@ class PipelineSchedule:
         """A rank's compute seconds per micro-batch under this schedule (p2p excluded)."""
         return fwd_s + bwd_s
 
-    def bubble_s(self, idle_s: Num, m: Num, p: Num, v: Num, t_avg_s: Num, wgrad_avg_s: Num) -> Num:
+    def bubble_s(self, idle_s: Num, m: Num, p: Num, v: Num, t_avg_s: Num, wgrad_avg_s: Num,
+                 split_excess_s: Num = 0.0) -> Num:
         """Pipeline seconds beyond m·max_s t_s (see the module docstring)."""
         raise NotImplementedError
 
@@ -84,7 +93,8 @@ class PipelineSchedule:
         t_max, t_sum = max(stage_s), sum(stage_s)
         if p == 1:
             return m * t_max
-        return m * t_max + float(self.bubble_s(t_sum - t_max, m, p, v, t_sum / p, sum(wgrad_s) / p))
+        excess = split_excess_s(stage_s, fwd_s)
+        return m * t_max + float(self.bubble_s(t_sum - t_max, m, p, v, t_sum / p, sum(wgrad_s) / p, excess))
 
     def rank_bubbles_s(self, p: int, fwd_s: npt.NDArray[np.float64], bwd_input_s: npt.NDArray[np.float64],
                        wgrad_s: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

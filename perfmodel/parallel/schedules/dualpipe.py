@@ -216,7 +216,8 @@ class DualPipe(PipelineSchedule):
     def stage_s(self, fwd_s: Num, bwd_s: Num, bwd_input_s: Num, wgrad_s: Num) -> Num:
         return fwd_s + bwd_input_s + wgrad_s
 
-    def bubble_s(self, idle_s: Num, m: Num, p: Num, v: Num, t_avg_s: Num, wgrad_avg_s: Num) -> Num:
+    def bubble_s(self, idle_s: Num, m: Num, p: Num, v: Num, t_avg_s: Num, wgrad_avg_s: Num,
+                 split_excess_s: Num = 0.0) -> Num:
         """The uniform bubble of the mean stage, its forward taken as a third of it (only the
         interface's columns are known here; the analytic engine calls pipeline_s)."""
         one = np.vectorize(lambda pp, tt, ww: uniform_bubble_s(int(pp), tt / 3, max(0.0, 2 * tt / 3 - ww), float(ww))

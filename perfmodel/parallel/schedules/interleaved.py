@@ -69,7 +69,8 @@ class Interleaved(PipelineSchedule):
             order += [("F", j, c), ("B", jb, v - 1 - cb)]
         return order + [("B", j, v - 1 - c) for j, c in fwd[total - warm:]]
 
-    def bubble_s(self, idle_s: Num, m: Num, p: Num, v: Num, t_avg_s: Num, wgrad_avg_s: Num) -> Num:
+    def bubble_s(self, idle_s: Num, m: Num, p: Num, v: Num, t_avg_s: Num, wgrad_avg_s: Num,
+                 split_excess_s: Num = 0.0) -> Num:
         k = np.minimum(m, p)
         return idle_s * ((k - 1) / v + (p - k)) / np.maximum(p - 1, 1)
 

@@ -25,7 +25,8 @@ class OneFOneB(PipelineSchedule):
     def order(self, p: int, m: int, v: int, s: int) -> list[Work]:
         return one_f_one_b_order(p, m, s)
 
-    def bubble_s(self, idle_s: Num, m: Num, p: Num, v: Num, t_avg_s: Num, wgrad_avg_s: Num) -> Num:
+    def bubble_s(self, idle_s: Num, m: Num, p: Num, v: Num, t_avg_s: Num, wgrad_avg_s: Num,
+                 split_excess_s: Num = 0.0) -> Num:
         return idle_s
 
     def in_flight(self, m: Num, p: Num, v: Num, s: Num = 0) -> Num:

@@ -40,7 +40,8 @@ class ZeroBubbleH1(PipelineSchedule):
     def stage_s(self, fwd_s: Num, bwd_s: Num, bwd_input_s: Num, wgrad_s: Num) -> Num:
         return fwd_s + bwd_input_s + wgrad_s
 
-    def bubble_s(self, idle_s: Num, m: Num, p: Num, v: Num, t_avg_s: Num, wgrad_avg_s: Num) -> Num:
+    def bubble_s(self, idle_s: Num, m: Num, p: Num, v: Num, t_avg_s: Num, wgrad_avg_s: Num,
+                 split_excess_s: Num = 0.0) -> Num:
         c = (2 * (p - 1) - np.maximum(0, p - m)) / np.maximum(p - 1, 1)
         t = np.where(t_avg_s > 0, t_avg_s, 1.0)
         return np.maximum(0.0, idle_s * (1 - c * wgrad_avg_s / t))
