@@ -160,15 +160,14 @@ def test_pipelined_fsdp_gathers_and_reduce_scatters_once_per_step() -> None:
     m = 8 micro-batches: a stage's first micro-batch's forward waits 2 + 3·max(0, 2 - 1) = 5, and
     the fill crosses both stages' waits (each gathers lazily once its activation arrives): 10;
     the four reduce-scatters after the last stage's last backward 4 — 14 s whatever m;
-    collectives per rank 4·(2 + 1) = 12. pp 4: 4·5 + 4 = 24; pp 4 with vp 2, the three earlier
-    ranks' first chunks (half their units each) and the slowest rank's whole: 2.5·5 + 4 = 16.5."""
+    collectives per rank 4·(2 + 1) = 12. pp 4: 4·5 + 4 = 24, with vp 2 too: the first
+    micro-batch's forward is the first use of all eight chunks, half a rank's units each."""
     for m in (1, 8):
-        wait, comm, copies = cf.fsdp_exposed_s(m, 4.0, 8.0, 4, 2.0, 1.0, 0.0, 0.0, True, cf.fsdp_fill(2, 1))
+        wait, comm, copies = cf.fsdp_exposed_s(m, 4.0, 8.0, 4, 2.0, 1.0, 0.0, 0.0, True, cf.fsdp_fill(2))
         assert (wait, comm, copies) == pytest.approx((14.0, 12.0, 0.0))
-    assert cf.fsdp_exposed_s(8, 4.0, 8.0, 4, 2.0, 1.0, 0.0, 0.0, True, cf.fsdp_fill(4, 1))[0] == pytest.approx(24.0)
-    assert cf.fsdp_exposed_s(8, 4.0, 8.0, 4, 2.0, 1.0, 0.0, 0.0, True, cf.fsdp_fill(4, 2))[0] == pytest.approx(16.5)
+    assert cf.fsdp_exposed_s(8, 4.0, 8.0, 4, 2.0, 1.0, 0.0, 0.0, True, cf.fsdp_fill(4))[0] == pytest.approx(24.0)
     # no prefetch: every gather exposed on each stage in turn (2·4·2), the reduce-scatters once (4·1)
-    assert cf.fsdp_exposed_s(8, 4.0, 8.0, 4, 2.0, 1.0, 0.5, 1.5, False, cf.fsdp_fill(2, 1)) == pytest.approx((20.0, 12.0, 6.0))
+    assert cf.fsdp_exposed_s(8, 4.0, 8.0, 4, 2.0, 1.0, 0.5, 1.5, False, cf.fsdp_fill(2)) == pytest.approx((20.0, 12.0, 6.0))
 
 
 @pytest.mark.parametrize("impl", ["flat", "per-param"])
@@ -216,3 +215,15 @@ def test_small_model_zero3_agrees_with_the_des() -> None:
     a, d = _both("llama3.2-1b", "h100-sxm5-80gb",
                  ParallelPlan(dp=8, zero_stage=3, micro_batch=2, global_batch=16, seq_len=1024))
     assert d == pytest.approx(a, rel=0.03)
+
+
+def test_interleaved_zero3_fill_meets_every_chunks_gathers() -> None:
+    """Mixtral 8x7B, tp 4 (its experts data-parallel over the 4 TP ranks, ZeRO-3 sharded there),
+    pp 4 x vp 2, 4 micro-batches, gathers not prefetched: the first micro-batch's forward is the
+    first use of all eight chunks' units, so the fill waits for pp ranks' worth of gathers. The
+    closed form once counted the earlier ranks' first chunks only (1 + 3/2 ranks) and was 13 %
+    below the simulation."""
+    plan = ParallelPlan(tp=4, pp=4, vp=2, dp=1, global_batch=4, seq_len=4096, zero_stage=3, recompute="selective",
+                        overlap_dp_comm=False, overlap_fsdp_prefetch=False, sequence_parallel=True)
+    a, d = _both("mixtral-8x7b", "h100-sxm5-80gb", plan)
+    assert d == pytest.approx(a, rel=0.01)

@@ -63,7 +63,7 @@ def rank_tail_s(inp: StepInputs, r: int, rank_hops: tuple[float, ...]) -> tuple[
                                     rank.layers, dp.all_reduce_s, dp.reduce_scatter_s, dp.all_gather_s,
                                     plan.overlap_dp_comm, plan.overlap_fsdp_prefetch, can_overlap(system),
                                     comm_contention_fraction(system), dp.unit_all_gather_s, dp.unit_reduce_scatter_s,
-                                    dp.unit_copy_fwd_s, dp.unit_copy_bwd_s, cf.fsdp_fill(plan.pp, plan.vp),
+                                    dp.unit_copy_fwd_s, dp.unit_copy_bwd_s, cf.fsdp_fill(plan.pp),
                                     dp.first_all_gather_s, dp.first_reduce_scatter_s, dp.first_share,
                                     grad_window_s(inp, r, h)))
     return exposed, inp.optimizer_s(r)

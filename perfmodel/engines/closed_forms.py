@@ -172,11 +172,12 @@ def drain_leads(bwd_s: Sequence[float] | np.ndarray, hops_s: Sequence[float] | n
     return lead
 
 
-def fsdp_fill(pp: Num, vp: Num) -> Num:
-    """The ZeRO-3 forward waits a pipeline's fill crosses: the first chunk's on each of the pp - 1
-    earlier ranks (a vp-th of a rank's units each), then the slowest rank's whole; 1 without a
-    pipeline (fsdp_exposed_s)."""
-    return 1.0 + (pp - 1) / vp
+def fsdp_fill(pp: Num) -> Num:
+    """The ZeRO-3 forward waits a pipeline's fill crosses: the first micro-batch's forward is the
+    first use of every virtual stage's units, pp·vp chunks of a vp-th of a rank's units each, so
+    pp ranks' worth whatever vp (a chunk's gathers wait for its activation to arrive; the
+    simulation agrees); 1 without a pipeline (fsdp_exposed_s)."""
+    return pp
 
 
 def param_gather_exposed_s(param_s: Num, fwd_s: Num, layers: Num, overlap: Num) -> Num:
