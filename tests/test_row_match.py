@@ -48,6 +48,24 @@ def test_checkpoint_names_find_their_architecture(name, workload):
 
 
 # a bare version is part of the network's name: DeepSeek-V2 (236B, 160 experts) was once read as V3
+@pytest.mark.parametrize("name, workload", [
+    ("GPT-2 XL", "gpt2-1558m"), ("openai-community/gpt2-medium", "gpt2-350m"), ("gpt2", "gpt2-124m"),
+    ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "llama4-scout"), ("bigscience/bloom", "bloom-176b"),
+    ("GPT-3 XL", "gpt3-1.3b"), ("MT-NLG 530B", "megatron-530b"),
+])
+def test_published_names_of_a_workload_find_it(name, workload):
+    """A workload's `aliases` (its Hugging Face repository, a paper's size name)."""
+    assert by_name(name, load_workloads()).id == workload
+
+
+def test_every_alias_reads_as_its_own_workload():
+    workloads = load_workloads()
+    aliased = [(a, s.id) for s in workloads.values() for a in s.aliases]
+    assert len(aliased) >= 12
+    for alias, wid in aliased:
+        assert by_name(alias, workloads).id == wid, alias
+
+
 @pytest.mark.parametrize("name", ["gpt-l24-h1024", "bert-large-uncased", "llama3-9b", "bloom-prequel-l72-h14336",
                                   "DeepSeek-V2", "deepseek-ai/DeepSeek-V2.5"])
 def test_names_of_no_workload_match_none(name):

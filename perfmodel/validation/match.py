@@ -25,7 +25,7 @@ from perfmodel.workload.spec import ModelSpec
 # what a row must give before its columns identify a published model
 FINGERPRINT = ("num_layers", "hidden", "num_heads", "vocab")
 # ModelSpec fields that say what a model is called or where it was read, not what it computes
-_NAMING = {"id", "name", "source", "notes", "published_params", "seq_len"}
+_NAMING = {"id", "name", "aliases", "source", "notes", "published_params", "seq_len"}
 
 
 # words a published checkpoint's name adds to the architecture's: the same network trains alike.
@@ -44,10 +44,11 @@ def _key(name: str) -> str:
 
 
 def by_name(model: str, workloads: dict[str, ModelSpec]) -> ModelSpec | None:
-    """The workload whose id or name is `model` up to case, separators, an `org/` prefix and
-    checkpoint suffixes (_key); None when none is, or when several different networks are."""
+    """The workload whose id, name or an alias is `model` up to case, separators, an `org/` prefix
+    and checkpoint suffixes (_key); None when none is, or when several different networks are."""
     key = _key(model)
-    hits = sorted((s for s in workloads.values() if key in (_key(s.id), _key(s.name))), key=lambda s: s.id)
+    hits = sorted((s for s in workloads.values() if key in (_key(s.id), _key(s.name), *map(_key, s.aliases))),
+                  key=lambda s: s.id)
     # two ids for one network (llama3-405b and llama3.1-405b) are one answer
     return hits[0] if hits and all(_network(h) == _network(hits[0]) for h in hits) else None
 

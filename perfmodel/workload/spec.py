@@ -105,6 +105,9 @@ class ModelSpec(BaseModel):
 
     id: str
     name: str
+    # other names the model is published under (a Hugging Face repository, a paper's size name):
+    # a runs file's model cell matching one, up to case and separators, reads as this workload
+    aliases: tuple[str, ...] = ()
     family: Family
     source: str = Field(min_length=3, description="where the configuration is published")
     published_params: PublishedParams | None = None
