@@ -44,6 +44,7 @@ Sources (Transformer Engine recipe API, transformer_engine.common.recipe):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, Literal
@@ -169,7 +170,8 @@ PRECISIONS: dict[str, TrainingPrecision] = {p.name: p for p in (
                       aliases=("float16", "half", "fp16-mixed", "16-mixed", "amp-fp16", "fp16-amp")),
     TrainingPrecision("fp8", 8, "fp8", 1.0, 1, recipes=("delayed", "current", "blockwise"),
                       aliases=("float8", "fp8-cs", "fp8-ds", "fp8-delayed", "fp8-current", "fp8-hybrid", "fp8-e4m3",
-                               "fp8-blockwise", "fp8-block")),
+                               "fp8-blockwise", "fp8-block", "fp8-tensorwise", "fp8-rowwise", "float8-tensorwise",
+                               "float8-rowwise", "fp8-current-scaling", "fp8-delayed-scaling")),
     TrainingPrecision("mxfp8", 8, "fp8", 1.0, 1, recipes=("mxfp8",), listed_by_format=False, aliases=("fp8-mx",)),
     TrainingPrecision("nvfp4", 4, "fp4", 0.5 + 1.0 / 16, 0.5 + 1.0 / 16, recipes=("nvfp4",), listed_by_format=False),
     TrainingPrecision("fp32", 32, "fp32", 4.0, 4, model_copy_bytes=4.0, aliases=("float32",)),
@@ -199,7 +201,8 @@ def canonical(name: str) -> str | None:
     """The registry name of `name` (itself or an alias, any case), None if it is none."""
     if name in PRECISIONS:
         return name
-    key = spelling(name)
+    # 'fp8 (delayed)', 'bf16 mixed precision': brackets and a trailing 'mixed precision' say nothing more
+    key = re.sub(r"-(mixed-)?precision$", "", spelling(re.sub(r"[()\[\],]", " ", name)).strip("-"))
     if key in PRECISIONS:
         return key
     return next((p.name for p in PRECISIONS.values() if key in p.aliases), None)

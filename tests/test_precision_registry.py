@@ -70,10 +70,13 @@ def test_aliases_resolve_to_the_registry_name(tmp_path: Path, capsys: pytest.Cap
     assert json.loads(capsys.readouterr().out)["plan"]["precision"] == "bf16"
     # as stacks and published tables write them: Lightning, Composer, Megatron-Bridge's tables
     for written, name in (("bf16-mixed", "bf16"), ("amp_bf16", "bf16"), ("16-mixed", "fp16"), ("FP8-CS", "fp8"),
-                          ("fp8_ds", "fp8"), ("FP8-MX", "mxfp8")):
+                          ("fp8_ds", "fp8"), ("FP8-MX", "mxfp8"), ("fp8 (delayed)", "fp8"), ("float8 rowwise", "fp8"),
+                          ("FP8 current scaling", "fp8"), ("bf16 mixed precision", "bf16"), ("FP16 precision", "fp16")):
         assert registry.canonical(written) == name, written
     # names whose format is not one precision stay unknown: fp4 (MXFP4 or NVFP4), tf32
     assert registry.canonical("fp4") is None and registry.canonical("tf32") is None
+    # 'mixed' / 'amp' alone do not say which 16-bit format
+    assert registry.canonical("mixed precision") is None and registry.canonical("amp") is None
 
 
 def test_unknown_precision_names_the_allowed_ones_everywhere(capsys: pytest.CaptureFixture[str]) -> None:
