@@ -169,6 +169,7 @@ held in 16 bits (no autocast casts).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -318,17 +319,29 @@ ALIASES: dict[str, str] = {
     **dict.fromkeys(("megatron", "megatron-deepspeed", "nvidia-megatron-lm"), "megatron-lm"),
     **dict.fromkeys(("llm-foundry", "mosaicml", "mosaic-composer"), "composer"),
     **dict.fromkeys(("titan", "pytorch-torchtitan"), "torchtitan"),
-    **dict.fromkeys(("torch", "pytorch-fsdp", "fsdp", "fsdp2", "ddp", "huggingface", "hf", "transformers",
-                     "accelerate", "lightning", "pytorch-lightning", "nanogpt"), "pytorch"),
+    **dict.fromkeys(("torch", "pytorch-fsdp", "fsdp", "fsdp2", "torch-fsdp", "torch-fsdp2", "ddp", "pytorch-ddp",
+                     "huggingface", "hf", "transformers", "hf-trainer", "huggingface-trainer", "transformers-trainer",
+                     "accelerate", "hf-accelerate", "huggingface-accelerate", "lightning", "pytorch-lightning",
+                     "nanogpt"), "pytorch"),
     **dict.fromkeys(("llmc", "llm-c"), "llm.c"),
     **dict.fromkeys(("maxtext", "pax", "paxml", "flax", "t5x", "levanter"), "jax"),
 }
 
 
+# what a runs file adds to a stack's name: a bracketed note, a version ('NeMo 2.0', 'DeepSpeed
+# 0.14', 'megatron-core r0.12', a container '24.07') or a release date
+_QUALIFIER = re.compile(r"\([^)]*\)|\[[^]]*\]")
+_VERSION = re.compile(r"(-(v|r)?\d+([.-]\d+)*[a-z]*\d*(\+[a-z0-9.]+)?)+$")
+
+
 def framework_id(name: str) -> str | None:
-    """The stack `name` means (its id, or an alias up to case, spaces and '_'); None if none."""
+    """The stack `name` means (its id, or an alias up to case, spaces and '_', with a bracketed
+    note or a trailing version dropped: 'NeMo 2.0', 'MaxText (JAX)'); None if none."""
     key = spelling(name)
-    return key if key in FRAMEWORKS else ALIASES.get(key)
+    if key in FRAMEWORKS or key in ALIASES:
+        return key if key in FRAMEWORKS else ALIASES[key]
+    bare = _VERSION.sub("", spelling(_QUALIFIER.sub(" ", name)).strip("-"))
+    return bare if bare in FRAMEWORKS else ALIASES.get(bare)
 
 
 def framework(name: str | None) -> Framework:
