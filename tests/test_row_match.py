@@ -134,6 +134,8 @@ def test_the_published_width_costs_more_attention_time(tmp_path):
     ("recompute", "false", "recompute", "none"), ("zero_stage", "FULL_SHARD", "zero_stage", 3),
     ("zero_stage", "ZeRO-1", "zero_stage", 1), ("zero_stage", "2.0", "zero_stage", 2),
     ("sequence_parallel", "on", "sequence_parallel", True),
+    ("recompute", "full AC", "recompute", "full"), ("recompute", "activation checkpointing", "recompute", "full"),
+    ("recompute", "per-op SAC", "recompute", "selective"), ("recompute", "selective (attention)", "recompute", "selective"),
 ])
 def test_enumerated_columns_read_as_stacks_write_them(col, written, field, value):
     run = _run(**({"model": "llama3-8b", "tp": "2", "ep": "1"} | {col: written}))

@@ -156,12 +156,15 @@ def measured(row: dict[str, str], col: str) -> float | None:
 
 # other spellings of the enumerated columns, as stacks and tables write them (case, spaces and '_'
 # aside): Megatron's recompute_method uniform / block is full-layer recompute; torch FSDP's
-# FULL_SHARD / SHARD_GRAD_OP / NO_SHARD are ZeRO-3 / 2 / 0. A bare "true" is not read for
-# recompute: Megatron-LM's --recompute-activations means selective, Hugging Face's
-# gradient_checkpointing full.
+# FULL_SHARD / SHARD_GRAD_OP / NO_SHARD are ZeRO-3 / 2 / 0; torchtitan's per-op SAC is selective,
+# Hugging Face's gradient checkpointing and torch.utils.checkpoint of whole blocks are full. A bare
+# "true" is not read for recompute: Megatron-LM's --recompute-activations means selective, Hugging
+# Face's gradient_checkpointing full. A bracketed note is dropped ("selective (attention)").
 SPELLINGS: dict[str, dict[str, tuple[str, ...]]] = {
-    "recompute": {"none": ("none", "false", "no", "off", "0"), "selective": ("selective",),
-                  "full": ("full", "uniform", "block")},
+    "recompute": {"none": ("none", "false", "no", "off", "0"),
+                  "selective": ("selective", "selective-recompute", "selective-ac", "sac", "per-op-sac", "per-op", "op"),
+                  "full": ("full", "uniform", "block", "full-recompute", "full-ac", "activation-checkpointing",
+                           "full-activation-checkpointing", "gradient-checkpointing")},
     "zero_stage": {"0": ("0", "none", "no-shard", "ddp"), "1": ("1", "zero1", "zero-1", "z1"),
                    "2": ("2", "zero2", "zero-2", "z2", "shard-grad-op"),
                    "3": ("3", "zero3", "zero-3", "z3", "fsdp", "fsdp2", "full-shard")},
@@ -179,7 +182,7 @@ def spelled(vals: dict[str, str], col: str, notes: list[str]) -> str:
     v = vals[col]
     if re.fullmatch(r"\d+\.0*", v.strip()):  # "1.0" from a spreadsheet
         v = v.strip().split(".")[0]
-    key = spelling(v)
+    key = spelling(re.sub(r"\([^)]*\)|\[[^]]*\]", " ", v)).strip("-")
     for canon, names in SPELLINGS[col].items():
         if key in names:
             if col == "recompute" and key == "block":
@@ -187,7 +190,7 @@ def spelled(vals: dict[str, str], col: str, notes: list[str]) -> str:
                 notes.append(f"recompute {quote(vals[col])} read as full recompute of every layer (the runs format "
                              "has no recompute_num_layers); Megatron's block method reruns only the first N layers "
                              "per model chunk, so this step time is an upper bound")
-            elif key != canon and v != canon:
+            elif (key != canon and v != canon) or spelling(v) != key:
                 notes.append(f"{col} {quote(vals[col])} read as {canon}")
             return canon
     raise RowError(f"column {col} {quote(vals[col])}; allowed values: {', '.join(SPELLINGS[col])}")
