@@ -721,3 +721,23 @@ def test_fp8_swiglu_inputs_halve_what_the_activations_keep_by_hand() -> None:
     gelu = WL["gpt3-175b"]
     with pytest.raises(LayoutError, match="SwiGLU"):
         plan_graph(gelu, ParallelPlan(dp=8, global_batch=8, act_fp8_input_store=True))
+
+
+@pytest.mark.parametrize("hw", ["tpu-v5p", "gaudi3", "mi355x"])
+def test_moe_runs_on_chips_without_an_fp32_matrix_format(hw: str) -> None:
+    """The router's fp32 GEMM made every MoE estimate a PrecisionError on a chip with no fp32
+    matrix format; it runs at the chip's 16-bit rate there (compute/ops.op_gemm_format), while a
+    run whose own precision is fp32 stays refused."""
+    from perfmodel.compute.ops import op_gemm_format
+    from perfmodel.errors import PrecisionError
+    from perfmodel.hardware.catalog import load_catalog
+
+    acc = load_catalog().accelerator(hw)
+    assert op_gemm_format(acc, "fp32") == "bf16"
+    plan = ParallelPlan(ep=8, dp=8, global_batch=64, seq_len=4096, recompute="full")
+    est = perfmodel.estimate("mixtral-8x7b", hw, plan)
+    assert est.step_time_s > 0 and 0 < est.mfu < 1
+    with pytest.raises(PrecisionError, match="no fp32 matrix format"):
+        perfmodel.estimate("mixtral-8x7b", hw, plan.model_copy(update={"precision": "fp32"}))
+    # where the chip has one, the router keeps fp32
+    assert op_gemm_format(load_catalog().accelerator("h100-sxm5-80gb"), "fp32") == "fp32"

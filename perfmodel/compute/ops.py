@@ -274,6 +274,19 @@ def attention_rate_flop_per_s(acc: Accelerator, head_dim: int, seq_len: int, cau
     return r * gemm_rate_flop_per_s(acc, fmt) * kernel_ratio(kernel, head_dim, seq_len, causal)
 
 
+def op_gemm_format(acc: Accelerator, precision: str) -> str:
+    """The format a graph op's GEMM runs in: its own, except an fp32 op inside a lower-precision
+    step (the MoE router, hyper-connection mixing: workload/moe.py, hyper_connections.py) on a
+    chip with no fp32 matrix format (TPUs, Gaudi 3, MI355X as published), which runs at the chip's
+    first 16-bit rate: XLA's default dot precision on a TPU is one bf16 pass, and no other rate is
+    published for the others. A run whose own precision is fp32 is refused there before any op
+    is costed (Accelerator.check_precision); the router is a few per cent of an MoE layer's work,
+    so the choice moves a step by less than that."""
+    if precision != "fp32" or precision in acc.supported_precisions:
+        return precision
+    return registry.reference_16bit_format(acc.supported_precisions) or precision
+
+
 def attention_format(acc: Accelerator, precision: str) -> str:
     """The format fused attention runs in. A 16-bit run's own; under fp8 / fp4 GEMMs the first
     16-bit format the chip has (Transformer Engine keeps attention in bf16); an fp32 run's
@@ -384,7 +397,7 @@ def op_cost(acc: Accelerator, op: Op, direction: str = "fwd", fp8_recipe: str | 
         scale = op.bwd_flop_factor if bwd else 1.0
         if op.kind == "gemm" and bwd and not op.has_weight_grad:
             scale = 1.0
-        c = gemm_cost(acc, op.m, op.n, op.k, op.precision, op.batch * op.repeat, scale)
+        c = gemm_cost(acc, op.m, op.n, op.k, op_gemm_format(acc, op.precision), op.batch * op.repeat, scale)
         recipe = recipe_for(op.precision, fp8_recipe) if op.kind == "gemm" else None
         if recipe is not None:
             c = _with_quantize(acc, c, op, bwd, recipe, fused_casts)
