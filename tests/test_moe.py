@@ -741,3 +741,14 @@ def test_moe_runs_on_chips_without_an_fp32_matrix_format(hw: str) -> None:
         perfmodel.estimate("mixtral-8x7b", hw, plan.model_copy(update={"precision": "fp32"}))
     # where the chip has one, the router keeps fp32
     assert op_gemm_format(load_catalog().accelerator("h100-sxm5-80gb"), "fp32") == "fp32"
+
+
+def test_a_fixed_bf16_op_runs_in_fp16_on_a_v100() -> None:
+    """DeepSeek-V4's index weights projection is a bf16 GEMM whatever the run's precision; a V100
+    has no bf16, so an fp16 run of the model was a PrecisionError. It runs at the fp16 rate."""
+    from perfmodel.compute.ops import op_gemm_format
+    from perfmodel.hardware.catalog import load_catalog
+
+    assert op_gemm_format(load_catalog().accelerator("v100-sxm2-32gb"), "bf16") == "fp16"
+    plan = ParallelPlan(dp=8, ep=8, global_batch=8, precision="fp16", recompute="full")
+    assert perfmodel.estimate("deepseek-v4-flash", "v100-sxm2-32gb", plan).step_time_s > 0

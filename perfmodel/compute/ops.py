@@ -275,14 +275,15 @@ def attention_rate_flop_per_s(acc: Accelerator, head_dim: int, seq_len: int, cau
 
 
 def op_gemm_format(acc: Accelerator, precision: str) -> str:
-    """The format a graph op's GEMM runs in: its own, except an fp32 op inside a lower-precision
-    step (the MoE router, hyper-connection mixing: workload/moe.py, hyper_connections.py) on a
-    chip with no fp32 matrix format (TPUs, Gaudi 3, MI355X as published), which runs at the chip's
-    first 16-bit rate: XLA's default dot precision on a TPU is one bf16 pass, and no other rate is
-    published for the others. A run whose own precision is fp32 is refused there before any op
-    is costed (Accelerator.check_precision); the router is a few per cent of an MoE layer's work,
-    so the choice moves a step by less than that."""
-    if precision != "fp32" or precision in acc.supported_precisions:
+    """The format a graph op's GEMM runs in: its own, except an op whose fixed precision the chip
+    has no matrix format for, which runs at the chip's first 16-bit rate: an fp32 op inside a
+    lower-precision step (the MoE router, hyper-connection mixing: workload/moe.py,
+    hyper_connections.py) on TPUs, Gaudi 3 or MI355X as published (XLA's default dot precision on
+    a TPU is one bf16 pass; no fp32 rate is published for the others), a bf16 one (DeepSeek-V4's
+    index weights) on a V100, which runs it in fp16. A run whose own precision the chip lacks is
+    refused before any op is costed (Accelerator.check_precision); these ops are a few per cent
+    of their layer's work, so the choice moves a step by less than that."""
+    if precision in acc.supported_precisions or precision not in ("fp32", "bf16", "fp16"):
         return precision
     return registry.reference_16bit_format(acc.supported_precisions) or precision
 
