@@ -283,7 +283,8 @@ def op_gemm_format(acc: Accelerator, precision: str) -> str:
     index weights) on a V100, which runs it in fp16. A run whose own precision the chip lacks is
     refused before any op is costed (Accelerator.check_precision); these ops are a few per cent
     of their layer's work, so the choice moves a step by less than that."""
-    if precision in acc.supported_precisions or precision not in ("fp32", "bf16", "fp16"):
+    own = registry.canonical(precision)
+    if precision in acc.supported_precisions or own is None or registry.get(own).quantized:
         return precision
     return registry.reference_16bit_format(acc.supported_precisions) or precision
 
