@@ -281,8 +281,8 @@ def op_gemm_format(acc: Accelerator, precision: str) -> str:
     hyper_connections.py) on TPUs, Gaudi 3 or MI355X as published (XLA's default dot precision on
     a TPU is one bf16 pass; no fp32 rate is published for the others), a bf16 one (DeepSeek-V4's
     index weights) on a V100, which runs it in fp16. A run whose own precision the chip lacks is
-    refused before any op is costed (Accelerator.check_precision); these ops are a few per cent
-    of their layer's work, so the choice moves a step by less than that."""
+    refused before any op is costed (engines/step.prepare, the planner's Evaluator); these ops are
+    a few per cent of their layer's work, so the choice moves a step by less than that."""
     own = registry.canonical(precision)
     if precision in acc.supported_precisions or own is None or registry.get(own).quantized:
         return precision

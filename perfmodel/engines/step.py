@@ -101,6 +101,9 @@ def prepare(spec: ModelSpec | None, system: System, plan: ParallelPlan, messages
     """Validate `plan` for the model (a ModelSpec, or with spec None a prebuilt graph such as
     from_torch's) and cost its stages."""
     msgs = list(messages or [])
+    # a run in a precision the chip has no matrix format for is refused here, before any op is
+    # costed (an op of fixed precision inside it may fall back: compute/ops.op_gemm_format)
+    system.accelerator.check_precision(plan.precision)
     if spec is not None:
         msgs += plan.validate_for(spec, plan.world)
         graph = plan_graph(spec, plan)

@@ -98,6 +98,7 @@ class Evaluator:
     _mem_rows: RowTable = field(default_factory=RowTable, repr=False)
 
     def __post_init__(self) -> None:
+        self.system.accelerator.check_precision(self.precision)  # as engines/step.prepare refuses it
         if self.framework is not None:
             self.attention_impl = self.framework.attention  # the stack's kernel, as estimate applies it
 
