@@ -65,7 +65,7 @@ def rank_tail_s(inp: StepInputs, r: int, rank_hops: tuple[float, ...]) -> tuple[
                                     comm_contention_fraction(system), dp.unit_all_gather_s, dp.unit_reduce_scatter_s,
                                     dp.unit_copy_fwd_s, dp.unit_copy_bwd_s, cf.fsdp_fill(plan.pp),
                                     dp.first_all_gather_s, dp.first_reduce_scatter_s, dp.first_share,
-                                    grad_window_s(inp, r, h)))
+                                    grad_window_s(inp, r, h), plan.vp))
     return exposed, inp.optimizer_s(r)
 
 

@@ -106,10 +106,11 @@ def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_red
                  contention: Num, unit_all_gather_s: Num = 0.0, unit_reduce_scatter_s: Num = 0.0,
                  unit_copy_fwd_s: Num = 0.0, unit_copy_bwd_s: Num = 0.0, fill: Num = 1.0,
                  first_all_gather_s: Num | None = None, first_reduce_scatter_s: Num | None = None,
-                 first_share: Num | None = None, grad_window_s: Num | None = None) -> Num:
+                 first_share: Num | None = None, grad_window_s: Num | None = None, chunks: Num = 1.0) -> Num:
     """Exposed data-parallel seconds of one step plus the compute slowed by the hidden part.
     The unit_* arguments are one FSDP unit's collectives and copy kernels, `fill` the stage
-    forward waits a pipeline's fill crosses (ZeRO 3 only: fsdp_fill). `grad_window_s`: the last
+    forward waits a pipeline's fill crosses (ZeRO 3 only: fsdp_fill) and `chunks` the model chunks
+    per rank (vp). `grad_window_s`: the last
     micro-batch's phase during which ZeRO 0-2 gradient buckets become final (default its whole
     backward; the weight-gradient phase under a schedule that defers it)."""
     L = _maximum(1.0, layers)
@@ -123,23 +124,26 @@ def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_red
     window = bwd_s if grad_window_s is None else grad_window_s
     z012 = _where(over, _maximum(grad - window, last), grad) + param_gather_exposed_s(param, fwd_s, L, over)
     pre = _and(overlap_fsdp_prefetch, can_overlap)
-    z3_wait, z3_comm, z3_copies = fsdp_exposed_s(m, fwd_s, bwd_s, L, unit_all_gather_s, unit_reduce_scatter_s,
-                                                 unit_copy_fwd_s, unit_copy_bwd_s, pre, fill,
-                                                 first_all_gather_s, first_reduce_scatter_s)
+    z3_wait, _, z3_copies, z3_beside = fsdp_exposed_s(m, fwd_s, bwd_s, L, unit_all_gather_s, unit_reduce_scatter_s,
+                                                      unit_copy_fwd_s, unit_copy_bwd_s, pre, fill,
+                                                      first_all_gather_s, first_reduce_scatter_s, chunks)
     exposed = _where(zero == 3, z3_wait, z012)
-    total = _where(zero == 3, z3_comm, grad + param)
-    return exposed + _maximum(0.0, total - exposed) * contention + _where(zero == 3, z3_copies, 0.0)
+    beside = _where(zero == 3, z3_beside, _maximum(0.0, grad + param - exposed))
+    return exposed + beside * contention + _where(zero == 3, z3_copies, 0.0)
 
 
 def fsdp_exposed_s(m: Num, fwd_s: Num, bwd_s: Num, units: Num, unit_all_gather_s: Num, unit_reduce_scatter_s: Num,
                    unit_copy_fwd_s: Num, unit_copy_bwd_s: Num, prefetch: Num,
                    fill: Num = 1.0, first_all_gather_s: Num | None = None,
-                   first_reduce_scatter_s: Num | None = None) -> tuple[Num, Num, Num]:
+                   first_reduce_scatter_s: Num | None = None, chunks: Num = 1.0) -> tuple[Num, Num, Num, Num]:
     """(seconds the compute stream waits for the per-unit collectives, seconds of those
-    collectives in all, seconds of the copy kernels) over m micro-batches of `units` equal units
-    (module docstring). Gradient accumulation re-gathers and reduce-scatters every micro-batch;
-    a pipelined stage (pp > 1: fill > 1, fsdp_fill) gathers and reduce-scatters each unit once
-    per step, and the fill waits for `fill` stages' forward gathers in turn."""
+    collectives in all, seconds of the copy kernels, seconds of collectives running beside the
+    step's critical compute, which they slow by the contention fraction) over m micro-batches of
+    `units` equal units (module docstring). Gradient accumulation re-gathers and reduce-scatters
+    every micro-batch; a pipelined stage (pp > 1: fill > 1, fsdp_fill) gathers and
+    reduce-scatters each unit once per step, and the fill waits for `fill` stages' forward
+    gathers in turn: their hidden part slows each of those first forwards, fill times. `chunks`:
+    the model chunks per rank (vp), over which the drain spreads the last backwards' copies."""
     L = _maximum(1.0, units)
     a, r, kf, kb = unit_all_gather_s, unit_reduce_scatter_s, unit_copy_fwd_s, unit_copy_bwd_s
     # the first unit (the embedding on the first stage): its gather opens the forward, its
@@ -154,10 +158,19 @@ def fsdp_exposed_s(m: Num, fwd_s: Num, bwd_s: Num, units: Num, unit_all_gather_s
     total_a, total_r = a1 + (L - 1) * a, r1 + (L - 1) * r
     comm = m * (2 * total_a + total_r - a)
     once_comm = total_a + total_r
-    once = _where(prefetch, fill * fwd + total_r, fill * total_a + total_r), once_comm, L * kb
+    # gathered once per step, a unit's copy-out follows its gather on the first micro-batch's
+    # forward, which the fill crosses rank after rank (fill·L·kf); its copy-in precedes its
+    # reduce-scatter in the last backward (L·(kb - kf) beyond the copy-outs, as
+    # des_costs._fsdp_waits plays them), which the drain crosses as it does a rank's backward:
+    # the first rank's whole and (fill - 1)/chunks of the others' (the interleaved bubble's 1/vp)
+    once_wait = _where(prefetch, fill * fwd + total_r, fill * total_a + total_r)
+    once = (once_wait, once_comm, fill * L * kf + (1.0 + (fill - 1) / chunks) * L * (kb - kf),
+            fill * _where(prefetch, _maximum(0.0, total_a - fwd), 0.0))
     pipelined = fill > 1
-    every = _where(prefetch, m * (fwd + bwd), comm), comm, m * L * (kf + kb)
-    return _where(pipelined, once[0], every[0]), _where(pipelined, once[1], every[1]), _where(pipelined, once[2], every[2])
+    every_wait = _where(prefetch, m * (fwd + bwd), comm)
+    every = every_wait, comm, m * L * (kf + kb), _maximum(0.0, comm - every_wait)
+    return (_where(pipelined, once[0], every[0]), _where(pipelined, once[1], every[1]),
+            _where(pipelined, once[2], every[2]), _where(pipelined, once[3], every[3]))
 
 
 def drain_leads(bwd_s: Sequence[float] | np.ndarray, hops_s: Sequence[float] | np.ndarray, vp: int,

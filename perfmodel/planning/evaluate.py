@@ -349,7 +349,7 @@ class Evaluator:
         bubble = np.where(pp > 1, pipe - m * c["t_worst_s"], 0.0)
         # the step's tail: the largest over the candidate ranks of its own DP exposure and optimizer
         # less its drain lead (analytic.tail_candidates; the first maximum, as max() takes it there)
-        tails = [self._tail(c, k, g, m, zero, pp, overlap_dp_comm, overlap_fsdp_prefetch) for k in range(N_TAILS)]
+        tails = [self._tail(c, k, g, m, zero, pp, vp, overlap_dp_comm, overlap_fsdp_prefetch) for k in range(N_TAILS)]
         ends = np.stack([dp_k + opt_k - c[f"lead_s_{k}"] for k, (dp_k, opt_k) in enumerate(tails)])
         pick = np.argmax(ends, axis=0)
         tail = np.take_along_axis(ends, pick[None, :], axis=0)[0]
@@ -363,7 +363,7 @@ class Evaluator:
         return {"step_time_s": step, "memory_bytes": mem, "pp_bubble_s": bubble, "dp_comm_exposed_s": np.asarray(dp_exp)}
 
     def _tail(self, c: dict[str, np.ndarray], k: int, g: dict[str, np.ndarray], m: np.ndarray, zero: np.ndarray,
-              pp: np.ndarray, overlap_dp_comm: bool,
+              pp: np.ndarray, vp: np.ndarray, overlap_dp_comm: bool,
               overlap_fsdp_prefetch: bool) -> tuple[np.ndarray, np.ndarray]:
         """(exposed DP seconds, optimizer seconds) after candidate rank `k`'s last compute
         (analytic.rank_tail_s), per grid row."""
@@ -376,7 +376,7 @@ class Evaluator:
                                  overlap_fsdp_prefetch, can_overlap(self.system), comm_contention_fraction(self.system),
                                  col("unit_all_gather_s"), col("unit_reduce_scatter_s"), col("unit_copy_fwd_s"),
                                  col("unit_copy_bwd_s"), cf.fsdp_fill(pp), col("first_all_gather_s"),
-                                 col("first_reduce_scatter_s"), col("first_share"), col("grad_window_s"))
+                                 col("first_reduce_scatter_s"), col("first_share"), col("grad_window_s"), vp)
         folded = g["tp"] * g["dp"] * g["cp"]  # MoE parallel folding: edp = tp·cp·dp/(ep·etp), etp 1 in the grid
         dpcp, edp = (g["dp"] * g["cp"]).astype(float), (folded // g["ep"]).astype(float)
         local = cf.local_params(zero, col("dense_params"), col("expert_params"), dpcp, edp)
