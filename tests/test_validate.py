@@ -209,3 +209,22 @@ def test_report_names_a_pred_file_it_cannot_use(tmp_path, capsys):
     assert main(["report", "--runs", str(runs), "--pred", str(other), "--out", str(rep)]) == 2
     assert (f"{other}: field 'run_id': missing column; expected the output of perfmodel validate, with columns "
             "run_id, status, predicted_step_time_s") in capsys.readouterr().err
+
+
+def test_spreadsheet_numbers_are_read_and_a_minimal_file_is_reported(tmp_path):
+    """Digit grouping ("1,024") and an mfu percentage are what a spreadsheet export writes; they
+    predict as the plain numbers do. A runs file with only run_id, model, the layout and the
+    measured time (no source, arch or recompute column) is reported, one source per file."""
+    runs, out, rep = tmp_path / "mine.csv", tmp_path / "pred.csv", tmp_path / "report"
+    with open(runs, "w", newline="") as f:
+        f.write("run_id,model,seq_len,global_batch,tp,dp,accelerator,n_gpus,step_time_s,mfu,tokens_per_s\n"
+                'plain,llama3-8b,8192,1024,8,8,h100,64,10,0.45,838861\n'
+                'grouped,llama3-8b,8192,"1,024",8,8,h100,64,10,45%,"838,861"\n')
+    assert main(["validate", "--runs", str(runs), "--out", str(out)]) == 0
+    rows = {r["run_id"]: r for r in _read(out)[1]}
+    assert rows["grouped"]["status"] == "ok"
+    assert rows["grouped"]["predicted_step_time_s"] == rows["plain"]["predicted_step_time_s"]
+    assert main(["report", "--runs", str(runs), "--pred", str(out), "--out", str(rep)]) == 0
+    text = (rep / "report.md").read_text()
+    assert "| mine.csv | 2 |" in text
+    assert "nan" not in text.split("Worst rows:")[1] and "| tp8 dp8 gb1024 " in text  # blank cells stay blank

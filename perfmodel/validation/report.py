@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from perfmodel.validation.runs import COLUMNS, GROUPED
+
 TARGETS = {"overall_mape": 0.10, "source_mape": 0.15, "kendall_tau": 0.8, "cpu_mape": 0.15}
 
 
@@ -44,6 +46,13 @@ def joined(runs: list[Path], preds: list[Path]) -> pd.DataFrame:
         d = _read(r, "a runs file (docs/DESIGN.md, the validation contract)", {"run_id": str}, encoding=enc)
         d["run_id"] = d["run_id"].fillna("")
         d = d[~d["run_id"].duplicated()]  # a repeated run_id is an error row in the predictions
+        # columns the report groups and labels by; a file without them is still one source
+        if "source" not in d:
+            d["source"] = Path(r).name
+        d["source"] = d["source"].astype(object).where(d["source"].notna(), Path(r).name)
+        for col in COLUMNS:  # the contract's columns a file leaves out read as blank cells
+            if col not in d:
+                d[col] = np.nan
         q = _read(p, "the output of perfmodel validate", {"run_id": str, "message": str},
                   need=("status", "predicted_step_time_s"))
         q["run_id"] = q["run_id"].fillna("")
@@ -51,7 +60,10 @@ def joined(runs: list[Path], preds: list[Path]) -> pd.DataFrame:
     m = pd.concat(frames, ignore_index=True)
     for col in ("step_time_s", "predicted_step_time_s", "tp", "pp", "dp", "n_gpus"):
         if col in m:
-            m[col] = pd.to_numeric(m[col], errors="coerce")
+            # digit grouping ("1,024") read as validate reads it (runs._number)
+            text = m[col].astype(str).str.strip()
+            m[col] = pd.to_numeric(text.where(~text.str.fullmatch(GROUPED.pattern), text.str.replace(",", "")),
+                                   errors="coerce")
     m.loc[~(m["step_time_s"] > 0), "step_time_s"] = np.nan  # 0, negative, NaN, text: not measured
     m["signed_error"] = (m["predicted_step_time_s"] - m["step_time_s"]) / m["step_time_s"]
     m["ape"] = m["signed_error"].abs()
@@ -115,7 +127,10 @@ def charts(m: pd.DataFrame):
     import altair as alt
 
     ok = m[(m["status"] == "ok") & m["step_time_s"].notna()].copy()
-    ok["layout"] = ok.apply(lambda r: f"tp{int(r.tp)} pp{int(r.pp)} dp{int(r.dp) if r.dp == r.dp else '?'}", axis=1)
+    def degree(x: float) -> str:
+        return str(int(x)) if x == x else "?"  # NaN: the row did not say
+
+    ok["layout"] = ok.apply(lambda r: f"tp{degree(r.tp)} pp{degree(r.pp)} dp{degree(r.dp)}", axis=1)
     lo = float(min(ok.step_time_s.min(), ok.predicted_step_time_s.min()))
     hi = float(max(ok.step_time_s.max(), ok.predicted_step_time_s.max()))
     line = pd.DataFrame({"x": [lo, hi], "y": [lo, hi]})
@@ -179,8 +194,12 @@ def summary_markdown(met: pd.DataFrame, m: pd.DataFrame) -> str:
                      f"| {held} |")
     worst = worst_rows(m, 5)
     lines += ["", "Worst rows:", "", "| run | model | layout | measured s | predicted s | error |", "| --- | --- | --- | --- | --- | --- |"]
+    def cell(x: object) -> str:  # a cell as the runs file wrote it; blank where it left it out
+        return "" if isinstance(x, float) and x != x else str(int(x)) if isinstance(x, float) and x == int(x) else str(x)
+
     for r in worst.itertuples():
-        layout = f"tp{r.tp} pp{r.pp} dp{r.dp} mb{r.micro_batch} gb{r.global_batch} {r.recompute}"
+        layout = " ".join(f"{k}{cell(v)}" for k, v in (("tp", r.tp), ("pp", r.pp), ("dp", r.dp), ("mb", r.micro_batch),
+                                                       ("gb", r.global_batch)) if cell(v)) + f" {cell(r.recompute)}"
         model = r.model if isinstance(r.model, str) and r.model else (r.arch if isinstance(r.arch, str) else "-")
         lines.append(f"| {r.run_id} | {model} | {layout} | {r.step_time_s:.4g} | {r.predicted_step_time_s:.4g} | {r.signed_error:+.1%} |")
     n_err = int((m["status"] != "ok").sum())

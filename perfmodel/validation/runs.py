@@ -123,12 +123,19 @@ def check_encoding(row: dict[str, str]) -> None:
             raise RowError(f"column {col}: {bad} in {quote(printable(v))} is not UTF-8; save the file as UTF-8")
 
 
+# a spreadsheet's digit grouping ("1,024", "1,000,000.5"): unambiguous in a quoted CSV cell
+GROUPED = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?")
+
+
 def _number(row: dict[str, str], col: str) -> float | None:
     v = row.get(col, "")
     if v == "":
         return None
+    text = v.replace(",", "") if GROUPED.fullmatch(v) else v
+    # mfu written as a percentage ("45%"); every other column is a plain number
+    scale = 0.01 if col == "mfu" and text.endswith("%") else 1.0
     try:
-        f = float(v)
+        f = float(text[:-1] if scale != 1.0 else text) * scale
     except ValueError:
         raise RowError(f"column {col}: {quote(v)} is not a number") from None
     if not math.isfinite(f):
