@@ -36,16 +36,21 @@ per micro-batch and L its layer instances (one bucket = one layer's share):
     last one) each unit is gathered once per step and reduce-scattered once, after the stage's
     last backward. A stage gathers its first unit lazily, in the pre-forward hook of its first
     micro-batch, once that micro-batch's activation has arrived (torch's PipelineScheduleSingle
-    issues no early unshard), so the pipeline fill crosses the first chunk's forward wait of
-    every earlier rank, then the slowest rank's own: n = 1 + (pp − 1)/vp waits in all; the
+    issues no early unshard), so the pipeline fill crosses every virtual stage's first forward
+    wait (each chunk's units are first used there): n = pp ranks' worth whatever vp; the
     reduce-scatters run after each stage's last send (perform_reduce_grad), only the last
     stage to finish exposing its own:
-      n·(a + (L−1)·max(0, a − f')) + L·r   (no prefetch: n·L·a + L·r), plus L·k_b of copies
+      n·(a + (L−1)·max(0, a − f')) + L·r   (no prefetch: n·L·a + L·r)
+    plus copies: each rank's copy-outs in its first forward, on the fill (n·L·k_f), and its
+    copy-ins in its last backward, on the drain (L·(k_b − k_f) for the first rank, 1/vp of it
+    for each later one, as the interleaved bubble takes a chunk).
     Both are exact for L equal units: the makespan of the two-stream schedule minus its compute;
     des_costs.fsdp_unit_schedule plays the same schedule out over the unequal units of a real stage.
 On a CPU nothing overlaps (the collective runs on the cores that compute). The part that hides
 slows the compute beside it by the NCCL contention fraction c:
     T_dp = exposed + (total − exposed) · c
+(with a pipeline, the gathers hidden behind each rank's first forward slow it on the fill: n
+times their hidden part; the reduce-scatters are exposed).
 Optimizer: local parameters (after ZeRO sharding over dp·cp, expert ones over dp·cp/ep) times
 seconds per parameter, plus the tied-embedding sync.
 Memory per rank: static bytes + activations per micro-batch · in flight + working set + runtime.
@@ -110,9 +115,9 @@ def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_red
     """Exposed data-parallel seconds of one step plus the compute slowed by the hidden part.
     The unit_* arguments are one FSDP unit's collectives and copy kernels, `fill` the stage
     forward waits a pipeline's fill crosses (ZeRO 3 only: fsdp_fill) and `chunks` the model chunks
-    per rank (vp). `grad_window_s`: the last
-    micro-batch's phase during which ZeRO 0-2 gradient buckets become final (default its whole
-    backward; the weight-gradient phase under a schedule that defers it)."""
+    per rank (vp). `grad_window_s`: the last micro-batch's phase during which ZeRO 0-2 gradient
+    buckets become final (default its whole backward; the weight-gradient phase under a schedule
+    that defers it)."""
     L = _maximum(1.0, layers)
     ag, rs = all_gather_s, reduce_scatter_s
     grad = _where(zero == 0, all_reduce_s, _where(zero < 3, rs, 0.0))
