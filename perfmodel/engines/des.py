@@ -15,7 +15,7 @@ pipeline when variability asks for them):
                      a bucket starts when every replica has produced it (without overlapped
                      reduction, when every replica's compute for the stage is done)
     FSDP units       ZeRO-3: every layer instance a unit with its own gather / reduce-scatter
-                     (`fsdp_unit_schedule`: a compute and a communication stream, one-unit-ahead
+                     (`des_costs.fsdp_unit_schedule`: a compute and a communication stream, one-unit-ahead
                      prefetch, re-gather in backward), played out once per chunk; the forward
                      waits before each F, the backward's before each B. With a pipeline the
                      units are gathered before the first micro-batch's F only and their
@@ -57,7 +57,7 @@ import numpy as np
 import simpy
 
 from perfmodel.engines import closed_forms as cf
-from perfmodel.engines.des_costs import ChunkCost, FsdpUnit, chunk_costs, fsdp_unit_schedule
+from perfmodel.engines.des_costs import ChunkCost, chunk_costs
 from perfmodel.engines.stages import (
     can_overlap,
     comm_contention_fraction,
@@ -364,4 +364,4 @@ def stream_utilisation(timeline: list[dict[str, Any]]) -> dict[tuple[int, int], 
     return {k: b / end for k, b in busy.items()}
 
 
-__all__ = ["FsdpUnit", "PipelineSim", "chunk_costs", "des_estimate", "fsdp_unit_schedule", "stream_utilisation"]
+__all__ = ["PipelineSim", "des_estimate", "stream_utilisation"]

@@ -152,3 +152,5 @@ def _buckets(system: System, plan: ParallelPlan, graph: Graph, vstage: int, grad
         done += t
         out.append((done / t_sum if overlap else 1.0, grad_s * q / p_sum))
     return tuple(out)
+
+__all__ = ["ChunkCost", "FsdpUnit", "chunk_costs", "fsdp_unit_schedule"]
