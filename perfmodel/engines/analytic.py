@@ -43,14 +43,6 @@ def tail_candidates(inp: StepInputs, rank_hops: tuple[float, ...]) -> list[tuple
     return [(r, float(lead[r])) for r in (inp.worst_rank, 0, plan.pp - 1)]
 
 
-def grad_window_s(inp: StepInputs, r: int, hops_s: float) -> float:
-    """The last micro-batch's phase during which rank r's gradients become final: its backward
-    (with its p2p wait), or its weight-gradient phase under a schedule that defers it (ZB-H1,
-    DualPipe: the DES's buckets wait for W)."""
-    rank = inp.ranks[r]
-    return rank.wgrad_s if get_schedule(inp.plan.schedule_name).defers_wgrad else rank.bwd_s + hops_s / 2
-
-
 def rank_tail_s(inp: StepInputs, r: int, rank_hops: tuple[float, ...]) -> tuple[float, float]:
     """(exposed data-parallel seconds, optimizer seconds) after pipeline rank `r`'s last compute."""
     plan, system, rank = inp.plan, inp.system, inp.ranks[r]
@@ -65,7 +57,8 @@ def rank_tail_s(inp: StepInputs, r: int, rank_hops: tuple[float, ...]) -> tuple[
                                     comm_contention_fraction(system), dp.unit_all_gather_s, dp.unit_reduce_scatter_s,
                                     dp.unit_copy_fwd_s, dp.unit_copy_bwd_s, cf.fsdp_fill(plan.pp),
                                     dp.first_all_gather_s, dp.first_reduce_scatter_s, dp.first_share,
-                                    grad_window_s(inp, r, h), plan.vp))
+                                    cf.grad_window_s(get_schedule(plan.schedule_name).defers_wgrad, rank.bwd_s,
+                                                     rank.wgrad_s, h), plan.vp))
     return exposed, inp.optimizer_s(r)
 
 

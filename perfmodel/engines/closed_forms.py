@@ -190,6 +190,13 @@ def drain_leads(bwd_s: Sequence[float] | np.ndarray, hops_s: Sequence[float] | n
     return lead
 
 
+def grad_window_s(defers_wgrad: bool, bwd_s: Num, wgrad_s: Num, hops_s: Num) -> Num:
+    """The last micro-batch's phase during which a rank's gradients become final (dp_exposed_s):
+    its backward with its p2p wait, or its weight-gradient phase under a schedule that defers it
+    (ZB-H1, DualPipe: the DES's buckets wait for W)."""
+    return wgrad_s if defers_wgrad else bwd_s + hops_s / 2
+
+
 def fsdp_fill(pp: Num) -> Num:
     """The ZeRO-3 forward waits a pipeline's fill crosses: the first micro-batch's forward is the
     first use of every virtual stage's units, pp·vp chunks of a vp-th of a rank's units each, so
@@ -236,5 +243,6 @@ def rank_memory_bytes(static_bytes: Num, act_per_mb_bytes: Num, flight: Num, wor
     return static_bytes + act_per_mb_bytes * flight + working_bytes + runtime_bytes
 
 
-__all__ = ["dp_exposed_s", "drain_leads", "fsdp_exposed_s", "fsdp_fill", "grad_params", "in_flight", "local_params", "optimizer_step_s",
-           "param_gather_exposed_s", "pipeline_hops_s", "pipeline_s", "rank_memory_bytes"]
+__all__ = ["dp_exposed_s", "drain_leads", "fsdp_exposed_s", "fsdp_fill", "grad_params", "grad_window_s", "in_flight",
+           "local_params", "optimizer_step_s", "param_gather_exposed_s", "pipeline_hops_s", "pipeline_s",
+           "rank_memory_bytes"]

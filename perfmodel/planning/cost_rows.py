@@ -52,7 +52,7 @@ SHARED_COLUMNS = (
 # per candidate rank of the step's tail (analytic.tail_candidates: the slowest, the first, the last):
 # its windows, parameters and units, exposed p2p, drain lead, DP collectives (stages.DpCollectives),
 # the optimizer work that is not element-wise (tied-embedding sync, sp replicated gradients, Muon) and
-# the phase that makes its gradients final (analytic.grad_window_s)
+# the phase that makes its gradients final (closed_forms.grad_window_s)
 TAIL_COLUMNS = ("fwd_s", "bwd_s", "dense_params", "expert_params", "layers", "hops_s", "lead_s", "all_reduce_s",
                 "reduce_scatter_s", "all_gather_s", "unit_all_gather_s", "unit_reduce_scatter_s", "unit_copy_fwd_s",
                 "unit_copy_bwd_s", "first_all_gather_s", "first_reduce_scatter_s", "first_share", "optimizer_extra_s",
