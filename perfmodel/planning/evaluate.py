@@ -244,7 +244,7 @@ class Evaluator:
                     dpc.first_all_gather_s, dpc.first_reduce_scatter_s, dpc.first_share,
                     tied + self.optimizer_matrix(tp, cp, pp, vp, dp, r, place)
                     + self.sp_grad_sync(tp, cp, ep, sp, pp, vp, dp, r, place),
-                    cf.grad_window_s(bool(split_wgrad), st.all_bwd_s[r], st.all_wgrad_s[r], float(hops[r]))]
+                    float(cf.grad_window_s(bool(split_wgrad), st.all_bwd_s[r], st.all_wgrad_s[r], float(hops[r])))]
         out = tuple(row)
         self._costs[key] = out
         return out
