@@ -13,4 +13,13 @@ def spelling(name: str) -> str:
     return re.sub(r"[\s_]+", "-", name.strip().lower())
 
 
-__all__ = ["spelling"]
+_NOTE = re.compile(r"\([^)]*\)|\[[^]]*\]")
+
+
+def spelling_without_notes(name: str) -> str:
+    """spelling() of `name` with its bracketed notes dropped: 'MaxText (JAX)' -> 'maxtext',
+    'selective (attention)' -> 'selective'."""
+    return spelling(_NOTE.sub(" ", name)).strip("-")
+
+
+__all__ = ["spelling", "spelling_without_notes"]

@@ -175,7 +175,7 @@ from typing import Literal
 
 from perfmodel.compute.eager import ElementwiseImpl
 from perfmodel.errors import PerfmodelError
-from perfmodel.names import spelling
+from perfmodel.names import spelling, spelling_without_notes
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.precision import recipe_precision
 from perfmodel.workload.graph import AttentionImpl, CpRing, ExpertGemm
@@ -328,9 +328,8 @@ ALIASES: dict[str, str] = {
 }
 
 
-# what a runs file adds to a stack's name: a bracketed note, a version ('NeMo 2.0', 'DeepSpeed
-# 0.14', 'megatron-core r0.12', a container '24.07') or a release date
-_QUALIFIER = re.compile(r"\([^)]*\)|\[[^]]*\]")
+# what a runs file adds to a stack's name beside a bracketed note: a version ('NeMo 2.0',
+# 'DeepSpeed 0.14', 'megatron-core r0.12', a container '24.07') or a release date
 _VERSION = re.compile(r"(-(v|r)?\d+([.-]\d+)*[a-z]*\d*(\+[a-z0-9.]+)?)+$")
 
 
@@ -340,7 +339,7 @@ def framework_id(name: str) -> str | None:
     key = spelling(name)
     if key in FRAMEWORKS or key in ALIASES:
         return key if key in FRAMEWORKS else ALIASES[key]
-    bare = _VERSION.sub("", spelling(_QUALIFIER.sub(" ", name)).strip("-"))
+    bare = _VERSION.sub("", spelling_without_notes(name))
     return bare if bare in FRAMEWORKS else ALIASES.get(bare)
 
 

@@ -23,7 +23,7 @@ from perfmodel import precision as registry
 from perfmodel.errors import PerfmodelError, SpecError, quote
 from perfmodel.hardware.catalog import parse_model
 from perfmodel.hardware.system import System, resolve_system
-from perfmodel.names import spelling
+from perfmodel.names import spelling, spelling_without_notes
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.validation.match import by_architecture, by_name
 from perfmodel.workload.spec import ModelSpec
@@ -189,7 +189,7 @@ def spelled(vals: dict[str, str], col: str, notes: list[str]) -> str:
     v = vals[col]
     if re.fullmatch(r"\d+\.0*", v.strip()):  # "1.0" from a spreadsheet
         v = v.strip().split(".")[0]
-    key = spelling(re.sub(r"\([^)]*\)|\[[^]]*\]", " ", v)).strip("-")
+    key = spelling_without_notes(v)
     for canon, names in SPELLINGS[col].items():
         if key in names:
             if col == "recompute" and key == "block":
