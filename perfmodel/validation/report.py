@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perfmodel.validation.runs import COLUMNS, GROUPED
+from perfmodel.validation.runs import COLUMNS, ungrouped
 
 TARGETS = {"overall_mape": 0.10, "source_mape": 0.15, "kendall_tau": 0.8, "cpu_mape": 0.15}
 
@@ -60,10 +60,8 @@ def joined(runs: list[Path], preds: list[Path]) -> pd.DataFrame:
     m = pd.concat(frames, ignore_index=True)
     for col in ("step_time_s", "predicted_step_time_s", "tp", "pp", "dp", "n_gpus"):
         if col in m:
-            # digit grouping ("1,024") read as validate reads it (runs._number)
-            text = m[col].astype(str).str.strip()
-            m[col] = pd.to_numeric(text.where(~text.str.fullmatch(GROUPED.pattern), text.str.replace(",", "")),
-                                   errors="coerce")
+            # digit grouping ("1,024") read as validate reads it
+            m[col] = pd.to_numeric(m[col].astype(str).str.strip().map(ungrouped, na_action="ignore"), errors="coerce")
     m.loc[~(m["step_time_s"] > 0), "step_time_s"] = np.nan  # 0, negative, NaN, text: not measured
     m["signed_error"] = (m["predicted_step_time_s"] - m["step_time_s"]) / m["step_time_s"]
     m["ape"] = m["signed_error"].abs()

@@ -124,18 +124,23 @@ def check_encoding(row: dict[str, str]) -> None:
 
 
 # a spreadsheet's digit grouping ("1,024", "1,000,000.5"): unambiguous in a quoted CSV cell
-GROUPED = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?")
+_GROUPED = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?")
+
+
+def ungrouped(text: str) -> str:
+    """`text` without a spreadsheet's digit grouping ('1,024' -> '1024'); anything else as is."""
+    return text.replace(",", "") if _GROUPED.fullmatch(text) else text
 
 
 def _number(row: dict[str, str], col: str) -> float | None:
     v = row.get(col, "")
     if v == "":
         return None
-    text = v.replace(",", "") if GROUPED.fullmatch(v) else v
+    text = ungrouped(v)
     # mfu written as a percentage ("45%"); every other column is a plain number
-    scale = 0.01 if col == "mfu" and text.endswith("%") else 1.0
+    percent = col == "mfu" and text.endswith("%")
     try:
-        f = float(text[:-1] if scale != 1.0 else text) * scale
+        f = float(text[:-1]) / 100 if percent else float(text)
     except ValueError:
         raise RowError(f"column {col}: {quote(v)} is not a number") from None
     if not math.isfinite(f):
