@@ -36,6 +36,13 @@ def _read(path: Path, what: str, dtype: dict[str, type], encoding: str = "utf-8"
     return d
 
 
+def _cell(x: object, blank: str = "") -> str:
+    """A runs-file cell as written, a whole number without '.0'; `blank` where the row left it out."""
+    if isinstance(x, float):
+        return blank if x != x else str(int(x)) if x == int(x) else str(x)
+    return str(x)
+
+
 def joined(runs: list[Path], preds: list[Path]) -> pd.DataFrame:
     frames = []
     for r, p in zip(runs, preds, strict=False):
@@ -125,10 +132,7 @@ def charts(m: pd.DataFrame):
     import altair as alt
 
     ok = m[(m["status"] == "ok") & m["step_time_s"].notna()].copy()
-    def degree(x: float) -> str:
-        return str(int(x)) if x == x else "?"  # NaN: the row did not say
-
-    ok["layout"] = ok.apply(lambda r: f"tp{degree(r.tp)} pp{degree(r.pp)} dp{degree(r.dp)}", axis=1)
+    ok["layout"] = ok.apply(lambda r: f"tp{_cell(r.tp, '?')} pp{_cell(r.pp, '?')} dp{_cell(r.dp, '?')}", axis=1)
     lo = float(min(ok.step_time_s.min(), ok.predicted_step_time_s.min()))
     hi = float(max(ok.step_time_s.max(), ok.predicted_step_time_s.max()))
     line = pd.DataFrame({"x": [lo, hi], "y": [lo, hi]})
@@ -192,12 +196,9 @@ def summary_markdown(met: pd.DataFrame, m: pd.DataFrame) -> str:
                      f"| {held} |")
     worst = worst_rows(m, 5)
     lines += ["", "Worst rows:", "", "| run | model | layout | measured s | predicted s | error |", "| --- | --- | --- | --- | --- | --- |"]
-    def cell(x: object) -> str:  # a cell as the runs file wrote it; blank where it left it out
-        return "" if isinstance(x, float) and x != x else str(int(x)) if isinstance(x, float) and x == int(x) else str(x)
-
     for r in worst.itertuples():
-        layout = " ".join(f"{k}{cell(v)}" for k, v in (("tp", r.tp), ("pp", r.pp), ("dp", r.dp), ("mb", r.micro_batch),
-                                                       ("gb", r.global_batch)) if cell(v)) + f" {cell(r.recompute)}"
+        layout = " ".join(f"{k}{_cell(v)}" for k, v in (("tp", r.tp), ("pp", r.pp), ("dp", r.dp), ("mb", r.micro_batch),
+                                                        ("gb", r.global_batch), ("", r.recompute)) if _cell(v))
         model = r.model if isinstance(r.model, str) and r.model else (r.arch if isinstance(r.arch, str) else "-")
         lines.append(f"| {r.run_id} | {model} | {layout} | {r.step_time_s:.4g} | {r.predicted_step_time_s:.4g} | {r.signed_error:+.1%} |")
     n_err = int((m["status"] != "ok").sum())
