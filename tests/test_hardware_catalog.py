@@ -121,6 +121,8 @@ def test_every_number_in_this_catalogue_cites_a_references_key(cat: catalog.Cata
     ("GH200", "gh200-96gb-hbm3"), ("NVIDIA GH200 120GB", "gh200-96gb-hbm3"), ("AMD Instinct MI250X", "mi250x-gcd"),
     ("TPU v5e", "tpu-v5e"), ("v5litepod", "tpu-v5e"), ("Trillium", "tpu-v6e"), ("TPU v6e", "tpu-v6e"),
     ("TPUv4", "tpu-v4"), ("NVIDIA DGX B200", "b200"), ("HGX H100", "h100-sxm5-80gb"),
+    ("h100-pcie", "h100-pcie-80gb"), ("NVIDIA H100 PCIe", "h100-pcie-80gb"), ("H100 NVL", "h100-nvl-94gb"),
+    ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"), ("a100-pcie", "a100-pcie-80gb"), ("NVIDIA L40S", "l40s"),
 ])
 def test_an_accelerator_written_another_way_is_found_and_said(written: str, acc_id: str) -> None:
     system, msgs = resolve_system(written, None, 8)
@@ -128,9 +130,9 @@ def test_an_accelerator_written_another_way_is_found_and_said(written: str, acc_
     assert f"accelerator {written!r} read as {acc_id}" in msgs[0]
 
 
-@pytest.mark.parametrize("written", ["h100-pcie", "l20", "a100-pcie", "B100", "H100 NVL", "A100-PCIE-40GB"])
+@pytest.mark.parametrize("written", ["l20", "B100", "A100-PCIE-40GB", "L4", "RTX 4090", "H200 NVL"])
 def test_a_chip_the_catalogue_lacks_is_not_guessed(written: str) -> None:
-    with pytest.raises(catalog.UnknownIdError, match=f"unknown accelerator '{written}'; known: a100-sxm4-40gb"):
+    with pytest.raises(catalog.UnknownIdError, match=f"unknown accelerator '{written}'; known: a100-pcie-80gb, a100-sxm4-40gb"):
         resolve_system(written, None, 8)
 
 
@@ -379,7 +381,9 @@ def test_intra_node_curves_are_monotone_and_under_line_rate(cat: catalog.Catalog
             assert pts[-1][1] <= bound, node.id
         eff = node.intra_node.collective_efficiency
         if eff:
-            assert 0.5 < eff.si("dimensionless") < 1.0, node.id
+            # NVLink / xGMI rings reach 0.6-0.9 of line rate; PCIe rings through the CPUs 0.4-0.65
+            low = 0.3 if node.intra_node.fabric.startswith("pcie") else 0.5
+            assert low < eff.si("dimensionless") < 1.0, node.id
 
 
 # --- systems ----------------------------------------------------------------------------------

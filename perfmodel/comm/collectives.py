@@ -20,6 +20,13 @@ drive g_{k-1} GPUs' worth of level-k bandwidth when every group communicates at 
 with t_0 the ring inside one domain over its g_0 ranks and steps_k = 2·ceil(log2 u_k) for an
 all-reduce (a tree over the u_k = g_k / g_{k-1} units) and u_k - 1 for the ring collectives.
 With one rank per node (tp fills the node) a DP ring gets one NIC; with eight it gets eight.
+
+PCIe nodes whose cards are NVLink-bridged in pairs (GPU 2k with 2k + 1; IntraNode.pair_bridge): a
+two-rank group of adjacent ranks (stride 1: tp 2, or cp / dp / ep 2 with every faster degree 1)
+sits inside one pair when the run places an even number of GPUs on each node, and runs
+over the bridge alone: t = alpha_bridge + F(2) · S / busbw_bridge. Any other group's ring crosses
+PCIe between pairs, so it runs at the node fabric's rate: NCCL's ring is as fast as its slowest
+hop (nccl-tests #178: 208 GB/s busbw for two bridged A100 PCIe, about 20 GB/s with a third GPU).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from dataclasses import dataclass
 from perfmodel.hardware.network import MeasuredCurve, bus_factor
 from perfmodel.hardware.system import System
 
-__all__ = ["Placement", "bus_factor", "collective_time_s", "distinct_share", "ep_exchange_time_s", "intra_time_s",
+__all__ = ["Placement", "bridged_pair_time_s", "bus_factor", "collective_time_s", "distinct_share", "ep_exchange_time_s", "intra_time_s",
            "nic_Bps_per_gpu", "placement"]
 
 
@@ -117,6 +124,13 @@ def intra_time_s(system: System, kind: str, size: float, n: int) -> float:
     return level.latency_s + factor * size / level.achieved_Bps
 
 
+def bridged_pair_time_s(system: System, kind: str, size: float) -> float:
+    """One collective between the two GPUs of a bridged pair (module docstring): alpha-beta over
+    the bridge, F(2) = 1 for an all-reduce, 1/2 for an all-gather or reduce-scatter."""
+    level = system.levels[0]
+    return level.pair_latency_s + bus_factor(kind, 2) * size / level.pair_Bps
+
+
 def nic_Bps_per_gpu(system: System) -> float:
     """Achieved one-way bandwidth per GPU into the first scale-out level (0 without one)."""
     return system.levels[1].achieved_Bps if len(system.levels) > 1 else 0.0
@@ -128,6 +142,8 @@ def collective_time_s(system: System, kind: str, size: float, degree: int, strid
     if degree <= 1 or size <= 0:
         return 0.0
     span0 = system.levels[0].span_gpus
+    if degree == 2 and stride == 1 and system.levels[0].pair_Bps > 0.0 and system.gpus_per_node % 2 == 0:
+        return bridged_pair_time_s(system, kind, size)
     if span0 is None or degree * stride <= span0:
         return intra_time_s(system, kind, size, degree)
     place = placement(system, degree, stride)

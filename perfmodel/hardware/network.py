@@ -10,7 +10,8 @@ cluster specs.
 Every level carries the span (GPUs inside one unit of it; the top level is unbounded), the
 per-GPU one-way line rate into it and the measured fraction of it collectives reach, the
 per-step latency, whether the switches reduce in the network (NVLink SHARP / InfiniBand SHARP),
-and, for level 0, the measured nccl-tests bus-bandwidth curves. Numbers are SI floats; every
+and, for level 0, the measured nccl-tests bus-bandwidth curves and, on PCIe nodes whose cards
+are NVLink-bridged in pairs, the bridge's achieved rate and latency. Numbers are SI floats; every
 one comes from a spec field that names its source.
 """
 
@@ -83,6 +84,8 @@ class NetworkLevel:
     in_network_reduction: bool
     oversubscription: float = 1.0
     curves: tuple[MeasuredCurve, ...] = ()
+    pair_Bps: float = 0.0  # achieved one-way bandwidth of a bridge joining GPUs 2k and 2k + 1 (0: none)
+    pair_latency_s: float = 0.0
 
     @property
     def achieved_Bps(self) -> float:
@@ -95,19 +98,27 @@ class NetworkLevel:
         if bandwidth == 1.0 and latency == 1.0:
             return self
         return replace(self, bandwidth_Bps=self.bandwidth_Bps * bandwidth, latency_s=self.latency_s * latency,
-                       curves=tuple(c.scaled(bandwidth, latency, self.latency_s) for c in self.curves))
+                       curves=tuple(c.scaled(bandwidth, latency, self.latency_s) for c in self.curves),
+                       pair_Bps=self.pair_Bps * bandwidth, pair_latency_s=self.pair_latency_s * latency)
 
 
 def _scale_up_level(node: Node, per_node: int) -> NetworkLevel:
     intra = node.intra_node
     multi_host = node.domain_size > node.accelerators_per_node
     kind: LevelKind = "torus" if intra.topology == "torus-3d" else "rack" if multi_host else "scale-up"
+    bridge = intra.pair_bridge
+    pair_Bps, pair_latency_s = 0.0, 0.0
+    if bridge is not None:
+        eff = bridge.collective_efficiency.si("dimensionless") if bridge.collective_efficiency else 1.0
+        pair_Bps = bridge.bandwidth.one_way_Bps("intra_node.pair_bridge.bandwidth") * eff
+        pair_latency_s = bridge.latency.si("seconds")
     return NetworkLevel(
         kind=kind, name=intra.fabric, span_gpus=node.domain_size if multi_host else per_node,
         bandwidth_Bps=intra.bandwidth.one_way_Bps("intra_node.bandwidth"),
         efficiency=intra.collective_efficiency.si("dimensionless") if intra.collective_efficiency else 1.0,
         latency_s=intra.latency.si("seconds"), in_network_reduction=intra.in_network_reduction,
         curves=tuple(MeasuredCurve.from_spec(c) for c in intra.curves),
+        pair_Bps=pair_Bps, pair_latency_s=pair_latency_s,
     )
 
 

@@ -346,6 +346,17 @@ class CollectiveCurve(_Strict):
     source: str
 
 
+class PairBridge(_Strict):
+    """A link joining the accelerators of a node in pairs (NVLink bridges on PCIe cards: GPU 2k with
+    GPU 2k + 1). Only a two-rank group inside one pair runs over it; any larger group's ring crosses
+    the node fabric (comm/collectives.py)."""
+
+    bandwidth: Sourced = Field(description="per accelerator, into the bridge")
+    latency: Sourced
+    collective_efficiency: Sourced | None = Field(
+        None, description="large-message busbw of a two-rank all-reduce over the bridge / line rate (nccl-tests)")
+
+
 class IntraNode(_Strict):
     fabric: str = Field(description="e.g. nvlink4-nvswitch, xgmi, ici-3d-torus, pcie4")
     topology: Literal["switch", "full-mesh", "torus-3d", "ring", "shared-memory"]
@@ -357,6 +368,8 @@ class IntraNode(_Strict):
         None, description="large-message busbw / line rate for ring collectives (nccl-tests)"
     )
     curves: list[CollectiveCurve] = Field(default_factory=list)
+    pair_bridge: PairBridge | None = Field(
+        None, description="a faster link joining the accelerators in pairs (NVLink bridges between PCIe cards)")
 
 
 class Nics(_Strict):
@@ -404,6 +417,16 @@ class Node(_Strict):
                 raise SpecError(field, f"{s.value!r} is not positive", "a positive bandwidth")
         if self.intra_node.latency.si("seconds", "intra_node.latency") <= 0:
             raise SpecError("intra_node.latency", "not positive", "a positive time")
+        bridge = self.intra_node.pair_bridge
+        if bridge is not None:
+            if bridge.bandwidth.one_way_Bps("intra_node.pair_bridge.bandwidth") <= 0:
+                raise SpecError("intra_node.pair_bridge.bandwidth", f"{bridge.bandwidth.value!r} is not positive",
+                                "a positive bandwidth")
+            if bridge.latency.si("seconds", "intra_node.pair_bridge.latency") <= 0:
+                raise SpecError("intra_node.pair_bridge.latency", "not positive", "a positive time")
+            if self.accelerators_per_node % 2:
+                raise SpecError("intra_node.pair_bridge", f"{self.accelerators_per_node} accelerators per node",
+                                "an even number of accelerators (the bridges join them in pairs)")
         if self.nics and self.nics.bandwidth.one_way_Bps("nics.bandwidth") <= 0:
             raise SpecError("nics.bandwidth", "not positive", "a positive bandwidth")
         if self.host_link is not None:
