@@ -146,6 +146,28 @@ def test_megatron_moe_mechanisms_reach_the_plan(tmp_path: Path, capsys: pytest.C
     assert (plan["moe_dispatcher"], plan["moe_imbalance"], plan["moe_a2a_sms"]) == ("flex", 1.0, 24)
 
 
+def test_megatron_moe_expert_gemms_are_per_expert(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Megatron-Core issues one GEMM per local expert with --moe-grouped-gemm (TEGroupedMLP on
+    Transformer Engine's GroupedLinear) and without it (SequentialMLP): a MoE job is per-expert and
+    the flag is read, not listed as ignored; a dense job states nothing; a command line that names
+    --expert-gemm wins over what the job implies."""
+    base = ("--num-layers 4 --hidden-size 2048 --ffn-hidden-size 6144 --num-attention-heads 32 --seq-length 4096 "
+            "--vocab-size 151936 --num-experts 128 --moe-router-topk 8 --moe-ffn-hidden-size 768 "
+            "--expert-model-parallel-size 8 --micro-batch-size 1 --global-batch-size 64 --bf16 ")
+    grouped = parse_megatron_args(base + "--moe-grouped-gemm")
+    assert grouped.layout["expert_gemm"] == "per-expert" and "--moe-grouped-gemm" not in grouped.ignored
+    assert parse_megatron_args(base).layout["expert_gemm"] == "per-expert"
+    dense = parse_megatron_args("--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+                                "--vocab-size 50257 --micro-batch-size 1 --global-batch-size 8 --bf16")
+    assert dense.layout["expert_gemm"] is None
+    args = tmp_path / "moe.args"
+    args.write_text(base + "--moe-grouped-gemm")
+    for extra, want in (([], "per-expert"), (["--expert-gemm", "grouped"], "grouped")):
+        assert main(["estimate", "--megatron-args-file", str(args), "--hardware", "h100-sxm5-80gb", "--n-gpus", "8",
+                     "--calibration", "none", "--json", *extra]) == 0
+        assert json.loads(capsys.readouterr().out)["plan"]["expert_gemm"] == want
+
+
 def test_megatron_cuda_graphs_reach_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A job that graphs whole layers (full_iteration; local / transformer_engine over the whole layer,
     also by the deprecated flags) runs one host launch per layer; a partial capture (attention, router

@@ -38,7 +38,8 @@ What is read (Megatron's defaults where the list is silent):
   (adam = AdamW, sgd) with --exp-avg-dtype / --exp-avg-sq-dtype (fp32, or bf16 for both: adamw-bf16),
   --use-distributed-optimizer (ZeRO-1), --use-torch-fsdp2 / --use-custom-fsdp (ZeRO-3),
   --activation-func-fp8-input-store (SwiGLU inputs kept in fp8).
-- MoE mechanisms: --moe-token-dispatcher-type (alltoall / flex), --overlap-moe-expert-parallel-comm,
+- MoE mechanisms: --moe-grouped-gemm (with or without it Megatron-Core issues one GEMM per local
+  expert: expert_gemm per-expert), --moe-token-dispatcher-type (alltoall / flex), --overlap-moe-expert-parallel-comm,
   --moe-shared-expert-overlap, --moe-router-force-load-balancing (balanced routing: moe_imbalance 1),
   --moe-flex-dispatcher-num-sms (or the deprecated --moe-deepep-num-sms / --moe-hybridep-num-sms).
 - CUDA graphs: --cuda-graph-impl (none / local / transformer_engine / full_iteration) with
@@ -68,7 +69,7 @@ FLAGS = frozenset({"swiglu", "untie-embeddings-and-output-weights", "disable-bia
                    "no-position-embedding", "add-qkv-bias", "squared-relu", "is-hybrid-model",
                    "mtp-use-repeated-layer", "moe-router-force-load-balancing", "overlap-moe-expert-parallel-comm",
                    "moe-shared-expert-overlap", "enable-cuda-graph", "external-cuda-graph",
-                   "activation-func-fp8-input-store", "use-precision-aware-optimizer"})
+                   "activation-func-fp8-input-store", "use-precision-aware-optimizer", "moe-grouped-gemm"})
 VALUED = frozenset({"num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "num-query-groups",
                     "kv-channels", "seq-length", "vocab-size", "tokenizer-type", "make-vocab-size-divisible-by",
                     "normalization", "position-embedding-type", "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
@@ -293,8 +294,18 @@ def _job(got: dict[str, Any], ignored: list[str], model_id: str, source: str) ->
         data["activation"] = "squared_relu"
     data.update(_hybrid(got, L, h))
     spec = ModelSpec.model_validate(data)
-    return MegatronJob(spec, {**_layout(got, L, tp, pp), **_moe_mechanisms(got), "cuda_graphs": _cuda_graphs(got)},
+    mechanisms = {**_moe_mechanisms(got), "expert_gemm": _expert_gemm(got) if spec.family == "moe" else None}
+    return MegatronJob(spec, {**_layout(got, L, tp, pp), **mechanisms, "cuda_graphs": _cuda_graphs(got)},
                        tuple(ignored))
+
+
+def _expert_gemm(got: dict[str, Any]) -> str:
+    """How Megatron-Core issues an MoE layer's expert GEMMs: one per local expert either way.
+    --moe-grouped-gemm builds TEGroupedMLP, whose Transformer Engine GroupedLinear runs one
+    cuBLASLt GEMM per expert over 4 streams (ParallelPlan.expert_gemm `per-expert`); without it
+    SequentialMLP loops over the experts, a GEMM pair and an activation per expert on one stream,
+    which `per-expert` undercounts by the activation launches (a lower bound)."""
+    return "per-expert"
 
 
 def _hybrid(got: dict[str, Any], L: int, h: int) -> dict[str, Any]:
