@@ -39,7 +39,7 @@ SCALES = [0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 4.0]
 WHATIF = {  # key -> (label, System.scaled keyword)
     "s_flops": ("peak FLOP/s", "flops"),
     "s_hbm": ("HBM bandwidth", "hbm_bw"),
-    "s_intra": ("scale-up (NVLink) bandwidth", "intra_bw"),
+    "s_intra": ("scale-up (NVLink, PCIe, xGMI, ICI) bandwidth", "intra_bw"),
     "s_inter": ("scale-out (network) bandwidth", "inter_bw"),
     "s_lat": ("link latency", "latency"),
 }
