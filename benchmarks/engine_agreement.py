@@ -1,10 +1,11 @@
 """How far the analytic engine is from the discrete-event one on random layouts.
 
     python benchmarks/engine_agreement.py [--seed 1] [--layouts 200] [--schedules all|dualpipe]
+                                          [--hardware h100-sxm5-80gb]
 
 The analytic engine's closed forms stand for what the DES plays; a layout where the two differ
 by more than a few per cent is a closed form to look at (the session notes list the ones found
-this way and fixed). Random layouts of five workloads on one H100 system: tp, pp, dp, ep, vp,
+this way and fixed). Random layouts of five workloads on one system (H100 SXM unless --hardware): tp, pp, dp, ep, vp,
 micro-batch, sequence length, every schedule, ZeRO 0-3, recompute and the overlap flags; layouts
 a workload cannot run are skipped. Prints the median |DES / analytic - 1|, how many layouts
 differ by more than 2 % and 5 %, and the worst ones. Physics only (no calibration profile), so
@@ -47,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--layouts", type=int, default=200)
     ap.add_argument("--schedules", choices=("all", "dualpipe"), default="all")
+    ap.add_argument("--hardware", default="h100-sxm5-80gb", help="an accelerator, node or cluster id")
     a = ap.parse_args(argv)
     schedules = ("dualpipe",) if a.schedules == "dualpipe" else ("1f1b", "gpipe", "interleaved", "zb-h1")
     rng = random.Random(a.seed)
@@ -55,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         wl, kw = random_layout(rng, schedules)
         try:
             plan = ParallelPlan(**kw)
-            an = estimate(wl, "h100-sxm5-80gb", plan, engine="analytic", calibration="none")
-            des = estimate(wl, "h100-sxm5-80gb", plan, engine="des", calibration="none")
+            an = estimate(wl, a.hardware, plan, engine="analytic", calibration="none")
+            des = estimate(wl, a.hardware, plan, engine="des", calibration="none")
         except PerfmodelError:
             continue
         rows.append((des.step_time_s / an.step_time_s - 1, wl, kw))

@@ -91,3 +91,24 @@ def test_the_bridge_is_a_spec_field_not_a_rule() -> None:
     without = estimate("llama3-8b", bare, plan, calibration="none")
     assert without.breakdown_s["tp_ep_cp_comm_s"] > 3 * with_bridge.breakdown_s["tp_ep_cp_comm_s"]
     assert without.step_time_s > with_bridge.step_time_s
+
+
+def test_pipeline_neighbours_are_no_bridged_pair_beyond_pp_2() -> None:
+    """Stages s and s + 1 of a pp 4 pipeline (tp = cp = dp = 1) sit on ranks 1 and 2 for one hop:
+    different bridges, so a send crosses PCIe (Gen4: 32e9 x 0.63 and NCCL's 88.2 us); with pp 2 the
+    only hop is ranks 0 -> 1, one bridged pair. The tied embedding's all-reduce between the first
+    and last stage likewise (ranks 0 and 3 for pp 4)."""
+    from perfmodel.engines.stages import model_graph, p2p_time_s, tied_embedding_sync_s
+    from perfmodel.workload.catalog import load_workloads
+
+    s, _ = resolve_system("a100-pcie-80gb", None, 8)
+    spec = load_workloads()["gpt2-124m"]
+    plans = {pp: ParallelPlan(pp=pp, micro_batch=8, global_batch=64, seq_len=1024) for pp in (2, 4)}
+    t = {pp: p2p_time_s(s, plan, model_graph(spec, plan), spec) for pp, plan in plans.items()}
+    size = (t[4] - PCIE_RING_LATENCY_S) * 32e9 * 0.63  # the activation bytes, from the PCIe hop
+    assert size > 1e6
+    assert t[2] == pytest.approx(BRIDGE_LATENCY_S + size / (300e9 * 0.69), rel=1e-9)
+    assert collective_time_s(s, "send_recv", size, 2, 1) == pytest.approx(t[2], rel=1e-9)  # a tp-like pair
+    emb = spec.vocab * spec.hidden * plans[4].grad_bytes  # tp 1
+    assert tied_embedding_sync_s(s, plans[4], spec) == pytest.approx(PCIE_RING_LATENCY_S + emb / (32e9 * 0.63), rel=1e-9)
+    assert tied_embedding_sync_s(s, plans[2], spec) == pytest.approx(BRIDGE_LATENCY_S + emb / (300e9 * 0.69), rel=1e-9)

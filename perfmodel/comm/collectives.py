@@ -24,7 +24,10 @@ With one rank per node (tp fills the node) a DP ring gets one NIC; with eight it
 PCIe nodes whose cards are NVLink-bridged in pairs (GPU 2k with 2k + 1; IntraNode.pair_bridge): a
 two-rank group of adjacent ranks (stride 1: tp 2, or cp / dp / ep 2 with every faster degree 1)
 sits inside one pair when the run places an even number of GPUs on each node, and runs
-over the bridge alone: t = alpha_bridge + F(2) · S / busbw_bridge. Any other group's ring crosses
+over the bridge alone: t = alpha_bridge + F(2) · S / busbw_bridge. Pipeline neighbours are not
+such a group (ranks 1 and 2 sit in different pairs), so a pipeline send, whose steady state the
+slowest hop sets, and the first / last stage's embedding all-reduce cross PCIe (`aligned`
+False). Any other group's ring crosses
 PCIe between pairs, so it runs at the node fabric's rate: NCCL's ring is as fast as its slowest
 hop (nccl-tests #178: 208 GB/s busbw for two bridged A100 PCIe, about 20 GB/s with a third GPU).
 """
@@ -136,13 +139,18 @@ def nic_Bps_per_gpu(system: System) -> float:
     return system.levels[1].achieved_Bps if len(system.levels) > 1 else 0.0
 
 
-def collective_time_s(system: System, kind: str, size: float, degree: int, stride: int = 1) -> float:
+def collective_time_s(system: System, kind: str, size: float, degree: int, stride: int = 1,
+                      aligned: bool = True) -> float:
     """Seconds for one collective of `size` bytes (nccl-tests size) over `degree` ranks whose
-    neighbours are `stride` apart in Megatron rank order."""
+    neighbours are `stride` apart in Megatron rank order. `aligned`: the ranks are a parallel
+    group, {b + i·stride} with b a multiple of degree·stride (a tp, cp, dp or ep group); False for
+    a pair that is not one (pipeline neighbours s and s + 1, the first and last stage), which then
+    never counts as one bridged pair."""
     if degree <= 1 or size <= 0:
         return 0.0
     span0 = system.levels[0].span_gpus
-    if degree == 2 and stride == 1 and system.levels[0].pair_Bps > 0.0 and system.gpus_per_node % 2 == 0:
+    if (aligned and degree == 2 and stride == 1 and system.levels[0].pair_Bps > 0.0
+            and system.gpus_per_node % 2 == 0):
         return bridged_pair_time_s(system, kind, size)
     if span0 is None or degree * stride <= span0:
         return intra_time_s(system, kind, size, degree)

@@ -257,13 +257,15 @@ def p2p_time_s(system: System, plan: ParallelPlan, graph: Graph, spec: ModelSpec
     _, stride = group_stride(plan, "pp")
     if spec is None:  # imported graph: the biggest body-layer input is what crosses
         size = max((layer.input_bytes for layer in graph.layers if layer.kind not in EDGE_KINDS), default=0.0)
-        return collective_time_s(system, "send_recv", size, 2, stride) * system.p2p_time_factor
+        return collective_time_s(system, "send_recv", size, 2, stride, aligned=plan.pp == 2) * system.p2p_time_factor
     tokens = graph.tokens // plan.cp
     # each tp rank sends 1/tp of the activation and the receivers all-gather it over the
     # scale-up fabric (Megatron's scatter/gather optimisation, Narayanan et al. 2021 §4.1;
     # with sequence parallelism the activation is already split); hyper-connections send n streams
     size = tokens * spec.hidden * streams(spec) * ACT_BYTES / plan.tp
-    return collective_time_s(system, "send_recv", size, 2, stride) * system.p2p_time_factor
+    # stage neighbours s, s + 1 are an aligned pair only when pp is 2: on a bridged PCIe node every
+    # other hop of a longer pipeline crosses PCIe, and its steady state is set by the slowest hop
+    return collective_time_s(system, "send_recv", size, 2, stride, aligned=plan.pp == 2) * system.p2p_time_factor
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,7 +386,7 @@ def tied_embedding_sync_s(system: System, plan: ParallelPlan, spec: ModelSpec | 
     if spec is None or plan.pp == 1 or not spec.tied_embeddings or not spec.vocab:
         return 0.0
     emb = spec.vocab * spec.hidden / plan.tp * plan.grad_bytes
-    return collective_time_s(system, "all_reduce", emb, 2, plan.tp * plan.cp * plan.dp)
+    return collective_time_s(system, "all_reduce", emb, 2, plan.tp * plan.cp * plan.dp, aligned=plan.pp == 2)
 
 
 # weights every tp rank holds whole while their inputs are sequence-parallel shards: the layer
