@@ -23,13 +23,13 @@ With one rank per node (tp fills the node) a DP ring gets one NIC; with eight it
 
 PCIe nodes whose cards are NVLink-bridged in pairs (GPU 2k with 2k + 1; IntraNode.pair_bridge): a
 two-rank group of adjacent ranks (stride 1: tp 2, or cp / dp / ep 2 with every faster degree 1)
-sits inside one pair when the run places an even number of GPUs on each node, and runs
-over the bridge alone: t = alpha_bridge + F(2) · S / busbw_bridge. Pipeline neighbours are not
-such a group (ranks 1 and 2 sit in different pairs), so a pipeline send, whose steady state the
-slowest hop sets, and the first / last stage's embedding all-reduce cross PCIe (`aligned`
-False). Any other group's ring crosses
-PCIe between pairs, so it runs at the node fabric's rate: NCCL's ring is as fast as its slowest
-hop (nccl-tests #178: 208 GB/s busbw for two bridged A100 PCIe, about 20 GB/s with a third GPU).
+sits inside one pair when the run places an even number of GPUs on each node, and runs over the
+bridge alone: t = alpha_bridge + F(2) · S / busbw_bridge. Pipeline neighbours are no such group
+beyond pp 2 (ranks 1 and 2 sit in different pairs), so a pipeline send, whose steady state the
+slowest hop sets, and the first / last stage's embedding all-reduce cross PCIe (`aligned` False).
+Any other group's ring crosses PCIe between pairs and runs at the node fabric's rate: NCCL's ring
+is as fast as its slowest hop (nccl-tests #178: 208 GB/s busbw for two bridged A100 PCIe, about
+20 GB/s with a third GPU).
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from perfmodel.hardware.network import MeasuredCurve, bus_factor
 from perfmodel.hardware.system import System
 
-__all__ = ["Placement", "bridged_pair_time_s", "bus_factor", "collective_time_s", "distinct_share", "ep_exchange_time_s", "intra_time_s",
-           "nic_Bps_per_gpu", "placement"]
+__all__ = ["Placement", "bridged_pair_time_s", "bus_factor", "collective_time_s", "distinct_share",
+           "ep_exchange_time_s", "intra_time_s", "nic_Bps_per_gpu", "placement"]
 
 
 @dataclass(frozen=True, slots=True)
