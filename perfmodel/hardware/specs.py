@@ -412,21 +412,17 @@ class Node(_Strict):
     def _check(self) -> Node:
         from perfmodel.errors import SpecError
 
-        for field, s in (("intra_node.bandwidth", self.intra_node.bandwidth),):
-            if s.one_way_Bps(field) <= 0:
-                raise SpecError(field, f"{s.value!r} is not positive", "a positive bandwidth")
-        if self.intra_node.latency.si("seconds", "intra_node.latency") <= 0:
-            raise SpecError("intra_node.latency", "not positive", "a positive time")
-        bridge = self.intra_node.pair_bridge
-        if bridge is not None:
-            if bridge.bandwidth.one_way_Bps("intra_node.pair_bridge.bandwidth") <= 0:
-                raise SpecError("intra_node.pair_bridge.bandwidth", f"{bridge.bandwidth.value!r} is not positive",
-                                "a positive bandwidth")
-            if bridge.latency.si("seconds", "intra_node.pair_bridge.latency") <= 0:
-                raise SpecError("intra_node.pair_bridge.latency", "not positive", "a positive time")
-            if self.accelerators_per_node % 2:
-                raise SpecError("intra_node.pair_bridge", f"{self.accelerators_per_node} accelerators per node",
-                                "an even number of accelerators (the bridges join them in pairs)")
+        links: list[tuple[str, IntraNode | PairBridge]] = [("intra_node", self.intra_node)]
+        if (bridge := self.intra_node.pair_bridge) is not None:
+            links.append(("intra_node.pair_bridge", bridge))
+        for name, link in links:
+            if link.bandwidth.one_way_Bps(f"{name}.bandwidth") <= 0:
+                raise SpecError(f"{name}.bandwidth", f"{link.bandwidth.value!r} is not positive", "a positive bandwidth")
+            if link.latency.si("seconds", f"{name}.latency") <= 0:
+                raise SpecError(f"{name}.latency", "not positive", "a positive time")
+        if bridge is not None and self.accelerators_per_node % 2:
+            raise SpecError("intra_node.pair_bridge", f"{self.accelerators_per_node} accelerators per node",
+                            "an even number of accelerators (the bridges join them in pairs)")
         if self.nics and self.nics.bandwidth.one_way_Bps("nics.bandwidth") <= 0:
             raise SpecError("nics.bandwidth", "not positive", "a positive bandwidth")
         if self.host_link is not None:
