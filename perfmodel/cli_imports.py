@@ -99,11 +99,12 @@ def _apply_layout(a: argparse.Namespace, lay: dict[str, Any]) -> argparse.Namesp
     b.act_fp8_input_store = lay.get("act_fp8_input_store") or getattr(a, "act_fp8_input_store", False)
     b.schedule = lay.get("schedule") or a.schedule
     for key in ("moe_dispatcher", "moe_a2a_overlap", "moe_shared_overlap", "moe_imbalance", "moe_a2a_sms",
-                "cuda_graphs", "expert_gemm"):
-        if key == "expert_gemm" and getattr(a, key, None):
-            continue  # the job implies it from Megatron-Core's code; a command line that names one wins
+                "cuda_graphs"):
         if lay.get(key) is not None:  # what the job states; else the command line's (or the stack's default)
             setattr(b, key, lay[key])
+    # the job implies its expert GEMMs from Megatron-Core's code: a command line that names one wins
+    if lay.get("expert_gemm") is not None and not getattr(a, "expert_gemm", None):
+        b.expert_gemm = lay["expert_gemm"]
     b.dp = lay.get("dp") or a.dp
     if lay.get("global_batch"):
         b.global_batch = lay["global_batch"]

@@ -90,6 +90,12 @@ RECIPES = {"delayed": ("fp8", "delayed"), "tensorwise": ("fp8", "current"), "blo
 ALIASES = {"tensor-parallel-size": "tensor-model-parallel-size", "pipeline-parallel-size": "pipeline-model-parallel-size",
            "moe-router-top-k": "moe-router-topk", "num-moe-experts": "num-experts",
            "gated-linear-unit": "swiglu", "cuda-graph-scope": "cuda-graph-modules"}
+# How Megatron-Core issues an MoE layer's expert GEMMs, one per local expert either way:
+# --moe-grouped-gemm builds TEGroupedMLP, whose Transformer Engine GroupedLinear runs one cuBLASLt
+# GEMM per expert over 4 streams (ParallelPlan.expert_gemm `per-expert`); without it SequentialMLP
+# loops over the experts, a GEMM pair and an activation per expert on one stream, which
+# `per-expert` undercounts by the activation launches (a lower bound).
+MEGATRON_EXPERT_GEMM = "per-expert"
 UNSET = ("None", "null", "Null", "NULL", "~")  # a Bridge override's value for "not given": Python's / YAML's nothing
 BRIDGE_BOOL = {"true": True, "false": False, "1": True, "0": False}
 
@@ -294,18 +300,9 @@ def _job(got: dict[str, Any], ignored: list[str], model_id: str, source: str) ->
         data["activation"] = "squared_relu"
     data.update(_hybrid(got, L, h))
     spec = ModelSpec.model_validate(data)
-    mechanisms = {**_moe_mechanisms(got), "expert_gemm": _expert_gemm(got) if spec.family == "moe" else None}
+    mechanisms = {**_moe_mechanisms(got), "expert_gemm": MEGATRON_EXPERT_GEMM if spec.family == "moe" else None}
     return MegatronJob(spec, {**_layout(got, L, tp, pp), **mechanisms, "cuda_graphs": _cuda_graphs(got)},
                        tuple(ignored))
-
-
-def _expert_gemm(got: dict[str, Any]) -> str:
-    """How Megatron-Core issues an MoE layer's expert GEMMs: one per local expert either way.
-    --moe-grouped-gemm builds TEGroupedMLP, whose Transformer Engine GroupedLinear runs one
-    cuBLASLt GEMM per expert over 4 streams (ParallelPlan.expert_gemm `per-expert`); without it
-    SequentialMLP loops over the experts, a GEMM pair and an activation per expert on one stream,
-    which `per-expert` undercounts by the activation launches (a lower bound)."""
-    return "per-expert"
 
 
 def _hybrid(got: dict[str, Any], L: int, h: int) -> dict[str, Any]:
