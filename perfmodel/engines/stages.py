@@ -257,12 +257,11 @@ def p2p_time_s(system: System, plan: ParallelPlan, graph: Graph, spec: ModelSpec
     _, stride = group_stride(plan, "pp")
     if spec is None:  # imported graph: the biggest body-layer input is what crosses
         size = max((layer.input_bytes for layer in graph.layers if layer.kind not in EDGE_KINDS), default=0.0)
-        return collective_time_s(system, "send_recv", size, 2, stride, aligned=plan.pp == 2) * system.p2p_time_factor
-    tokens = graph.tokens // plan.cp
-    # each tp rank sends 1/tp of the activation and the receivers all-gather it over the
-    # scale-up fabric (Megatron's scatter/gather optimisation, Narayanan et al. 2021 §4.1;
-    # with sequence parallelism the activation is already split); hyper-connections send n streams
-    size = tokens * spec.hidden * streams(spec) * ACT_BYTES / plan.tp
+    else:
+        # each tp rank sends 1/tp of the activation and the receivers all-gather it over the
+        # scale-up fabric (Megatron's scatter/gather optimisation, Narayanan et al. 2021 §4.1;
+        # with sequence parallelism the activation is already split); hyper-connections send n streams
+        size = graph.tokens // plan.cp * spec.hidden * streams(spec) * ACT_BYTES / plan.tp
     # stage neighbours s, s + 1 are an aligned pair only when pp is 2: on a bridged PCIe node every
     # other hop of a longer pipeline crosses PCIe, and its steady state is set by the slowest hop
     return collective_time_s(system, "send_recv", size, 2, stride, aligned=plan.pp == 2) * system.p2p_time_factor
