@@ -336,11 +336,12 @@ _VERSION = re.compile(r"(-(v|r)?\d+([.-]\d+)*[a-z]*\d*(\+[a-z0-9.]+)?)+$")
 def framework_id(name: str) -> str | None:
     """The stack `name` means (its id, or an alias up to case, spaces and '_', with a bracketed
     note or a trailing version dropped: 'NeMo 2.0', 'MaxText (JAX)'); None if none."""
-    key = spelling(name)
-    if key in FRAMEWORKS or key in ALIASES:
-        return key if key in FRAMEWORKS else ALIASES[key]
-    bare = _VERSION.sub("", spelling_without_notes(name))
-    return bare if bare in FRAMEWORKS else ALIASES.get(bare)
+    for key in (spelling(name), _VERSION.sub("", spelling_without_notes(name))):
+        if key in FRAMEWORKS:
+            return key
+        if key in ALIASES:
+            return ALIASES[key]
+    return None
 
 
 def framework(name: str | None) -> Framework:
