@@ -24,7 +24,8 @@ from perfmodel import cli
 from perfmodel.errors import SpecError, UnitWarning, UnknownIdError, quote
 from perfmodel.hardware import catalog
 from perfmodel.hardware.limits import RULES
-from perfmodel.hardware.specs import Accelerator, Cluster, Fabric, Node, Sourced
+from perfmodel.hardware.specs import Accelerator, Sourced
+from perfmodel.hardware.system_specs import Cluster, Fabric, Node
 from perfmodel.validation.predict import validate_file
 from perfmodel.validation.runs import OUTPUT_COLUMNS
 from perfmodel.workload import catalog as wcatalog

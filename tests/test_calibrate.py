@@ -9,7 +9,8 @@ import pytest
 
 from perfmodel.calibration import host, microbench
 from perfmodel.hardware.catalog import _check_sources, parse_model, read_yaml
-from perfmodel.hardware.specs import Accelerator, Node
+from perfmodel.hardware.specs import Accelerator
+from perfmodel.hardware.system_specs import Node
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,8 @@ import pytest
 from perfmodel.calibration.nccl_tests import curve_from_nccl, parse_nccl_tests
 from perfmodel.calibration.trace_import import apply_to_spec, parse_torch_trace, read_torch_trace
 from perfmodel.hardware.catalog import REPO_ROOT, parse_model, read_yaml
-from perfmodel.hardware.specs import Accelerator, Node
+from perfmodel.hardware.specs import Accelerator
+from perfmodel.hardware.system_specs import Node
 
 DATA = Path(__file__).parent / "data"
 SPECS = REPO_ROOT / "hardware_specs"

@@ -11,8 +11,8 @@ import pytest
 from perfmodel import ParallelPlan, estimate
 from perfmodel.comm.collectives import collective_time_s
 from perfmodel.hardware.catalog import load_catalog
-from perfmodel.hardware.specs import Node
 from perfmodel.hardware.system import resolve_system
+from perfmodel.hardware.system_specs import Node
 
 GIB = 2**30
 PCIE_RING_LATENCY_S = 8.4e-6 + 14 * 5.7e-6  # NCCL ring Simple, 8 ranks over PCI

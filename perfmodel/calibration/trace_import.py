@@ -415,7 +415,8 @@ def apply_to_spec(spec_yaml_path: str | Path | None = None, *, gemm: list[dict[s
     path} for what was written.
     """
     from perfmodel.hardware.catalog import parse_model
-    from perfmodel.hardware.specs import Accelerator, Node
+    from perfmodel.hardware.specs import Accelerator
+    from perfmodel.hardware.system_specs import Node
 
     date = date or dt.date.today().isoformat()
     written: dict[str, str] = {}

@@ -27,7 +27,8 @@ from perfmodel.errors import SpecError, UnitWarning, UnknownIdError, quote
 from perfmodel.hardware.host_cpu import HOST_CPU, HOST_NODE, host_cpu_alias, own_calibration
 from perfmodel.hardware.limits import check_quantities
 from perfmodel.hardware.reading import read_yaml
-from perfmodel.hardware.specs import Accelerator, Cluster, Fabric, Node, Sourced
+from perfmodel.hardware.specs import Accelerator, Sourced
+from perfmodel.hardware.system_specs import Cluster, Fabric, Node
 from perfmodel.names import spelling
 
 __all__ = ["Catalog", "add_specs_dir", "load_catalog", "parse_model", "read_yaml", "specs_dir"]

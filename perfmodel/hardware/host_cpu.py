@@ -20,7 +20,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from perfmodel.errors import SpecError
-from perfmodel.hardware.specs import Accelerator, HostCpu, Node
+from perfmodel.hardware.specs import Accelerator, HostCpu
+from perfmodel.hardware.system_specs import Node
 
 HOST_CPU, HOST_NODE = "host-cpu", "host-node"
 HOST_CPU_FALLBACK = "host-cpu-zen4"

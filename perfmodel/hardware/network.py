@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
-from perfmodel.hardware.specs import Cluster, CollectiveCurve, Fabric, Node
+from perfmodel.hardware.system_specs import Cluster, CollectiveCurve, Fabric, Node
 
 LevelKind = Literal["scale-up", "rack", "torus", "leaf", "rail", "spine", "scale-out"]
 

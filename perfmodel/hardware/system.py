@@ -17,7 +17,8 @@ from perfmodel.errors import LayoutError, UnknownIdError
 from perfmodel.hardware.catalog import Catalog, load_catalog
 from perfmodel.hardware.host_cpu import HOST_CPU, HOST_NODE
 from perfmodel.hardware.network import NetworkLevel, network_levels
-from perfmodel.hardware.specs import Accelerator, Cluster, Fabric, Node
+from perfmodel.hardware.specs import Accelerator
+from perfmodel.hardware.system_specs import Cluster, Fabric, Node
 from perfmodel.names import spelling
 from perfmodel.units import Dimension, parse_quantity
 
