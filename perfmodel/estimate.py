@@ -151,7 +151,8 @@ def _mechanisms(plan: ParallelPlan) -> str:
     low_precision = registry.get(plan.precision).gemm_operand_bytes < 2  # the casts exist only below 16 bits
     on = [name for name, flag in (("tp overlap", plan.overlap_tp_comm), ("p2p overlap", plan.overlap_p2p_comm),
                                   ("fused fp8 casts", plan.fp8_fused_casts and low_precision),
-                                  ("fused loss", plan.fused_cross_entropy),
+                                  ("fused loss", plan.cross_entropy_impl == "fused"),
+                                  ("fused classifier", plan.cross_entropy_impl == "classifier"),
                                   ("cuda graphs", plan.cuda_graphs), ("unfused attention", plan.attention_impl == "unfused"),
                                   ("FlashAttention-1-era attention", plan.attention_impl == "flash1"),
                                   (f"cp ring {plan.cp_ring}", plan.cp > 1 and plan.cp_ring != "p2p"),

@@ -118,7 +118,11 @@ def op_saved_bytes(op: Op, plan: ParallelPlan) -> float:
     same): the recipe's element plus its scale share (1 B for delayed / current fp8, 1 + 1/32 B for
     MXFP8, 0.5 + 1/16 B for NVFP4) instead of 2 B. The graph's GEMM ops save exactly their bf16
     input (workload/op_make.py gemm_op, workload/moe.py _grouped); a 16-bit GEMM (the LM head, the
-    fp32 router) keeps it as is, and without TE's casts (torchao) the bf16 input stays."""
+    fp32 router) keeps it as is, and without TE's casts (torchao) the bf16 input stays. llm.c's
+    fused classifier (plan.cross_entropy_impl 'classifier') keeps the logits' gradient in bf16 over
+    the logits, 2 B per logit where the graph's loss saves an fp32 one."""
+    if plan.cross_entropy_impl == "classifier" and op.kind == "loss" and op.name.endswith("cross_entropy"):
+        return op.saved_bytes * registry.BF16_BYTES / 4
     if op.act_input_bytes and plan.act_fp8_input_store:
         # the SwiGLU input cast to e4m3 for the backward (Megatron-LM @ d98e8a64 fusions/fused_bias_swiglu.py
         # input.to(torch.float8_e4m3fn)): 1 B where bf16 kept 2

@@ -15,10 +15,11 @@ from perfmodel.calibration.profile import system_with_knobs
 from perfmodel.compute.fp8_recipes import RECIPES, gemm_cast_work
 from perfmodel.compute.ops import gemm_rate_flop_per_s, low_precision_in_model_efficiency
 from perfmodel.engines.closed_forms import pipeline_hops_s
-from perfmodel.engines.costs import fused_cross_entropy, host_op_s, layer_time
+from perfmodel.engines.costs import fused_classifier, fused_cross_entropy, host_op_s, layer_time
 from perfmodel.hardware.catalog import load_catalog
 from perfmodel.hardware.derating import mamf_ratio
 from perfmodel.hardware.system import resolve_system
+from perfmodel.memory import op_saved_bytes
 from perfmodel.parallel.shard import shard
 from perfmodel.workload.builder import build_graph
 from perfmodel.workload.catalog import get_workload as load_workload
@@ -71,11 +72,39 @@ def test_fused_cross_entropy_by_hand():
     assert (f.kernels, f.bwd_kernels) == (2, 1) and f.saved_bytes == ce.saved_bytes and f.flop == ce.flop
 
 
+def test_llmc_fused_classifier_by_hand():
+    """llm.c's fused classifier: 6 B per logit in 1 kernel and no backward kernel, keeping the bf16
+    gradient (2 B per logit) where the unfused loss keeps fp32; llm.c selects it, the others do not."""
+    spec = load_workload("gpt2-124m")
+    g = build_graph(spec, 4, 1024)
+    ce = next(o for lay in g.layers for o in lay.ops if o.name == "cross_entropy")
+    logits = 4 * 1024 * spec.vocab
+    f = fused_classifier(ce)
+    assert f.bytes == pytest.approx(6 * logits) and (f.kernels, f.bwd_kernels) == (1, 0)
+    acc = load_catalog().accelerators["h100-sxm5-80gb"]
+    from perfmodel.compute.ops import op_cost
+    assert op_cost(acc, f, "bwd").time_s == 0.0 and op_cost(acc, f, "fwd").time_s > 0
+    llmc = apply_framework(perfmodel.ParallelPlan(), framework("llm.c"))
+    assert llmc.cross_entropy_impl == "classifier"
+    assert op_saved_bytes(ce, llmc) == pytest.approx(2 * logits) == ce.saved_bytes / 2
+    # a plan that names the kernels keeps them under any stack
+    named = perfmodel.ParallelPlan(cross_entropy_impl="unfused")
+    assert apply_framework(named, framework("llm.c")).cross_entropy_impl == "unfused"
+    # the step saves what the bytes say: (20 - 6) B per logit at the memory-bound rate, less launches
+    sys_ = resolve_system("h100-sxm5-80gb", None, 1)[0]
+    plain = perfmodel.ParallelPlan(micro_batch=4, global_batch=4, seq_len=1024)
+    a = perfmodel.estimate(spec, sys_, plain, calibration="none")
+    b = perfmodel.estimate(spec, sys_, plain.model_copy(update={"cross_entropy_impl": "classifier"}), calibration="none")
+    saved = a.step_time_s - b.step_time_s
+    bw = acc.hbm_bandwidth.si("bytes_per_s")
+    assert 0.5 * 14 * logits / bw < saved < 2.0 * 14 * logits / bw
+
+
 def test_megatron_core_turns_on_only_what_its_recipes_can():
     mc = framework("megatron-core")
     base = perfmodel.ParallelPlan(tp=4, pp=4, vp=2, dp=2, sequence_parallel=True, global_batch=64, precision="fp8")
     p = apply_framework(base, mc)
-    assert p.overlap_tp_comm and p.overlap_p2p_comm and p.fp8_fused_casts and p.fused_cross_entropy
+    assert p.overlap_tp_comm and p.overlap_p2p_comm and p.fp8_fused_casts and p.cross_entropy_impl == "fused"
     assert p.fp8_recipe is None  # Megatron-Core's default (delayed) unless the plan names one
     # userbuffers needs sequence parallelism; p2p overlap needs the interleaved schedule
     q = apply_framework(base.model_copy(update={"sequence_parallel": False, "vp": 1}), mc)
@@ -83,7 +112,8 @@ def test_megatron_core_turns_on_only_what_its_recipes_can():
     # a stack without the mechanisms changes none of them; torchtitan's fp8 scales dynamically
     for name in ("megatron-lm", "pytorch", "composer", "deepspeed"):
         r = apply_framework(base, FRAMEWORKS[name])
-        assert not (r.overlap_tp_comm or r.overlap_p2p_comm or r.fp8_fused_casts or r.fused_cross_entropy), name
+        assert not (r.overlap_tp_comm or r.overlap_p2p_comm or r.fp8_fused_casts), name
+        assert r.cross_entropy_impl == "unfused", name
     assert apply_framework(base, framework("torchtitan")).fp8_recipe == "current"
     assert apply_framework(base.model_copy(update={"fp8_recipe": "blockwise"}), framework("torchtitan")).fp8_recipe == "blockwise"
     assert apply_framework(base.model_copy(update={"precision": "mxfp8"}), framework("torchtitan")).fp8_recipe is None

@@ -28,8 +28,9 @@ the commits in EVIDENCE_COMMITS):
     fused_casts    fp8 / fp4 quantize casts fused as Transformer Engine does: into the norm before
                    QKV / FC1, weights once per step, one cast-transpose per output gradient
                    (ParallelPlan.fp8_fused_casts; compute/fp8_recipes.py)
-    fused_cross_entropy  the vocab-parallel loss as fused kernels (ParallelPlan.fused_cross_entropy;
-                   engines/costs.fused_cross_entropy)
+    cross_entropy_impl  the loss over the vocabulary (ParallelPlan.cross_entropy_impl;
+                   engines/costs.cross_entropy_op): `fused` Transformer Engine's kernels for
+                   megatron-core, `classifier` llm.c's one-kernel fused classifier, else `unfused`
     fp8_recipe     the scaling recipe of plain fp8 GEMMs when the plan names none (None: the
                    plan's default, delayed, Transformer Engine's and Megatron-Core's default)
     grad_reduce_bytes  bytes per gradient element held and reduced over data parallelism when the
@@ -178,7 +179,7 @@ from perfmodel.errors import PerfmodelError
 from perfmodel.names import spelling, spelling_without_notes
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.precision import recipe_precision
-from perfmodel.workload.graph import AttentionImpl, CpRing, ExpertGemm
+from perfmodel.workload.graph import AttentionImpl, CpRing, CrossEntropyImpl, ExpertGemm
 
 # the commits the evidence strings cite (fetched from GitHub)
 EVIDENCE_COMMITS = {
@@ -206,7 +207,7 @@ class Framework:
     fsdp: Literal["flat", "per-param"] = "flat"
     p2p_overlap: bool = False
     fused_casts: bool = False
-    fused_cross_entropy: bool = False
+    cross_entropy_impl: CrossEntropyImpl = "unfused"  # the loss kernels (module docstring)
     fp8_recipe: str | None = None
     cuda_graphs: bool = False
     # precisions whose MoE layouts get the 1F1B all-to-all overlap unless the plan says (module docstring)
@@ -222,7 +223,8 @@ class Framework:
 
 # the mechanisms a Framework and a ParallelPlan name alike: the stack's value holds where the plan
 # does not set the field itself (apply_framework)
-STACK_FIELDS = ("cp_ring", "elementwise", "moe_probs_in_activation", "expert_gemm", "autocast_weights")
+STACK_FIELDS = ("cp_ring", "elementwise", "moe_probs_in_activation", "expert_gemm", "autocast_weights",
+                "cross_entropy_impl")
 
 # PyTorch's context-parallel ring on K/V repeated to the query heads (module docstring, cp_ring)
 TORCHTITAN_CP_RING: CpRing = "allgather-repeat-kv"
@@ -264,7 +266,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "DeepSeek-V3 MXFP8 on B200 (deepseek/b200/deepseek_v3.py); alltoall is the model bridges' default "
               "(models/*/..._bridge.py) and stays in the H100 and B200 64-GPU Qwen3-235B recipes: --moe-dispatcher "
               "alltoall for those",
-              p2p_overlap=True, fused_casts=True, fused_cross_entropy=True, grad_reduce_bytes=2,
+              p2p_overlap=True, fused_casts=True, cross_entropy_impl="fused", grad_reduce_bytes=2,
               moe_a2a_overlap_precisions=("mxfp8",), expert_gemm="per-expert", moe_probs_in_activation=True),
     Framework("deepspeed", "flash", "eager", False,
               "DeepSpeed with Hugging Face models: attention through torch SDPA (flash backend), eager; the "
@@ -303,8 +305,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "its matmul every micro-batch.",
               elementwise="eager", autocast_weights=True),
     Framework("llm.c", "fused", "native", False,
-              "karpathy/llm.c train_gpt2.cu: cuDNN flash attention (USE_CUDNN), fused classifier, and every "
-              "kernel launched from C with no framework dispatch."),
+              "karpathy/llm.c train_gpt2.cu: cuDNN flash attention (USE_CUDNN), and every kernel launched from C "
+              "with no framework dispatch; the loss is llm.c's fused classifier (llmc/fused_classifier.cuh @ "
+              "0c4b1e1: 'Forwards the Cross Entropy Loss ... Also kicks off the backward pass', one kernel that "
+              "overwrites the bf16 logits with their gradient). Its descendants keep that kernel: IST-DASLab/llmq "
+              "src/kernels/fused_classifier.cu opens '// Based on llm.c'.",
+              cross_entropy_impl="classifier"),
     Framework("jax", "fused", "compiled", False,
               "JAX / XLA (MaxText, Pax): the step is one compiled XLA program; attention is a fused kernel "
               "(Pallas flash / splash attention on TPU, cuDNN on GPU)."),
@@ -370,8 +376,6 @@ def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
         update["overlap_p2p_comm"] = True
     if fw.fused_casts and not plan.fp8_fused_casts:
         update["fp8_fused_casts"] = True
-    if fw.fused_cross_entropy and not plan.fused_cross_entropy:
-        update["fused_cross_entropy"] = True
     if fw.grad_reduce_bytes and plan.grad_reduce_bytes is None:
         update["grad_reduce_bytes"] = fw.grad_reduce_bytes
     if "selective_recompute" not in plan.model_fields_set and plan.selective_recompute != fw.selective:

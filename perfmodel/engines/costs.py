@@ -147,6 +147,26 @@ def fused_cross_entropy(op: Op) -> Op:
     return replace(op, bytes=8.0 * logits, bwd_bytes_factor=1.0, kernels=2, bwd_kernels=1)
 
 
+def fused_classifier(op: Op) -> Op:
+    """The cross-entropy as llm.c's fused classifier (karpathy/llm.c llmc/fused_classifier.cuh @
+    0c4b1e1, fused_classifier_kernel5; LLMQ's src/kernels/fused_classifier.cu is based on it): one
+    kernel, one block per token row, reads the row of bf16 logits for the online softmax, reads it
+    again and overwrites it with the bf16 gradient of the logits, so the loss has no backward kernel.
+    2 + 2 + 2 = 6 B per logit (the second read is from L2 when the rows in flight fit, then 4 B: 6
+    is the bound) in 1 kernel, nothing in the backward. (What the backward keeps, that bf16
+    gradient in place of the unfused loss's fp32 one, is memory.op_saved_bytes'.)"""
+    logits = op.bytes / (2 + 4 + 4)
+    return replace(op, bytes=6.0 * logits, bwd_flop_factor=0.0, bwd_bytes_factor=0.0, kernels=1, bwd_kernels=0)
+
+
+def cross_entropy_op(op: Op, impl: str) -> Op:
+    """The graph's cross-entropy op as the plan's kernels run it (ParallelPlan.cross_entropy_impl);
+    every other op unchanged."""
+    if impl == "unfused" or op.kind != "loss" or not op.name.endswith("cross_entropy"):
+        return op
+    return fused_classifier(op) if impl == "classifier" else fused_cross_entropy(op)
+
+
 def comm_s(system: System, plan: ParallelPlan, c: Comm) -> float:
     degree, stride = group_stride(plan, c.group)
     if c.routing is not None:  # MoE dispatch / combine: what travels depends on the dispatcher
@@ -276,8 +296,7 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
     behind = {p: [0.0, 0.0] for p in prefixes}  # fwd / bwd seconds of the ops a collective hides behind
     fused = plan.fp8_fused_casts
     for graph_op in layer.ops:
-        fuse_loss = plan.fused_cross_entropy and graph_op.kind == "loss" and graph_op.name.endswith("cross_entropy")
-        op = fused_cross_entropy(graph_op) if fuse_loss else graph_op
+        op = cross_entropy_op(graph_op, plan.cross_entropy_impl)
         f = op_cost(acc, op, "fwd", plan.fp8_recipe_name, fused).time_s
         b = op_cost(acc, op, "bwd", plan.fp8_recipe_name, fused).time_s
         for p in prefixes:

@@ -12,7 +12,7 @@ from perfmodel.parallel.partial_recompute import window_label, window_notes
 from perfmodel.parallel.schedules import get_schedule
 from perfmodel.parallel.split import pipeline_split
 from perfmodel.validators import reject_bool_ints
-from perfmodel.workload.graph import AttentionImpl, CpRing, ElementwiseImpl, ExpertGemm
+from perfmodel.workload.graph import AttentionImpl, CpRing, CrossEntropyImpl, ElementwiseImpl, ExpertGemm
 from perfmodel.workload.module_recompute import DEFAULT_SELECTIVE, parse_selective, recompute_module_notes
 from perfmodel.workload.spec import ModelSpec
 
@@ -122,9 +122,11 @@ class ParallelPlan(BaseModel):
     fp8_fused_casts: bool = Field(False, description=(
         "fp8 / fp4 quantize casts fused as Transformer Engine does: into the norm before QKV / FC1, weights "
         "cast once per step, one cast-transpose per output gradient (perfmodel/compute/fp8_recipes.py)"))
-    fused_cross_entropy: bool = Field(False, description=(
-        "the vocab-parallel cross-entropy as one fused kernel that writes the logits' gradient in its forward "
-        "(Megatron-Core cross_entropy_loss_fusion) instead of fp32 softmax, loss and gradient kernels"))
+    cross_entropy_impl: CrossEntropyImpl = Field("unfused", description=(
+        "the softmax cross-entropy over the vocabulary: 'unfused' fp32 softmax, loss and gradient kernels; "
+        "'fused' Transformer Engine's kernels that write the logits' gradient in the forward (Megatron-Core "
+        "cross_entropy_loss_fusion); 'classifier' llm.c's fused classifier, one kernel that overwrites the bf16 "
+        "logits with their gradient (engines/costs.cross_entropy_op)"))
     moe_imbalance: float = Field(MOE_IMBALANCE_DEFAULT, ge=1.0, allow_inf_nan=False, description=(
         "MoE: tokens on the busiest expert-parallel rank over the mean (1 = balanced routing; default 1.23, "
         "see MOE_IMBALANCE_DEFAULT)"))

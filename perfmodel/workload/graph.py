@@ -59,6 +59,12 @@ CP_RINGS: tuple[str, ...] = get_args(CpRing)
 # the eager ATen chains of a model written in PyTorch ops (compute/eager.py)
 ElementwiseImpl = Literal["fused", "eager"]
 ELEMENTWISE_IMPLS: tuple[str, ...] = get_args(ElementwiseImpl)
+# how the softmax cross-entropy over the vocabulary runs (engines/costs.cross_entropy_op): `unfused`
+# fp32 softmax, loss and gradient kernels; `fused` Transformer Engine's two-pass kernels (Megatron-Core
+# cross_entropy_loss_fusion); `classifier` llm.c's fused classifier, one kernel that writes the
+# logits' bf16 gradient over the logits in the forward
+CrossEntropyImpl = Literal["unfused", "fused", "classifier"]
+CROSS_ENTROPY_IMPLS: tuple[str, ...] = get_args(CrossEntropyImpl)
 # how an MoE layer's expert GEMMs are issued: one grouped kernel for the local experts, or one GEMM
 # per local expert from the host (Transformer Engine's GroupedLinear, engines/costs.EXPERT_GEMM_HOST_S)
 ExpertGemm = Literal["grouped", "per-expert"]
