@@ -86,6 +86,7 @@ def test_llmc_fused_classifier_by_hand():
     assert op_cost(acc, f, "bwd").time_s == 0.0 and op_cost(acc, f, "fwd").time_s > 0
     llmc = apply_framework(perfmodel.ParallelPlan(), framework("llm.c"))
     assert llmc.cross_entropy_impl == "classifier"
+    assert llmc.fp8_fused_casts  # LLMQ, llm.c's fp8 descendant, quantizes in the producing kernels
     assert op_saved_bytes(ce, llmc) == pytest.approx(2 * logits) == ce.saved_bytes / 2
     # a plan that names the kernels keeps them under any stack
     named = perfmodel.ParallelPlan(cross_entropy_impl="unfused")

@@ -309,8 +309,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "with no framework dispatch; the loss is llm.c's fused classifier (llmc/fused_classifier.cuh @ "
               "0c4b1e1: 'Forwards the Cross Entropy Loss ... Also kicks off the backward pass', one kernel that "
               "overwrites the bf16 logits with their gradient). Its descendants keep that kernel: IST-DASLab/llmq "
-              "src/kernels/fused_classifier.cu opens '// Based on llm.c'.",
-              cross_entropy_impl="classifier"),
+              "src/kernels/fused_classifier.cu opens '// Based on llm.c'. llm.c itself trains in bf16; its fp8 "
+              "descendant LLMQ casts as Transformer Engine does: the norm writes the GEMM input quantized "
+              "(src/models/llama_model.cpp 'Use fused kernel: RMSNorm + quantization in one pass', "
+              "rmsnorm_forward_quant), each tensor's abs-max comes from the kernel that produces it, and the "
+              "quantized weights are kept across micro-batches (--offload-quants moves them), so fp8 casts are fused.",
+              fused_casts=True, cross_entropy_impl="classifier"),
     Framework("jax", "fused", "compiled", False,
               "JAX / XLA (MaxText, Pax): the step is one compiled XLA program; attention is a fused kernel "
               "(Pallas flash / splash attention on TPU, cuDNN on GPU)."),
