@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from perfmodel import precision as registry
 from perfmodel.compute.fp8_recipes import recipe_for
 from perfmodel.compute.optimizers import state_bytes_per_param
+from perfmodel.engines.costs import cross_entropy_op
 from perfmodel.engines.offload import body_instances, resident_bytes
 from perfmodel.parallel.partial_recompute import chunk_runs, is_block, uniform_group
 from perfmodel.parallel.plan import ParallelPlan
@@ -118,11 +119,9 @@ def op_saved_bytes(op: Op, plan: ParallelPlan) -> float:
     same): the recipe's element plus its scale share (1 B for delayed / current fp8, 1 + 1/32 B for
     MXFP8, 0.5 + 1/16 B for NVFP4) instead of 2 B. The graph's GEMM ops save exactly their bf16
     input (workload/op_make.py gemm_op, workload/moe.py _grouped); a 16-bit GEMM (the LM head, the
-    fp32 router) keeps it as is, and without TE's casts (torchao) the bf16 input stays. llm.c's
-    fused classifier (plan.cross_entropy_impl 'classifier') keeps the logits' gradient in bf16 over
-    the logits, 2 B per logit where the graph's loss saves an fp32 one."""
-    if plan.cross_entropy_impl == "classifier" and op.kind == "loss" and op.name.endswith("cross_entropy"):
-        return op.saved_bytes * registry.BF16_BYTES / 4
+    fp32 router) keeps it as is, and without TE's casts (torchao) the bf16 input stays. The loss
+    keeps what the plan's cross-entropy kernels keep (engines/costs.cross_entropy_op)."""
+    op = cross_entropy_op(op, plan.cross_entropy_impl)
     if op.act_input_bytes and plan.act_fp8_input_store:
         # the SwiGLU input cast to e4m3 for the backward (Megatron-LM @ d98e8a64 fusions/fused_bias_swiglu.py
         # input.to(torch.float8_e4m3fn)): 1 B where bf16 kept 2

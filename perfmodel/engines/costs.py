@@ -153,10 +153,11 @@ def fused_classifier(op: Op) -> Op:
     kernel, one block per token row, reads the row of bf16 logits for the online softmax, reads it
     again and overwrites it with the bf16 gradient of the logits, so the loss has no backward kernel.
     2 + 2 + 2 = 6 B per logit (the second read is from L2 when the rows in flight fit, then 4 B: 6
-    is the bound) in 1 kernel, nothing in the backward. (What the backward keeps, that bf16
-    gradient in place of the unfused loss's fp32 one, is memory.op_saved_bytes'.)"""
+    is the bound) in 1 kernel, nothing in the backward. The backward keeps that bf16 gradient, 2 B
+    per logit, in place of the unfused loss's fp32 one."""
     logits = op.bytes / (2 + 4 + 4)
-    return replace(op, bytes=6.0 * logits, bwd_flop_factor=0.0, bwd_bytes_factor=0.0, kernels=1, bwd_kernels=0)
+    return replace(op, bytes=6.0 * logits, bwd_flop_factor=0.0, bwd_bytes_factor=0.0, kernels=1, bwd_kernels=0,
+                   saved_bytes=2.0 * logits)
 
 
 def cross_entropy_op(op: Op, impl: str) -> Op:
