@@ -13,7 +13,7 @@ from perfmodel.validation.runs import COLUMNS, OUTPUT_COLUMNS
 
 EXTRA = Path(__file__).resolve().parents[1] / "validation" / "runs_published_extra.csv"
 SOURCES = EXTRA.with_name("SOURCES_extra.md")
-PREFIXES = ("mbridge-", "nemo2407-", "torchtitan-", "mleng-", "llmq-")
+PREFIXES = ("mbridge-", "nemo2407-", "torchtitan-", "mleng-", "llmq-", "nemolong-")
 
 
 def _rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -60,3 +60,19 @@ def test_validate_reads_every_extra_row(tmp_path: Path) -> None:
             assert float(p["predicted_step_time_s"]) > 0, p["run_id"]
         else:
             assert p["message"].strip(), f"{p['run_id']}: error without a reason"
+
+
+def test_nemolong_step_time_is_nemo_flop_count_over_published_tflops() -> None:
+    # NeMo's llama3 model-FLOP formula as of the table's container (no causal halving), Llama 3 8B:
+    # L 32, h 4096, ffn 14336, 32 heads, 8 groups, vocab 128256; step = F / (TFLOPS/GPU x GPUs)
+    _, rows = _rows(EXTRA)
+    long_rows = [r for r in rows if r["run_id"].startswith("nemolong-")]
+    assert len(long_rows) == 8
+    for r in long_rows:
+        gbs, s, n = int(r["global_batch"]), int(r["seq_len"]), int(r["n_gpus"])
+        flop = gbs * s * 32 * 4096**2 * (12 + 12 * 8 / 32 + 18 * 14336 / 4096 + 12 * s / 4096 + 6 * 128256 / (32 * 4096))
+        assert float(r["step_time_s"]) == pytest.approx(flop / (float(r["tflops_per_gpu"]) * 1e12 * n), rel=1e-5)
+        assert n == int(r["tp"]) * int(r["pp"]) * int(r["dp"]) * int(r["cp"])
+    # the 1024K row by hand: 4 x 2^20 tokens, 3155.87 h^2-units per token-layer, 1608 TFLOPS on 256 GPUs
+    last = long_rows[-1]
+    assert float(last["step_time_s"]) == pytest.approx(4 * 2**20 * 32 * 4096**2 * 3155.87109375 / (1608e12 * 256), rel=1e-5)
