@@ -76,3 +76,19 @@ def test_nemolong_step_time_is_nemo_flop_count_over_published_tflops() -> None:
     # the 1024K row by hand: 4 x 2^20 tokens, 3155.87 h^2-units per token-layer, 1608 TFLOPS on 256 GPUs
     last = long_rows[-1]
     assert float(last["step_time_s"]) == pytest.approx(4 * 2**20 * 32 * 4096**2 * 3155.87109375 / (1608e12 * 256), rel=1e-5)
+
+
+def test_committed_cpu_runs_name_the_cpu_they_ran_on() -> None:
+    # `host-cpu` means whatever CPU runs `perfmodel validate`: a committed file measured on one CPU
+    # names that CPU's spec, or it is judged against another (a Zen 5 file once read as Zen 3, +31 %)
+    from perfmodel.hardware.catalog import load_catalog
+
+    cat = load_catalog()
+    root = EXTRA.parent
+    files = [root / "runs_cpu.csv", root / "runs_cpu_zen3.csv", root / "runs_cpu_zen5.csv",
+             root / "cpu" / "runs_cpu_zen3_fp32.csv", root / "cpu" / "runs_cpu_zen5_fp32.csv"]
+    for f in files:
+        for r in _rows(f)[1]:
+            assert r["accelerator"] != "host-cpu" and r["system"] != "host-node", (f.name, r["run_id"])
+            acc = cat.accelerators[r["accelerator"]]
+            assert acc.kind == "cpu" and acc.reference_node == r["system"], (f.name, r["run_id"])

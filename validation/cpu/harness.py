@@ -7,10 +7,12 @@
 This is the judging side: the step times written here are never read by perfmodel's cost models
 (the calibration side is `perfmodel calibrate`, which only runs microbenchmarks).
 
-Mapping (the same as hardware_specs/accelerators/host-cpu.yaml): one process running one torch
-thread, pinned to one core, is one `host-cpu` "accelerator". A single-process row is n_gpus 1; a
-2-process gloo job (DDP data parallel, or a 2-stage GPipe pipeline with send/recv of activations)
-is n_gpus 2 on `host-node`.
+Mapping: one process running one torch thread, pinned to one core, is one CPU "accelerator". A
+row names the catalogued spec of the CPU it ran on (`host-cpu-zen3` / `-zen4` / `-zen5`, the one
+`host-cpu` resolves to here, with its node), so the file keeps meaning that CPU wherever it is
+validated; `host-cpu` / `host-node` only where no built-in spec matches this CPU. A
+single-process row is n_gpus 1; a 2-process gloo job (DDP data parallel, or a 2-stage GPipe
+pipeline with send/recv of activations) is n_gpus 2 on that node.
 
 Precision: the runs contract allows bf16/fp16/fp8/..., meaning the GEMM precision with fp32 master
 weights and optimizer states. The default here is exactly that: torch.autocast("cpu", bf16) over
@@ -316,6 +318,22 @@ def measure(run: Run, precision: str, warmup: int = 3, budget_s: float = 6.0) ->
 
 
 # --- rows ---------------------------------------------------------------------------------------
+def host_ids() -> tuple[str, str, str]:
+    """(accelerator, system, note) a row names: the catalogued spec `host-cpu` stands for on this
+    machine and its node, so the file means the CPU it was measured on wherever it is validated
+    (`host-cpu` is whatever CPU runs `perfmodel validate`); `host-cpu` / `host-node` only where no
+    built-in spec matches this CPU (a `perfmodel calibrate` spec or the fallback), said in the note."""
+    from perfmodel.hardware.catalog import load_catalog
+
+    cat = load_catalog()
+    target, why, matched = cat.host_cpu
+    if matched and target and target != "host-cpu":
+        acc = cat.accelerators[target]
+        if acc.reference_node and acc.reference_node in cat.nodes:
+            return target, acc.reference_node, ""
+    return "host-cpu", "host-node", f"; accelerator host-cpu: {why or 'this machine'} (validate this file on the same CPU)"
+
+
 def row(run: Run, precision: str, times: list[float], warmup: int) -> dict[str, Any]:
     s = seq_of(run)
     med = statistics.median(times)
@@ -331,6 +349,7 @@ def row(run: Run, precision: str, times: list[float], warmup: int) -> dict[str, 
     amp = "bf16 autocast, fp32 master + AdamW" if precision == "bf16" else "fp32 throughout, AdamW"
     notes = (f"{arch_note}; {amp}; {how}; torch.set_num_threads(1) per process, pinned; median of {len(times)} steps "
              f"after {warmup} warm-up (min {min(times):.4g} s, max {max(times):.4g} s)")
+    accelerator, system, host_note = host_ids()
     r: dict[str, Any] = {c: "" for c in COLUMNS}
     r.update({
         "run_id": run.run_id + ("" if precision == "bf16" else "-fp32"),
@@ -339,8 +358,8 @@ def row(run: Run, precision: str, times: list[float], warmup: int) -> dict[str, 
         "model": run.model, "arch": run.arch, "seq_len": s, "global_batch": run.global_batch,
         "micro_batch": run.micro_batch, "tp": 1, "pp": run.pp, "dp": run.dp, "cp": 1, "ep": 1, "vp": 1,
         "sequence_parallel": "false", "zero_stage": 0, "recompute": "none", "precision": precision,
-        "accelerator": "host-cpu", "n_gpus": run.n_procs, "gpus_per_node": run.n_procs, "system": "host-node",
-        "step_time_s": f"{med:.6g}", "tokens_per_s": f"{tokens / med:.6g}", "notes": notes,
+        "accelerator": accelerator, "n_gpus": run.n_procs, "gpus_per_node": run.n_procs, "system": system,
+        "step_time_s": f"{med:.6g}", "tokens_per_s": f"{tokens / med:.6g}", "notes": notes + host_note,
     })
     if run.arch:
         r.update({"n_layers": run.n_layers, "hidden": run.hidden, "ffn_hidden": run.ffn_hidden,
