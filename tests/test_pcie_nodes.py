@@ -112,3 +112,58 @@ def test_pipeline_neighbours_are_no_bridged_pair_beyond_pp_2() -> None:
     emb = spec.vocab * spec.hidden * plans[4].grad_bytes  # tp 1
     assert tied_embedding_sync_s(s, plans[4], spec) == pytest.approx(PCIE_RING_LATENCY_S + emb / (32e9 * 0.63), rel=1e-9)
     assert tied_embedding_sync_s(s, plans[2], spec) == pytest.approx(BRIDGE_LATENCY_S + emb / (300e9 * 0.69), rel=1e-9)
+
+
+QUAD_LATENCY_S = 8.4e-6 + 6 * 3.4e-6  # NCCL ring Simple, 4 ranks over NVLink
+QUAD_BUSBW = 450e9 * 0.39  # 900 GB/s bidirectional per GPU over its 4-way bridge, x the bridge efficiency
+
+
+def test_h200_nvl_quad_rings_over_its_bridges() -> None:
+    """H200 NVL, 4-way bridges: GPUs 0-3 and 4-7 are cliques, each GPU's 450 GB/s one-way split
+    over its three peers. A 4-rank all-reduce in a quad uses every link, F = 2·3/4; two cards of
+    the quad share one link (1/3 of it), whether adjacent or two apart; GPU 0 and GPU 4 cross PCIe
+    (64 GB/s one-way x 0.60, the 38.5 GB/s measured on the box), as does every 8-rank ring."""
+    s, _ = resolve_system("h200-nvl", None, 8)
+    assert s.levels[0].pair_group == 4
+    quad = collective_time_s(s, "all_reduce", GIB, 4, 1)
+    assert quad == pytest.approx(QUAD_LATENCY_S + 1.5 * GIB / QUAD_BUSBW, rel=1e-12)
+    pair = QUAD_LATENCY_S + GIB / (QUAD_BUSBW / 3)
+    assert collective_time_s(s, "all_reduce", GIB, 2, 1) == pytest.approx(pair, rel=1e-12)
+    assert collective_time_s(s, "all_reduce", GIB, 2, 2) == pytest.approx(pair, rel=1e-12)
+    pcie = 64e9 * 0.60
+    assert collective_time_s(s, "all_reduce", GIB, 2, 4) == pytest.approx(PCIE_RING_LATENCY_S + GIB / pcie, rel=1e-12)
+    assert collective_time_s(s, "all_reduce", GIB, 8, 1) == pytest.approx(PCIE_RING_LATENCY_S + 1.75 * GIB / pcie, rel=1e-12)
+    # all-to-all in the quad: each rank sends 1/4 of its buffer to each peer over its own link
+    a2a = collective_time_s(s, "all_to_all", GIB, 4, 1)
+    assert a2a == pytest.approx(QUAD_LATENCY_S + GIB / 4 / (QUAD_BUSBW / 3), rel=1e-12)
+
+
+def test_h200_nvl_pipeline_inside_a_quad_sends_over_the_bridge() -> None:
+    """pp 4 on one quad: every neighbour pair is a direct link; pp 8 reaches the other quad, whose
+    PCIe hop sets the steady state."""
+    from perfmodel.engines.stages import pipeline_in_one_bridge
+
+    s, _ = resolve_system("h200-nvl", None, 8)
+    assert pipeline_in_one_bridge(s, ParallelPlan(pp=4, dp=2, global_batch=8), 1)
+    assert pipeline_in_one_bridge(s, ParallelPlan(pp=2, tp=2, dp=2, global_batch=8), 2)
+    assert not pipeline_in_one_bridge(s, ParallelPlan(pp=8), 1)
+    assert not pipeline_in_one_bridge(s, ParallelPlan(pp=2, tp=4), 4)
+    # the 2-way H100 NVL pair: only pp 2 with stride 1, as before
+    h, _ = resolve_system("h100-nvl-94gb", None, 8)
+    assert pipeline_in_one_bridge(h, ParallelPlan(pp=2, dp=4, global_batch=8), 1)
+    assert not pipeline_in_one_bridge(h, ParallelPlan(pp=4, dp=2, global_batch=8), 1)
+
+
+def test_a_4way_bridge_needs_whole_quads_per_node() -> None:
+    node = load_catalog().nodes["pcie-h200-nvl-8gpu"].model_dump()
+    node["accelerators_per_node"] = 6
+    with pytest.raises(ValueError, match=r"pair_bridge.*multiple of 4"):
+        Node.model_validate(node)
+
+
+def test_h200_nvl_tp_inside_the_quad_beats_tp_across_it() -> None:
+    def tp_comm(tp: int) -> float:
+        plan = ParallelPlan(dp=8 // tp, tp=tp, zero_stage=1, global_batch=64, micro_batch=1, recompute="full")
+        return estimate("llama3-8b", "h200-nvl", plan, calibration="none").breakdown_s["tp_ep_cp_comm_s"]
+
+    assert tp_comm(8) > 10 * tp_comm(4)

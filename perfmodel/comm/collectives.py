@@ -21,15 +21,22 @@ with t_0 the ring inside one domain over its g_0 ranks and steps_k = 2·ceil(log
 all-reduce (a tree over the u_k = g_k / g_{k-1} units) and u_k - 1 for the ring collectives.
 With one rank per node (tp fills the node) a DP ring gets one NIC; with eight it gets eight.
 
-PCIe nodes whose cards are NVLink-bridged in pairs (GPU 2k with 2k + 1; IntraNode.pair_bridge): a
-two-rank group of adjacent ranks (stride 1: tp 2, or cp / dp / ep 2 with every faster degree 1)
-sits inside one pair when the run places an even number of GPUs on each node, and runs over the
-bridge alone: t = alpha_bridge + F(2) · S / busbw_bridge. Pipeline neighbours are no such group
-beyond pp 2 (ranks 1 and 2 sit in different pairs), so a pipeline send, whose steady state the
-slowest hop sets, and the first / last stage's embedding all-reduce cross PCIe (`aligned` False).
-Any other group's ring crosses PCIe between pairs and runs at the node fabric's rate: NCCL's ring
-is as fast as its slowest hop (nccl-tests #178: 208 GB/s busbw for two bridged A100 PCIe, about
-20 GB/s with a third GPU).
+PCIe nodes whose cards are NVLink-bridged (IntraNode.pair_bridge): in pairs (GPU 2k with 2k + 1,
+2-way bridges) or in cliques of four (GPUs 4k..4k + 3 each bridged to each other, H200 NVL's 4-way
+bridges; `nvidia-smi topo -m` shows NV6 between the four and SYS to the rest). A group whose ranks
+all sit in one clique (an aligned group, {b + i·stride} with b a multiple of degree·stride, when
+degree·stride divides the clique size and the run places a whole number of cliques on each node)
+runs over the bridges alone. Each GPU's bridge bandwidth B is split evenly over its g - 1 peers
+(NV6 + NV6 + NV6 of 18 links), and a ring of d of the g GPUs uses the links to its d - 1 partners
+(NCCL's rings over a clique take every direct link: K4 holds three link-disjoint directed rings):
+    t = alpha_bridge + F(d) · S / (B_busbw · (d - 1) / (g - 1))
+so two cards of a 2-way pair get the whole bridge, two cards of a 4-way clique one third of it.
+A pipeline's neighbour sends use the bridges only when the whole pipeline sits in one clique
+(pp 2 on a pair; pp up to 4 with stride 1 in a quad: `aligned`); otherwise the slowest hop, which
+crosses PCIe, sets its steady state, and the first / last stage's embedding all-reduce crosses
+too. Any other group's ring crosses PCIe between cliques and runs at the node fabric's rate:
+NCCL's ring is as fast as its slowest hop (nccl-tests #178: 208 GB/s busbw for two bridged A100
+PCIe, about 20 GB/s with a third GPU).
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ from perfmodel.hardware.network import MeasuredCurve, bus_factor
 from perfmodel.hardware.system import System
 
 __all__ = ["Placement", "bridged_pair_time_s", "bus_factor", "collective_time_s", "distinct_share",
-           "ep_exchange_time_s", "intra_time_s", "nic_Bps_per_gpu", "placement"]
+           "ep_exchange_time_s", "in_one_bridge", "intra_time_s", "nic_Bps_per_gpu", "placement"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,11 +134,20 @@ def intra_time_s(system: System, kind: str, size: float, n: int) -> float:
     return level.latency_s + factor * size / level.achieved_Bps
 
 
-def bridged_pair_time_s(system: System, kind: str, size: float) -> float:
-    """One collective between the two GPUs of a bridged pair (module docstring): alpha-beta over
-    the bridge, F(2) = 1 for an all-reduce, 1/2 for an all-gather or reduce-scatter."""
+def bridged_pair_time_s(system: System, kind: str, size: float, degree: int = 2) -> float:
+    """One collective among `degree` GPUs of one bridged clique (module docstring): alpha-beta over
+    the bridges to their degree - 1 partners; for a pair, F(2) = 1 for an all-reduce, 1/2 for an
+    all-gather or reduce-scatter."""
     level = system.levels[0]
-    return level.pair_latency_s + bus_factor(kind, 2) * size / level.pair_Bps
+    links = (degree - 1) / (level.pair_group - 1)
+    return level.pair_latency_s + bus_factor(kind, degree) * size / (level.pair_Bps * links)
+
+
+def in_one_bridge(system: System, degree: int, stride: int) -> bool:
+    """An aligned group of `degree` ranks `stride` apart lies inside one bridged clique."""
+    level = system.levels[0]
+    span, g = degree * stride, level.pair_group
+    return level.pair_Bps > 0.0 and span <= g and g % span == 0 and system.gpus_per_node % g == 0
 
 
 def nic_Bps_per_gpu(system: System) -> float:
@@ -149,9 +165,8 @@ def collective_time_s(system: System, kind: str, size: float, degree: int, strid
     if degree <= 1 or size <= 0:
         return 0.0
     span0 = system.levels[0].span_gpus
-    if (aligned and degree == 2 and stride == 1 and system.levels[0].pair_Bps > 0.0
-            and system.gpus_per_node % 2 == 0):
-        return bridged_pair_time_s(system, kind, size)
+    if aligned and in_one_bridge(system, degree, stride):
+        return bridged_pair_time_s(system, kind, size, degree)
     if span0 is None or degree * stride <= span0:
         return intra_time_s(system, kind, size, degree)
     place = placement(system, degree, stride)

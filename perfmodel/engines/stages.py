@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
-from perfmodel.comm.collectives import collective_time_s
+from perfmodel.comm.collectives import collective_time_s, in_one_bridge
 from perfmodel.compute import optimizers
 from perfmodel.compute.autocast import autocast_applies, autocast_on, with_autocast
 from perfmodel.compute.eager import with_elementwise
@@ -262,9 +262,16 @@ def p2p_time_s(system: System, plan: ParallelPlan, graph: Graph, spec: ModelSpec
         # scale-up fabric (Megatron's scatter/gather optimisation, Narayanan et al. 2021 §4.1;
         # with sequence parallelism the activation is already split); hyper-connections send n streams
         size = graph.tokens // plan.cp * spec.hidden * streams(spec) * ACT_BYTES / plan.tp
-    # stage neighbours s, s + 1 are an aligned pair only when pp is 2: on a bridged PCIe node every
-    # other hop of a longer pipeline crosses PCIe, and its steady state is set by the slowest hop
-    return collective_time_s(system, "send_recv", size, 2, stride, aligned=plan.pp == 2) * system.p2p_time_factor
+    # on a bridged PCIe node the neighbour sends use the bridges only when the whole pipeline sits in
+    # one clique; otherwise a hop crosses PCIe, and the slowest hop sets the steady state
+    return (collective_time_s(system, "send_recv", size, 2, stride, aligned=pipeline_in_one_bridge(system, plan, stride))
+            * system.p2p_time_factor)
+
+
+def pipeline_in_one_bridge(system: System, plan: ParallelPlan, stride: int) -> bool:
+    """Every stage of the pipeline (ranks `stride` apart) lies inside one bridged clique
+    (comm/collectives.py): pp 2 on a 2-way pair, up to pp 4 in a 4-way clique."""
+    return in_one_bridge(system, plan.pp, stride)
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,7 +392,8 @@ def tied_embedding_sync_s(system: System, plan: ParallelPlan, spec: ModelSpec | 
     if spec is None or plan.pp == 1 or not spec.tied_embeddings or not spec.vocab:
         return 0.0
     emb = spec.vocab * spec.hidden / plan.tp * plan.grad_bytes
-    return collective_time_s(system, "all_reduce", emb, 2, plan.tp * plan.cp * plan.dp, aligned=plan.pp == 2)
+    stride = plan.tp * plan.cp * plan.dp
+    return collective_time_s(system, "all_reduce", emb, 2, stride, aligned=pipeline_in_one_bridge(system, plan, stride))
 
 
 # weights every tp rank holds whole while their inputs are sequence-parallel shards: the layer

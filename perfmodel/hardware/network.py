@@ -84,8 +84,9 @@ class NetworkLevel:
     in_network_reduction: bool
     oversubscription: float = 1.0
     curves: tuple[MeasuredCurve, ...] = ()
-    pair_Bps: float = 0.0  # achieved one-way bandwidth of a bridge joining GPUs 2k and 2k + 1 (0: none)
+    pair_Bps: float = 0.0  # achieved one-way bandwidth per GPU into its NVLink bridges (0: none)
     pair_latency_s: float = 0.0
+    pair_group: int = 2  # GPUs per bridged clique (GPUs g·k .. g·k + g - 1)
 
     @property
     def achieved_Bps(self) -> float:
@@ -107,8 +108,9 @@ def _scale_up_level(node: Node, per_node: int) -> NetworkLevel:
     multi_host = node.domain_size > node.accelerators_per_node
     kind: LevelKind = "torus" if intra.topology == "torus-3d" else "rack" if multi_host else "scale-up"
     bridge = intra.pair_bridge
-    pair_Bps, pair_latency_s = 0.0, 0.0
+    pair_Bps, pair_latency_s, pair_group = 0.0, 0.0, 2
     if bridge is not None:
+        pair_group = bridge.group
         eff = bridge.collective_efficiency.si("dimensionless") if bridge.collective_efficiency else 1.0
         pair_Bps = bridge.bandwidth.one_way_Bps("intra_node.pair_bridge.bandwidth") * eff
         pair_latency_s = bridge.latency.si("seconds")
@@ -118,7 +120,7 @@ def _scale_up_level(node: Node, per_node: int) -> NetworkLevel:
         efficiency=intra.collective_efficiency.si("dimensionless") if intra.collective_efficiency else 1.0,
         latency_s=intra.latency.si("seconds"), in_network_reduction=intra.in_network_reduction,
         curves=tuple(MeasuredCurve.from_spec(c) for c in intra.curves),
-        pair_Bps=pair_Bps, pair_latency_s=pair_latency_s,
+        pair_Bps=pair_Bps, pair_latency_s=pair_latency_s, pair_group=pair_group,
     )
 
 

@@ -38,14 +38,16 @@ class CollectiveCurve(_Strict):
 
 
 class PairBridge(_Strict):
-    """A link joining the accelerators of a node in pairs (NVLink bridges on PCIe cards: GPU 2k with
-    GPU 2k + 1). Only a two-rank group inside one pair runs over it; any larger group's ring crosses
-    the node fabric (comm/collectives.py)."""
+    """NVLink bridges joining a node's accelerators in cliques of `group` (PCIe cards: 2-way bridges
+    pair GPU 2k with 2k + 1; H200 NVL's 4-way bridges join GPUs 4k..4k + 3 every one to every
+    other). A group of ranks inside one clique runs over the bridges; any group that leaves its
+    clique crosses the node fabric (comm/collectives.py)."""
 
-    bandwidth: Sourced = Field(description="per accelerator, into the bridge")
-    latency: Sourced
+    group: int = Field(2, ge=2, description="accelerators per bridged clique (2: pairs; 4: a 4-way bridge)")
+    bandwidth: Sourced = Field(description="per accelerator, into all its bridges (split evenly over its group - 1 peers)")
+    latency: Sourced = Field(description="one collective across the whole clique (NCCL's ring model for `group` ranks)")
     collective_efficiency: Sourced | None = Field(
-        None, description="large-message busbw of a two-rank all-reduce over the bridge / line rate (nccl-tests)")
+        None, description="large-message busbw of an all-reduce over the bridges / line rate (nccl-tests)")
 
 
 class IntraNode(_Strict):
@@ -111,9 +113,10 @@ class Node(_Strict):
                 raise SpecError(f"{name}.bandwidth", f"{link.bandwidth.value!r} is not positive", "a positive bandwidth")
             if link.latency.si("seconds", f"{name}.latency") <= 0:
                 raise SpecError(f"{name}.latency", "not positive", "a positive time")
-        if bridge is not None and self.accelerators_per_node % 2:
+        if bridge is not None and self.accelerators_per_node % bridge.group:
+            what = "an even number" if bridge.group == 2 else f"a multiple of {bridge.group}"
             raise SpecError("intra_node.pair_bridge", f"{self.accelerators_per_node} accelerators per node",
-                            "an even number of accelerators (the bridges join them in pairs)")
+                            f"{what} of accelerators (the bridges join them in cliques of {bridge.group})")
         if self.nics and self.nics.bandwidth.one_way_Bps("nics.bandwidth") <= 0:
             raise SpecError("nics.bandwidth", "not positive", "a positive bandwidth")
         if self.host_link is not None:
