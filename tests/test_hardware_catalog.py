@@ -123,6 +123,8 @@ def test_every_number_in_this_catalogue_cites_a_references_key(cat: catalog.Cata
     ("TPUv4", "tpu-v4"), ("NVIDIA DGX B200", "b200"), ("HGX H100", "h100-sxm5-80gb"),
     ("h100-pcie", "h100-pcie-80gb"), ("NVIDIA H100 PCIe", "h100-pcie-80gb"), ("H100 NVL", "h100-nvl-94gb"),
     ("H200 NVL", "h200-nvl-141gb"), ("NVIDIA H200 NVL", "h200-nvl-141gb"),
+    # words in another order, a bracketed note, the capacity as sold
+    ("A100 80GB SXM", "a100-sxm4-80gb"), ("SXM H100", "h100-sxm5-80gb"), ("B200 (DGX)", "b200"), ("B200 192GB", "b200"),
     ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"), ("a100-pcie", "a100-pcie-80gb"), ("NVIDIA L40S", "l40s"),
 ])
 def test_an_accelerator_written_another_way_is_found_and_said(written: str, acc_id: str) -> None:

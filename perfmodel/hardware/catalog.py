@@ -29,7 +29,7 @@ from perfmodel.hardware.limits import check_quantities
 from perfmodel.hardware.reading import read_yaml
 from perfmodel.hardware.specs import Accelerator, Sourced
 from perfmodel.hardware.system_specs import Cluster, Fabric, Node
-from perfmodel.names import spelling
+from perfmodel.names import spelling_without_notes
 
 __all__ = ["Catalog", "add_specs_dir", "load_catalog", "parse_model", "read_yaml", "specs_dir"]
 
@@ -170,10 +170,22 @@ def _load_dir(cls: type[T], dirs: list[Path], taken: dict[str, str], problems: l
     return out
 
 
+def _bare(name: str) -> str:
+    """spelling() with bracketed notes and the vendor / DGX / HGX prefixes dropped."""
+    return re.sub(r"^((nvidia|amd|intel|google|dgx|hgx)-)+", "", spelling_without_notes(name))
+
+
 def name_key(name: str) -> str:
     """A hardware name reduced to what identifies it: lower case, no vendor or DGX / HGX prefix,
-    no separators ('TPUv4' = 'TPU v4', 'NVIDIA DGX B200' = 'b200')."""
-    return re.sub(r"^((nvidia|amd|intel|google|dgx|hgx)-)+", "", spelling(name)).replace("-", "")
+    no bracketed note, no separators ('TPUv4' = 'TPU v4', 'NVIDIA DGX B200' = 'b200',
+    'B200 (DGX)' = 'b200')."""
+    return _bare(name).replace("-", "")
+
+
+def name_words(name: str) -> frozenset[str]:
+    """The words of a hardware name in any order ('A100 80GB SXM' = 'a100-sxm-80gb'): the second
+    try of accelerator_named, for tables that order the same words differently."""
+    return frozenset(w for w in _bare(name).split("-") if w)
 
 
 @dataclass(frozen=True)
@@ -216,6 +228,10 @@ class Catalog:
         key = name_key(name)
         hits = sorted({a.id for a in self.accelerators.values()
                        if key in (name_key(a.id), *(name_key(x) for x in a.aliases))})
+        if not hits:
+            words = name_words(name)
+            hits = sorted({a.id for a in self.accelerators.values()
+                           if words in (name_words(a.id), *(name_words(x) for x in a.aliases))})
         if len(hits) == 1:
             return self.accelerators[hits[0]]
         if hits:
