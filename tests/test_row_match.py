@@ -51,7 +51,9 @@ def test_checkpoint_names_find_their_architecture(name, workload):
 @pytest.mark.parametrize("name, workload", [
     ("GPT-2 XL", "gpt2-1558m"), ("openai-community/gpt2-medium", "gpt2-350m"), ("gpt2", "gpt2-124m"),
     ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "llama4-scout"), ("bigscience/bloom", "bloom-176b"),
-    ("GPT-3 XL", "gpt3-1.3b"), ("MT-NLG 530B", "megatron-530b"),
+    ("GPT-3 XL", "gpt3-1.3b"), ("MT-NLG 530B", "megatron-530b"), ("DeepSeek V3 671B", "deepseek-v3"),
+    # a table's bracketed note names the run, not the network
+    ("Llama3 8B (FP8)", "llama3-8b"), ("Qwen3-30B-A3B [MXFP8]", "qwen3-30b-a3b"),
 ])
 def test_published_names_of_a_workload_find_it(name, workload):
     """A workload's `aliases` (its Hugging Face repository, a paper's size name)."""

@@ -8,7 +8,8 @@ configuration, each named in the row's message:
 
 * by name: `Qwen3-30B-A3B`, `Qwen/Qwen3-30B-A3B` and `qwen3_30b_a3b` all mean the workload
   `qwen3-30b-a3b`, `meta-llama/Meta-Llama-3.1-8B-Instruct` means `llama3.1-8b` (case, separators,
-  an `org/` prefix and checkpoint suffixes do not matter; a name two workloads answer to matches none);
+  an `org/` prefix, a bracketed note such as `(FP8)` and checkpoint suffixes do not matter; a name
+  two workloads answer to matches none);
 * by architecture: the row gives at least layers, hidden, heads and vocab, every architecture
   column it gives equals one workload's, and that workload has structure the columns cannot
   state (a head width other than hidden / heads, local-attention layers, MLA, ...). A row whose
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from perfmodel.names import spelling
+from perfmodel.names import spelling_without_notes
 from perfmodel.workload.spec import ModelSpec
 
 # what a row must give before its columns identify a published model
@@ -36,9 +37,9 @@ _VARIANT = re.compile(r"(-(hf|base|instruct|chat|it|v\d+(\.\d+)+|\d{4}))+$")
 
 def _key(name: str) -> str:
     """`name` reduced to what identifies an architecture: the part after an `org/` prefix, lower
-    case, without a `meta-` prefix or checkpoint suffixes (-hf, -base, -instruct, -chat, -it,
+    case, without bracketed notes, a `meta-` prefix or checkpoint suffixes (-hf, -base, -instruct, -chat, -it,
     a dotted version -v0.1, a release date -2507), and without separators: 'meta-llama/Meta-Llama-3.1-8B-Instruct' -> 'llama3.18b'."""
-    key = spelling(name.rsplit("/", 1)[-1])
+    key = spelling_without_notes(name.rsplit("/", 1)[-1])
     key = _VARIANT.sub("", key.removeprefix("meta-"))
     return re.sub(r"[^a-z0-9.]", "", key)
 
