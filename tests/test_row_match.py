@@ -152,6 +152,11 @@ def test_ambiguous_or_unknown_spellings_are_errors(col, written):
         _run(**({"model": "llama3-8b", "tp": "2", "ep": "1"} | {col: written}))
 
 
+def test_a_bare_yes_for_recompute_says_why_it_is_refused():
+    with pytest.raises(RowError, match=r"column recompute 'Yes'.*ambiguous.*selective.*full: write which"):
+        _run(model="llama3-8b", tp="2", ep="1", recompute="Yes")
+
+
 def test_the_optional_schedule_column_sets_the_pipeline_schedule():
     """A row may say which pipeline schedule ran (DeepSeek-V3: DualPipe); empty keeps the plan's
     default, an unknown name or one the layout cannot run is the row's error."""

@@ -205,7 +205,11 @@ def spelled(vals: dict[str, str], col: str, notes: list[str]) -> str:
             elif (key != canon and v != canon) or spelling(v) != key:
                 notes.append(f"{col} {quote(vals[col])} read as {canon}")
             return canon
-    raise RowError(f"column {col} {quote(vals[col])}; allowed values: {', '.join(SPELLINGS[col])}")
+    why = ""
+    if col == "recompute" and key in SPELLINGS["sequence_parallel"]["true"]:
+        why = (" (a bare yes / true is ambiguous: Megatron-LM's --recompute-activations reruns attention only, "
+               "selective; Hugging Face's gradient_checkpointing reruns whole layers, full: write which)")
+    raise RowError(f"column {col} {quote(vals[col])}; allowed values: {', '.join(SPELLINGS[col])}{why}")
 
 
 def row_spec(row: dict[str, str], workloads: dict[str, ModelSpec], notes: list[str]) -> ModelSpec:
