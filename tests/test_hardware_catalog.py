@@ -125,6 +125,8 @@ def test_every_number_in_this_catalogue_cites_a_references_key(cat: catalog.Cata
     ("H200 NVL", "h200-nvl-141gb"), ("NVIDIA H200 NVL", "h200-nvl-141gb"),
     # words in another order, a bracketed note, the capacity as sold
     ("A100 80GB SXM", "a100-sxm4-80gb"), ("SXM H100", "h100-sxm5-80gb"), ("B200 (DGX)", "b200"), ("B200 192GB", "b200"),
+    # a GPU count, the memory technology or 'GPU' added to the name
+    ("8x H100", "h100-sxm5-80gb"), ("H100 SXM5 80GB HBM3", "h100-sxm5-80gb"), ("MI300X GPU", "mi300x"),
     ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"), ("a100-pcie", "a100-pcie-80gb"), ("NVIDIA L40S", "l40s"),
 ])
 def test_an_accelerator_written_another_way_is_found_and_said(written: str, acc_id: str) -> None:
@@ -133,7 +135,7 @@ def test_an_accelerator_written_another_way_is_found_and_said(written: str, acc_
     assert f"accelerator {written!r} read as {acc_id}" in msgs[0]
 
 
-@pytest.mark.parametrize("written", ["l20", "B100", "A100-PCIE-40GB", "L4", "RTX 3090", "A10"])
+@pytest.mark.parametrize("written", ["l20", "B100", "A100-PCIE-40GB", "L4", "RTX 3090", "A10", "H800 PCIe", "HBM3"])
 def test_a_chip_the_catalogue_lacks_is_not_guessed(written: str) -> None:
     with pytest.raises(catalog.UnknownIdError, match=f"unknown accelerator '{written}'; known: a100-pcie-80gb, a100-sxm4-40gb"):
         resolve_system(written, None, 8)

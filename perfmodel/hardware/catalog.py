@@ -182,10 +182,17 @@ def name_key(name: str) -> str:
     return _bare(name).replace("-", "")
 
 
+# words a table adds to a chip's name that say nothing about which part it is: a GPU count ('8x'),
+# the memory technology, 'GPU' (form factor and capacity words do name the part: H800 PCIe is
+# not H800 SXM)
+_FILLER = re.compile(r"\d+x|x\d+|hbm\d?e?|gpus?|tensor|core")
+
+
 def name_words(name: str) -> frozenset[str]:
-    """The words of a hardware name in any order ('A100 80GB SXM' = 'a100-sxm-80gb'): the second
-    try of accelerator_named, for tables that order the same words differently."""
-    return frozenset(w for w in _bare(name).split("-") if w)
+    """The words of a hardware name in any order, without filler words ('A100 80GB SXM' =
+    'a100-sxm-80gb', '8x H100 SXM5 80GB HBM3' = 'h100-sxm5-80gb'): the second try of
+    accelerator_named, for tables that order or decorate the same words differently."""
+    return frozenset(w for w in _bare(name).split("-") if w and not _FILLER.fullmatch(w))
 
 
 @dataclass(frozen=True)
@@ -228,8 +235,8 @@ class Catalog:
         key = name_key(name)
         hits = sorted({a.id for a in self.accelerators.values()
                        if key in (name_key(a.id), *(name_key(x) for x in a.aliases))})
-        if not hits:
-            words = name_words(name)
+        words = name_words(name)
+        if not hits and words:
             hits = sorted({a.id for a in self.accelerators.values()
                            if words in (name_words(a.id), *(name_words(x) for x in a.aliases))})
         if len(hits) == 1:
