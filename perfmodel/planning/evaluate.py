@@ -327,7 +327,8 @@ class Evaluator:
         place = placements(g)
         uniq, inv = unique_rows([g[c] for c in ("tp", "cp", "ep", "sp", "mb", "rec", "pp", "vp", "dp")]
                                 + [split, self.a2a_overlap_micro_batches(g, place), place])
-        idx = self._cost_rows.lookup([tuple(row) for row in uniq.tolist()], self.layout_costs)
+        layouts = uniq.tolist()  # the distinct layouts as Python rows, converted once for both lookups
+        idx = self._cost_rows.lookup(list(map(tuple, layouts)), self.layout_costs)
         c = cost_columns(self._cost_rows.array()[idx[inv]])
 
         m, pp, vp = (g[k].astype(float) for k in ("m", "pp", "vp"))
@@ -357,7 +358,7 @@ class Evaluator:
         dp_exp = np.maximum(0.0, dp_own - lead)
         step = np.asarray(pipe + tail)
 
-        mem = self._memory(g, uniq, inv, m, pp, vp, sched, zero)
+        mem = self._memory(layouts, inv, m, pp, vp, sched, zero)
         assert mem.shape == (n,)
         return {"step_time_s": step, "memory_bytes": mem, "pp_bubble_s": bubble, "dp_comm_exposed_s": np.asarray(dp_exp)}
 
@@ -416,11 +417,11 @@ class Evaluator:
             self._pipe[key] = (t, SCHEDULES[name].rank_bubbles_s(len(t), f, np.maximum(0.0, t - f - w), w))
         return self._pipe[key]
 
-    def _memory(self, g: dict[str, np.ndarray], uniq: np.ndarray, inv: np.ndarray, m: np.ndarray, pp: np.ndarray,
+    def _memory(self, layouts: list[list[int]], inv: np.ndarray, m: np.ndarray, pp: np.ndarray,
                 vp: np.ndarray, sched: np.ndarray, zero: np.ndarray) -> np.ndarray:
-        """memory.peak_memory over the grid: max over the memory stages (first, second, last)."""
-        idx = self._mem_rows.lookup([tuple(row[:-3] + row[-1:]) for row in uniq.tolist()],
-                                    self.memory_rows)  # less split, a2a_m
+        """memory.peak_memory over the grid: max over the memory stages (first, second, last).
+        `layouts`: the grid's distinct layouts (evaluate's uniq, as lists)."""
+        idx = self._mem_rows.lookup([(*row[:-3], row[-1]) for row in layouts], self.memory_rows)  # less split, a2a_m
         per = self._mem_rows.array()[idx]  # (distinct, 6, k)
         s = per[inv, zero]  # (n, k): static bytes of the row's ZeRO stage
         a = per[inv, 4:]  # (n, 2, k): activations per micro-batch, working set
