@@ -235,8 +235,7 @@ class Catalog:
         key = name_key(name)
         hits = sorted({a.id for a in self.accelerators.values()
                        if key in (name_key(a.id), *(name_key(x) for x in a.aliases))})
-        words = name_words(name)
-        if not hits and words:
+        if not hits and (words := name_words(name)):
             hits = sorted({a.id for a in self.accelerators.values()
                            if words in (name_words(a.id), *(name_words(x) for x in a.aliases))})
         if len(hits) == 1:

@@ -62,7 +62,7 @@ class IntraNode(_Strict):
     )
     curves: list[CollectiveCurve] = Field(default_factory=list)
     pair_bridge: PairBridge | None = Field(
-        None, description="a faster link joining the accelerators in pairs (NVLink bridges between PCIe cards)")
+        None, description="NVLink bridges joining PCIe cards in pairs or cliques of `group` (PairBridge)")
 
 
 class Nics(_Strict):

@@ -172,6 +172,8 @@ def measured(row: dict[str, str], col: str) -> float | None:
 # Hugging Face's gradient checkpointing and torch.utils.checkpoint of whole blocks are full. A bare
 # "true" is not read for recompute: Megatron-LM's --recompute-activations means selective, Hugging
 # Face's gradient_checkpointing full. A bracketed note is dropped ("selective (attention)").
+# how a boolean cell says yes: sequence_parallel's true, and for recompute an ambiguous answer
+TRUE_WORDS = ("true", "1", "yes", "on", "t", "y")
 SPELLINGS: dict[str, dict[str, tuple[str, ...]]] = {
     "recompute": {"none": ("none", "false", "no", "off", "0"),
                   "selective": ("selective", "selective-recompute", "selective-ac", "sac", "per-op-sac", "per-op", "op"),
@@ -180,7 +182,7 @@ SPELLINGS: dict[str, dict[str, tuple[str, ...]]] = {
     "zero_stage": {"0": ("0", "none", "no-shard", "ddp"), "1": ("1", "zero1", "zero-1", "z1"),
                    "2": ("2", "zero2", "zero-2", "z2", "shard-grad-op"),
                    "3": ("3", "zero3", "zero-3", "z3", "fsdp", "fsdp2", "full-shard")},
-    "sequence_parallel": {"true": ("true", "1", "yes", "on", "t", "y"), "false": ("false", "0", "no", "off", "f", "n")},
+    "sequence_parallel": {"true": TRUE_WORDS, "false": ("false", "0", "no", "off", "f", "n")},
     # optional column; empty = the plan's default (1F1B, interleaved with vp > 1)
     "schedule": {"1f1b": ("1f1b", "pipedream-flush", "one-f-one-b"),
                  "interleaved": ("interleaved", "interleaved-1f1b", "vpp", "virtual-pipeline"),
@@ -206,7 +208,7 @@ def spelled(vals: dict[str, str], col: str, notes: list[str]) -> str:
                 notes.append(f"{col} {quote(vals[col])} read as {canon}")
             return canon
     why = ""
-    if col == "recompute" and key in SPELLINGS["sequence_parallel"]["true"]:
+    if col == "recompute" and key in TRUE_WORDS:
         why = (" (a bare yes / true is ambiguous: Megatron-LM's --recompute-activations reruns attention only, "
                "selective; Hugging Face's gradient_checkpointing reruns whole layers, full: write which)")
     raise RowError(f"column {col} {quote(vals[col])}; allowed values: {', '.join(SPELLINGS[col])}{why}")
