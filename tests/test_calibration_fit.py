@@ -360,3 +360,28 @@ def test_fit_reads_a_row_as_validate_does(tmp_path):
     for row in (empty, stack):
         est = perfmodel.estimate(row.spec, row.system, row.plan, calibration="none")
         assert est.step_time_s == pytest.approx(pred[row.run_id], rel=1e-3)
+
+
+def test_native_stacks_take_gemm_native_in_place_of_gemm_in_model():
+    """The in-model GEMM factor splits by host dispatch: Python stacks (eager, compiled) take
+    gemm_in_model, native C/CUDA trainers (llm.c) gemm_native; the generation factor applies to both.
+    With gemm_in_model 0.8, gemm_native 0.95 and hopper 0.9: an H100 run's gemm knob is 0.72 under
+    megatron-lm, pytorch, jax or no stack, and 0.855 under llm.c. The fit's membership matrix says
+    the same for the public llm.c rows."""
+    from perfmodel.calibration.fit import Problem
+
+    prof = Profile("t", {"gemm_in_model": 0.8, "gemm_native": 0.95, "gemm_generation[hopper]": 0.9})
+    h100 = resolve_system("h100-sxm5-80gb", None, 8)[0].accelerator
+    for name in ("megatron-lm", "pytorch", "jax"):
+        assert prof.knobs(h100, framework(name))["gemm"] == pytest.approx(0.72)
+    assert prof.knobs(h100)["gemm"] == pytest.approx(0.72)
+    assert prof.knobs(h100, framework("llm.c"))["gemm"] == pytest.approx(0.855)
+    rows = [r for r in read_fit_rows([ROOT / "validation" / "runs_public.csv"]) if r.fw.name in ("llm.c", "composer")]
+    prob = Problem(rows)
+    native = [i for i, r in enumerate(rows) if r.fw.name == "llm.c"]
+    assert native and len(native) < len(rows)
+    g = KNOBS.index("gemm")
+    for i in range(len(rows)):
+        is_native = i in native
+        assert prob.member[i, g, prob.keys.index("gemm_native")] == float(is_native)
+        assert prob.member[i, g, prob.keys.index("gemm_in_model")] == float(not is_native)

@@ -118,7 +118,7 @@ class Problem:
         for i, r in enumerate(rows):
             for k, (name, p) in enumerate(zip(self.keys, self.params, strict=True)):
                 acc = r.system.accelerator
-                if p.applies(acc, acc.generation if name == key(p, acc.generation) else None):
+                if p.applies(acc, acc.generation if name == key(p, acc.generation) else None, r.fw.host_dispatch):
                     self.member[i, KNOBS.index(p.knob), k] = 1.0
         from perfmodel.calibration.frameworks import host_dispatch_factor
 

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from perfmodel.calibration.frameworks import Framework, host_dispatch_factor
+from perfmodel.calibration.frameworks import framework as named_framework
 from perfmodel.calibration.parameters import KNOBS, REGISTRY, Knob, split_key
 from perfmodel.compute.ops import FLASH_FALLBACK_RATIO, kernel_ratio
 from perfmodel.errors import PerfmodelError
@@ -74,9 +75,10 @@ class Profile:
     def knobs(self, acc: Accelerator, fw: Framework | None = None) -> dict[Knob, float]:
         """The knob factors for one accelerator under one stack (1 = microbenchmark as measured)."""
         f: dict[Knob, float] = dict.fromkeys(KNOBS, 1.0)
+        dispatch = fw.host_dispatch if fw is not None else "eager"
         for p in REGISTRY:
             scope_value = acc.generation if p.scope == "generation" else None
-            if p.applies(acc, scope_value):
+            if p.applies(acc, scope_value, dispatch):
                 f[p.knob] *= self.value(p.name, scope_value)
         if fw is not None:
             f["host"] *= host_dispatch_factor(fw)
@@ -339,7 +341,7 @@ def with_interval(est: Estimate, prof: Profile, system: System, spec: ModelSpec 
                             host_stand_in=system.host_stand_in)
     prov = system_provenance(system, est.plan.precision) if est.provenance else {}
     if not prof.physics_only:
-        k = prof.knobs(acc)
+        k = prof.knobs(acc, named_framework(framework) if framework else None)
         prov["calibration"] = (f"fitted: profile {prof.name!r} x " + ", ".join(f"{n} {v:.3g}" for n, v in k.items() if v != 1.0)
                                + " on the rates above (gemm and attention not where a whole-model efficiency is known)")
     return replace(est, calibration=prof.name, step_time_lo_s=iv[0] if iv else None, step_time_hi_s=iv[1] if iv else None,
