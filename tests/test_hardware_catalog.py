@@ -128,6 +128,8 @@ def test_every_number_in_this_catalogue_cites_a_references_key(cat: catalog.Cata
     # a GPU count, the memory technology or 'GPU' added to the name
     ("8x H100", "h100-sxm5-80gb"), ("H100 SXM5 80GB HBM3", "h100-sxm5-80gb"), ("MI300X GPU", "mi300x"),
     ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"), ("a100-pcie", "a100-pcie-80gb"), ("NVIDIA L40S", "l40s"),
+    # the rack named with the chip: NVL and a GPU count is the NVLink domain, bare NVL a part
+    ("DGX GB300 NVL72", "gb300"), ("GB200 NVL36", "gb200"), ("Tesla V100-SXM2-16GB", "v100-sxm2-16gb"), ("V100 32GB", "v100-sxm2-32gb"),
 ])
 def test_an_accelerator_written_another_way_is_found_and_said(written: str, acc_id: str) -> None:
     system, msgs = resolve_system(written, None, 8)

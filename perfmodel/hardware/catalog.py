@@ -183,9 +183,10 @@ def name_key(name: str) -> str:
 
 
 # words a table adds to a chip's name that say nothing about which part it is: a GPU count ('8x'),
-# the memory technology, 'GPU' (form factor and capacity words do name the part: H800 PCIe is
-# not H800 SXM)
-_FILLER = re.compile(r"\d+x|x\d+|hbm\d?e?|gpus?|tensor|core")
+# the memory technology, 'GPU', the rack it sits in ('GB200 NVL72': NVL with a GPU count names the
+# NVLink domain, not the chip) (form factor and capacity words do name the part: H800 PCIe is not
+# H800 SXM, H100 NVL is not H100 SXM)
+_FILLER = re.compile(r"\d+x|x\d+|hbm\d?e?|gpus?|tensor|core|nvl\d+")
 
 
 def name_words(name: str) -> frozenset[str]:
