@@ -172,8 +172,9 @@ def test_cost_and_energy_arithmetic() -> None:
     ("b200", 14300 / 8, "hgx-b200 wall power"),
     ("gb200", 120000 / 72, "gb200-nvl72 wall power"),  # the rack's 120 kW over its 72 GPUs
     # no published MI300X node: 750 W TDP x the median overhead of the GPU nodes that publish one
-    # (per part: A100 2.031 x2, H100 1.821, H200 1.821, V100 1.458, B200 1.7875, GB200 1.389) = 1.821
-    ("mi300x", 750 * 10200 / 8 / 700, "mi300x TDP 750 W x 1.82"),
+    # (per part: A100 2.031 x2, H100 1.821, H200 1.821, V100 1.458 x2 (16 and 32 GB DGX-1), B200
+    # 1.7875, GB200 1.389): the mean of the middle two, (1.7875 + 1.821) / 2 = 1.804
+    ("mi300x", 750 * (14300 / 8 / 1000 + 10200 / 8 / 700) / 2, "mi300x TDP 750 W x 1.8"),
 ])
 def test_energy_has_one_basis(hardware: str, watts: float, basis: str) -> None:
     system = _system(hardware, 8)

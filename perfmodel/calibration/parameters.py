@@ -25,7 +25,8 @@ framework, source, run or model.
 
 Priors (value, log-normal spread, and why):
   gemm_in_model 0.80 +- 0.25: the one whole-model measurement in the catalogue, B200 at 0.70 of its
-      isolated rate in a training step (b200.yaml), and Bekman's MAMF/peak spread (0.76-0.87) show isolated rates are
+      isolated rate in a training step (b200.yaml; 0.67 for the GEMMs alone since its attention has its
+      own in-step measurement, 0.82), and Bekman's MAMF/peak spread (0.76-0.87) show isolated rates are
       not sustained inside a step (clocks under whole-model power, cache and shape mix).
       It applies to Python stacks (eager, compiled): the B200 figure is an eager Hugging Face step, and
       every public row behind the fit ran Megatron-LM, Composer or plain PyTorch.

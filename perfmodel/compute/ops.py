@@ -267,8 +267,9 @@ def attention_rate_flop_per_s(acc: Accelerator, head_dim: int, seq_len: int, cau
         else:
             rate = _curve_rate(curve.kernel_points("flash"), head_dim, seq_len, causal) * kernel_ratio(
                 kernel, head_dim, seq_len, causal)
-        # FlashAttention runs in bf16 under fp8 GEMM training (Transformer Engine's default)
-        return rate * acc.in_model_efficiency
+        # FlashAttention runs in bf16 under fp8 GEMM training (Transformer Engine's default); inside a
+        # step at the rate measured there (calibration.attention_in_step), else the GEMMs' in-model factor
+        return rate * acc.attention_in_step
     ratio = acc.calibration.attention_fallback_ratio
     r = ratio.si("dimensionless", "calibration.attention_fallback_ratio") if ratio else FLASH_FALLBACK_RATIO
     return r * gemm_rate_flop_per_s(acc, fmt) * kernel_ratio(kernel, head_dim, seq_len, causal)

@@ -64,9 +64,11 @@ the cap and alpha grows (a GB300 capped at 500 W ran cuBLAS GEMMs at ~617 TFLOP/
 ~1600-2174 at 1400 W, alpha ~1: facebookexperimental/triton PR 2023): it is an upper bound.
 
 The whole-model efficiency (`calibration.in_model_efficiency`: what fraction of the isolated
-kernel rates a real model's forward reaches, 0.70 on B200) is carried only within a generation
+kernel rates a real model's step reaches, 0.67 for B200's GEMMs) is carried only within a generation
 (same die, clocks and kernels); a generation without a measurement keeps the isolated rates
-(1.0) and says so, since carrying B200's figure to other generations would be a guess.
+(1.0) and says so, since carrying B200's figure to other generations would be a guess. Attention
+takes its own in-step fraction where one was measured (`calibration.attention_in_step`: FA4 inside
+an 8k training step, 0.82 of its isolated curve on B200), carried the same way, else the GEMMs'.
 CPUs are peers only of CPUs.
 
 The fused-attention curve a part without its own points carries is hardware/attention.py.
@@ -333,6 +335,24 @@ def in_model_efficiency(acc: Accelerator) -> Derived:
                                            "(isolated-kernel rates)"), levels=("generation",))
 
 
+def _own_attention_in_step(acc: Accelerator) -> float | None:
+    cal = acc.calibration.attention_in_step
+    return cal.si("dimensionless", "calibration.attention_in_step") if cal else None
+
+
+@lru_cache(maxsize=512)
+def attention_in_step(acc: Accelerator) -> Derived:
+    """Fraction of the isolated fused-attention curve the kernel reaches inside a training step:
+    measured on the part (kernel time in a step's trace), else its generation's, else the
+    whole-model efficiency the GEMMs take (which a whole-step solve spreads over both)."""
+    whole = in_model_efficiency(acc)
+    return _measured_or_peers(acc, _own_attention_in_step, "attention_in_step", "attention kernel time in a step",
+                              "attention in-step efficiency",
+                              Derived(whole.value, f"fallback: the whole-model efficiency {whole.value:.3g} "
+                                                   "(no attention measured inside a step in the generation)"),
+                              levels=("generation",))
+
+
 def _own_hbm_ratio(acc: Accelerator) -> float | None:
     cal = acc.calibration.hbm_achieved
     return cal.si("bytes_per_s", "calibration.hbm_achieved") / acc.hbm_Bps if cal else None
@@ -394,6 +414,7 @@ def accelerator_provenance(acc: Accelerator, precision: str) -> dict[str, str]:
     out = {
         "gemm_rate": mamf_ratio(acc, fmt).provenance,
         "in_model_efficiency": in_model_efficiency(acc).provenance,
+        "attention_in_step": attention_in_step(acc).provenance,
         "attention_rate": (_attention_provenance(acc)
                            or "fallback: 0.60 x the GEMM rate (FA2 / MAMF on A100 at head_dim 64)"),
         "hbm_bandwidth": hbm_ratio(acc).provenance,
@@ -414,6 +435,7 @@ __all__ = [
     "Derived",
     "PowerPair",
     "accelerator_provenance",
+    "attention_in_step",
     "best_published_mfu",
     "estimate_context",
     "hbm_ratio",

@@ -55,7 +55,7 @@ RULES: dict[str, Rule] = {
     "clock": Rule("hertz"), "compute_units": Rule("dimensionless", 1.0, low_inclusive=True),
     "leaf_nodes": Rule("dimensionless", 1.0, low_inclusive=True),
     "tdp": Rule("watts"), "power": Rule("watts"),
-    "in_model_efficiency": _FRACTION, "collective_efficiency": _FRACTION, "best_published_mfu": _FRACTION,
+    "in_model_efficiency": _FRACTION, "attention_in_step": _FRACTION, "collective_efficiency": _FRACTION, "best_published_mfu": _FRACTION,
     "attention_fallback_ratio": _FRACTION,
     "purchase": Rule("usd"), "hourly": Rule("usd_per_hour"),
 }

@@ -102,6 +102,11 @@ class AcceleratorCalibration(_Strict):
     in_model_efficiency: Sourced | None = Field(
         None, description="fraction of the isolated GEMM / attention rates a real model's forward reaches "
                           "on this part (sustained power and clocks, real shape mix); default 1")
+    attention_in_step: Sourced | None = Field(
+        None, description="fraction of the isolated fused-attention curve the attention kernel reaches inside a "
+                          "training step, measured by kernel time in a step's trace (where measured it replaces "
+                          "in_model_efficiency for attention; else attention takes in_model_efficiency as the "
+                          "GEMMs do)")
     elementwise_achieved: Sourced | None = Field(
         None,
         description="achieved bytes/s of typical memory-bound training ops (norm, activation, softmax, casts); "
@@ -207,6 +212,10 @@ class Accelerator(_Strict):
             eff = cal.in_model_efficiency.si("dimensionless", "calibration.in_model_efficiency")
             if not 0 < eff <= 1:
                 raise SpecError("calibration.in_model_efficiency", f"{eff} is outside (0, 1]", "a fraction in (0, 1]")
+        if cal.attention_in_step:
+            eff = cal.attention_in_step.si("dimensionless", "calibration.attention_in_step")
+            if not 0 < eff <= 1:
+                raise SpecError("calibration.attention_in_step", f"{eff} is outside (0, 1]", "a fraction in (0, 1]")
         if cal.elementwise_achieved:
             checks["calibration.elementwise_achieved"] = (cal.elementwise_achieved, "bytes_per_s")
         if cal.kernel_launch:
@@ -260,6 +269,14 @@ class Accelerator(_Strict):
         from perfmodel.hardware.derating import in_model_efficiency
 
         return in_model_efficiency(self).value
+
+    @cached_property
+    def attention_in_step(self) -> float:
+        """Fraction of the isolated attention curve reached inside a step (measured, else its
+        generation's, else the whole-model efficiency)."""
+        from perfmodel.hardware.derating import attention_in_step
+
+        return attention_in_step(self).value
 
     @cached_property
     def elementwise_achieved_Bps(self) -> float:
