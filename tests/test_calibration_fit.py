@@ -98,6 +98,8 @@ def test_frameworks_select_mechanisms_only():
     # other names of the same stacks (NeMo 2 trains with Megatron-Core; MaxText is JAX), case and '_' aside
     assert framework("NeMo_2") is FRAMEWORKS["megatron-core"] and framework("MaxText") is FRAMEWORKS["jax"]
     assert framework("Megatron-DeepSpeed") is FRAMEWORKS["megatron-lm"]
+    assert framework("Hugging Face") is framework("HF Trainer") is FRAMEWORKS["pytorch"]
+    assert framework("LLMQ") is FRAMEWORKS["llm.c"]
     with pytest.raises(FrameworkError, match="megatron-core"):
         framework("colossalai")
     for fw in FRAMEWORKS.values():

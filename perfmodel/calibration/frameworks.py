@@ -330,10 +330,13 @@ ALIASES: dict[str, str] = {
     **dict.fromkeys(("llm-foundry", "mosaicml", "mosaic-composer"), "composer"),
     **dict.fromkeys(("titan", "pytorch-torchtitan"), "torchtitan"),
     **dict.fromkeys(("torch", "pytorch-fsdp", "fsdp", "fsdp2", "torch-fsdp", "torch-fsdp2", "ddp", "pytorch-ddp",
-                     "huggingface", "hf", "transformers", "hf-trainer", "huggingface-trainer", "transformers-trainer",
+                     "huggingface", "hugging-face", "hf", "transformers", "hf-trainer", "huggingface-trainer",
+                     "hugging-face-trainer", "transformers-trainer",
                      "accelerate", "hf-accelerate", "huggingface-accelerate", "lightning", "pytorch-lightning",
                      "nanogpt"), "pytorch"),
-    **dict.fromkeys(("llmc", "llm-c"), "llm.c"),
+    # LLMQ (IST-DASLab/llmq): a C++/CUDA trainer built on llm.c's kernels, native dispatch, fp8 casts
+    # fused in the producing kernels: the mechanisms `llm.c` selects
+    **dict.fromkeys(("llmc", "llm-c", "llmq"), "llm.c"),
     **dict.fromkeys(("maxtext", "pax", "paxml", "flax", "t5x", "levanter"), "jax"),
 }
 
