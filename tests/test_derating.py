@@ -79,6 +79,11 @@ def test_attention_in_step_is_measured_carried_in_its_generation_else_the_whole_
         carried = attention_in_step(_acc(acc_id))
         assert carried.value == 0.82 and not carried.measured and "b200 0.82" in carried.provenance
         assert in_model_efficiency(_acc(acc_id)).value == pytest.approx(0.67)
+    # a part with its own whole-model figure and no attention measurement keeps its own figure
+    gb = _acc("gb200")
+    own = gb.model_validate({**gb.model_dump(), "calibration": {
+        **gb.calibration.model_dump(), "in_model_efficiency": {"value": 0.6, "source": "test"}}})
+    assert attention_in_step(own).value == in_model_efficiency(own).value == 0.6
     h100 = attention_in_step(_acc("h100-sxm5-80gb"))
     assert h100.value == in_model_efficiency(_acc("h100-sxm5-80gb")).value == 1.0
     assert "whole-model efficiency" in h100.provenance

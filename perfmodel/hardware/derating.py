@@ -343,8 +343,15 @@ def _own_attention_in_step(acc: Accelerator) -> float | None:
 @lru_cache(maxsize=512)
 def attention_in_step(acc: Accelerator) -> Derived:
     """Fraction of the isolated fused-attention curve the kernel reaches inside a training step:
-    measured on the part (kernel time in a step's trace), else its generation's, else the
-    whole-model efficiency the GEMMs take (which a whole-step solve spreads over both)."""
+    measured on the part (kernel time in a step's trace); else the part's own whole-model
+    efficiency, where it measured one (a whole-step solve spreads one factor over GEMMs and
+    attention, and the part's own figure outranks a peer's); else its generation's in-step
+    figure; else the whole-model efficiency the GEMMs take."""
+    whole_cal = acc.calibration.in_model_efficiency
+    if _own_attention_in_step(acc) is None and whole_cal is not None:
+        return Derived(whole_cal.si("dimensionless", "calibration.in_model_efficiency"),
+                       "measured: the part's whole-model efficiency, GEMMs and attention together "
+                       f"({whole_cal.source}; no attention measured inside a step on this part)")
     whole = in_model_efficiency(acc)
     return _measured_or_peers(acc, _own_attention_in_step, "attention_in_step", "attention kernel time in a step",
                               "attention in-step efficiency",
