@@ -175,3 +175,14 @@ def test_mfu_above_the_best_published_is_flagged():
     assert perfmodel.estimate("llama3-8b", "h100-sxm5-80gb", perfmodel.ParallelPlan(tp=8, global_batch=8)).best_published_mfu == 0.61
     b200 = perfmodel.estimate("llama3-8b", "b200", perfmodel.ParallelPlan(tp=8, global_batch=8))
     assert b200.best_published_mfu == 0.72 and "any accelerator" in b200.best_published_mfu_source
+
+
+def test_a_narrow_format_takes_the_parts_own_narrow_ratio_before_its_16_bit_one():
+    """fp4 without its own MAMF takes the part's fp8 MAMF / peak (the same narrow-format class, as
+    deep under the power cap), not bf16's: GB300 3749.2 / 5000 = 0.750 (bf16 would give 0.843),
+    B200 3432.5 / 4500 = 0.763; GB200 measured fp4 itself (7627.6 / 10000)."""
+    for acc_id, ratio in (("gb300", 3749.2 / 5000), ("b200", 3432.5 / 4500)):
+        r = mamf_ratio(_acc(acc_id), "fp4")
+        assert r.value == pytest.approx(ratio) and "fp8 MAMF/peak" in r.provenance and "narrow-format" in r.provenance
+    assert mamf_ratio(_acc("gb200"), "fp4").value == pytest.approx(7627.6 / 10000)
+    assert mamf_ratio(_acc("gb300"), "bf16").value == pytest.approx(2106.8 / 2500)

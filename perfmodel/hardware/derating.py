@@ -143,7 +143,9 @@ def peer_median(acc: Accelerator, peers: Iterable[Accelerator], own: Callable[[A
 
 # -- the terms ----------------------------------------------------------------------------------
 def _own_mamf_ratio(acc: Accelerator, fmt: str) -> tuple[float, str] | None:
-    """(MAMF / peak, provenance) from the part's own measurement in `fmt`, or in bf16/fp16
+    """(MAMF / peak, provenance) from the part's own measurement in `fmt`; else, for a narrow
+    format (8 bits or fewer), in another narrow format of the part, the nearest in width (the same
+    format class: 2-4x the 16-bit math per clock, as deep under the power cap); else in bf16/fp16
     carried to a narrower format (the same tensor cores, the same kernel maturity)."""
     cal = acc.calibration.gemm_max_achievable
     try:
@@ -152,6 +154,14 @@ def _own_mamf_ratio(acc: Accelerator, fmt: str) -> tuple[float, str] | None:
         return None
     if fmt in cal:
         return min(cal[fmt].si("flop_per_s"), peak) / peak, f"measured: {fmt} MAMF ({cal[fmt].source})"
+    if registry.format_bits(fmt) <= NARROW_FORMAT_BITS:
+        bits = registry.format_bits(fmt)
+        narrow = sorted((p for p in cal if p in registry.FORMAT_BITS and registry.format_bits(p) <= NARROW_FORMAT_BITS),
+                        key=lambda p: (abs(registry.format_bits(p) - bits), p))
+        for p in narrow:
+            base = acc.matrix_peak_flop_per_s(p)
+            return (min(cal[p].si("flop_per_s"), base) / base,
+                    f"measured: {p} MAMF/peak ({cal[p].source}) at the {fmt} peak (the same narrow-format class)")
     for p in ("bf16", "fp16"):
         if p in cal:
             base = acc.matrix_peak_flop_per_s(p)
