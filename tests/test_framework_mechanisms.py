@@ -110,6 +110,12 @@ def test_megatron_core_turns_on_only_what_its_recipes_can():
     # userbuffers needs sequence parallelism; p2p overlap needs the interleaved schedule
     q = apply_framework(base.model_copy(update={"sequence_parallel": False, "vp": 1}), mc)
     assert not q.overlap_tp_comm and not q.overlap_p2p_comm
+    # NVFP4 runs without the tp overlap (Megatron-Bridge: fp4_param_gather is incompatible with it),
+    # unless the plan turns it on itself
+    fp4 = base.model_copy(update={"precision": "nvfp4"})
+    assert not apply_framework(fp4, mc).overlap_tp_comm and apply_framework(fp4, mc).overlap_p2p_comm
+    assert apply_framework(fp4.model_copy(update={"overlap_tp_comm": True}), mc).overlap_tp_comm
+    assert apply_framework(base.model_copy(update={"precision": "mxfp8"}), mc).overlap_tp_comm
     # a stack without the mechanisms changes none of them; torchtitan's fp8 scales dynamically
     for name in ("megatron-lm", "pytorch", "composer", "deepspeed"):
         r = apply_framework(base, FRAMEWORKS[name])

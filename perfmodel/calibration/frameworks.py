@@ -15,7 +15,13 @@ the commits in EVIDENCE_COMMITS):
                    one launch for the step)
     tp_overlap     tensor-parallel collectives run beside the GEMMs by Transformer Engine's userbuffers
                    (ParallelPlan.overlap_tp_comm), at what TE's default configuration costs
-                   (engines/userbuffers.py), where the stack can: tp > 1 with sequence parallelism
+                   (engines/userbuffers.py), where the stack can: tp > 1 with sequence parallelism,
+                   except in the precisions the stack turns it off for (tp_overlap_off_precisions):
+                   megatron-core's NVFP4 runs, whose fp4_param_gather path is incompatible with TP
+                   comm overlap (Megatron-Bridge sets tp_comm_overlap = False for nvfp4 in every release
+                   of the published tables: scripts/performance/configs/llama3/llama3_llm_pretrain.py:78
+                   at v0.2.0 = 25.11, configs/llama/llama31_llm_pretrain.py:87 at v0.4.2 = 26.04.01 and
+                   v0.5.0 = 26.06, and the perf_recipes at HEAD, e.g. qwen/gb300/qwen3_moe.py:605)
     moe_dispatcher the MoE token dispatcher when the plan names none (ParallelPlan.moe_dispatcher):
                    `alltoall` (NCCL all-to-all, a row per routed copy) or `flex` (DeepEP / HybridEP,
                    a row once per destination node over the network)
@@ -212,6 +218,8 @@ class Framework:
     cuda_graphs: bool = False
     # precisions whose MoE layouts get the 1F1B all-to-all overlap unless the plan says (module docstring)
     moe_a2a_overlap_precisions: tuple[str, ...] = ()
+    # precisions the stack runs without its tp overlap (module docstring, tp_overlap)
+    tp_overlap_off_precisions: tuple[str, ...] = ()
     grad_reduce_bytes: int | None = None  # bytes per gradient element held and reduced (None: the precision's)
     selective: str = "core_attn"  # what recompute 'selective' reruns (module docstring)
     cp_ring: CpRing = "p2p"  # how context-parallel attention exchanges K/V (module docstring)
@@ -267,7 +275,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "(models/*/..._bridge.py) and stays in the H100 and B200 64-GPU Qwen3-235B recipes: --moe-dispatcher "
               "alltoall for those",
               p2p_overlap=True, fused_casts=True, cross_entropy_impl="fused", grad_reduce_bytes=2,
-              moe_a2a_overlap_precisions=("mxfp8",), expert_gemm="per-expert", moe_probs_in_activation=True),
+              moe_a2a_overlap_precisions=("mxfp8",), tp_overlap_off_precisions=("nvfp4",), expert_gemm="per-expert",
+              moe_probs_in_activation=True),
     Framework("deepspeed", "flash", "eager", False,
               "DeepSpeed with Hugging Face models: attention through torch SDPA (flash backend), eager; the "
               "models' norms, SwiGLU and RoPE as written in transformers (LlamaRMSNorm upcasts to fp32, "
@@ -377,7 +386,8 @@ def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
         update["fsdp_impl"] = fw.fsdp
     if "attention_impl" not in plan.model_fields_set and plan.attention_impl != fw.attention:
         update["attention_impl"] = fw.attention
-    if fw.tp_overlap and plan.tp > 1 and plan.sequence_parallel and not plan.overlap_tp_comm:
+    if (fw.tp_overlap and plan.tp > 1 and plan.sequence_parallel and not plan.overlap_tp_comm
+            and plan.precision not in fw.tp_overlap_off_precisions):
         update["overlap_tp_comm"] = True
     if fw.p2p_overlap and plan.pp > 1 and plan.vp > 1 and not plan.overlap_p2p_comm:
         update["overlap_p2p_comm"] = True
