@@ -54,6 +54,11 @@ def test_checkpoint_names_find_their_architecture(name, workload):
     ("GPT-3 XL", "gpt3-1.3b"), ("MT-NLG 530B", "megatron-530b"), ("DeepSeek V3 671B", "deepseek-v3"),
     # a table's bracketed note names the run, not the network
     ("Llama3 8B (FP8)", "llama3-8b"), ("Qwen3-30B-A3B [MXFP8]", "qwen3-30b-a3b"),
+    # ... unless the bracket holds the size: only then are its words read
+    ("GPT-3 (175B)", "gpt3-175b"), ("Llama 3 (70B)", "llama3-70b"),
+    # models added 2026-12-07 and an alias of one network
+    ("Qwen/Qwen2.5-72B", "qwen2.5-72b"), ("Qwen3-32B", "qwen3-32b"), ("mistralai/Mistral-7B-v0.1", "mistral-7b"),
+    ("meta-llama/Llama-3.3-70B-Instruct", "llama3.1-70b"),
 ])
 def test_published_names_of_a_workload_find_it(name, workload):
     """A workload's `aliases` (its Hugging Face repository, a paper's size name)."""
@@ -69,7 +74,7 @@ def test_every_alias_reads_as_its_own_workload():
 
 
 @pytest.mark.parametrize("name", ["gpt-l24-h1024", "bert-large-uncased", "llama3-9b", "bloom-prequel-l72-h14336",
-                                  "DeepSeek-V2", "deepseek-ai/DeepSeek-V2.5"])
+                                  "DeepSeek-V2", "deepseek-ai/DeepSeek-V2.5", "GPT-3 (13.7B)"])
 def test_names_of_no_workload_match_none(name):
     assert by_name(name, load_workloads()) is None
 

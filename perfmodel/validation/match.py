@@ -46,12 +46,15 @@ def _key(name: str) -> str:
 
 def by_name(model: str, workloads: dict[str, ModelSpec]) -> ModelSpec | None:
     """The workload whose id, name or an alias is `model` up to case, separators, an `org/` prefix
-    and checkpoint suffixes (_key); None when none is, or when several different networks are."""
-    key = _key(model)
-    hits = sorted((s for s in workloads.values() if key in (_key(s.id), _key(s.name), *map(_key, s.aliases))),
-                  key=lambda s: s.id)
-    # two ids for one network (llama3-405b and llama3.1-405b) are one answer
-    return hits[0] if hits and all(_network(h) == _network(hits[0]) for h in hits) else None
+    and checkpoint suffixes (_key); None when none is, or when several different networks are.
+    A name that only resolves with its bracket's words kept is tried second: 'GPT-3 (175B)'."""
+    for key in (_key(model), _key(model.replace("(", " ").replace(")", " "))):
+        hits = sorted((s for s in workloads.values() if key in (_key(s.id), _key(s.name), *map(_key, s.aliases))),
+                      key=lambda s: s.id)
+        if hits:
+            # two ids for one network (llama3-405b and llama3.1-405b) are one answer
+            return hits[0] if all(_network(h) == _network(hits[0]) for h in hits) else None
+    return None
 
 
 def _network(spec: ModelSpec) -> dict[str, object]:
