@@ -431,7 +431,6 @@ def accelerator_provenance(acc: Accelerator, precision: str) -> dict[str, str]:
     out = {
         "gemm_rate": mamf_ratio(acc, fmt).provenance,
         "in_model_efficiency": in_model_efficiency(acc).provenance,
-        "attention_in_step": attention_in_step(acc).provenance,
         "attention_rate": (_attention_provenance(acc)
                            or "fallback: 0.60 x the GEMM rate (FA2 / MAMF on A100 at head_dim 64)"),
         "hbm_bandwidth": hbm_ratio(acc).provenance,
@@ -444,6 +443,11 @@ def accelerator_provenance(acc: Accelerator, precision: str) -> dict[str, str]:
         "optimizer_step": (f"measured: per-parameter step ({cal.optimizer_step_per_param.source})"
                            if cal.optimizer_step_per_param else "fallback: optimizer bytes through HBM"),
     }
+    # attention's in-step fraction is a term of its own only where the part or its generation
+    # measured one; elsewhere it is the whole-model efficiency above
+    step = attention_in_step(acc)
+    if _own_attention_in_step(acc) is not None or step.provenance.startswith("fallback: attention in-step"):
+        out["attention_in_step"] = step.provenance
     return out
 
 
