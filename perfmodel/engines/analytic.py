@@ -58,7 +58,8 @@ def rank_tail_s(inp: StepInputs, r: int, rank_hops: tuple[float, ...]) -> tuple[
                                     dp.unit_copy_fwd_s, dp.unit_copy_bwd_s, cf.fsdp_fill(plan.pp),
                                     dp.first_all_gather_s, dp.first_reduce_scatter_s, dp.first_share,
                                     cf.grad_window_s(get_schedule(plan.schedule_name).defers_wgrad, rank.bwd_s,
-                                                     rank.wgrad_s, h), plan.vp))
+                                                     rank.wgrad_s, h), plan.vp,
+                                    get_schedule(plan.schedule_name).run_share()))
     return exposed, inp.optimizer_s(r)
 
 

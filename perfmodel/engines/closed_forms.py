@@ -111,13 +111,15 @@ def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_red
                  contention: Num, unit_all_gather_s: Num = 0.0, unit_reduce_scatter_s: Num = 0.0,
                  unit_copy_fwd_s: Num = 0.0, unit_copy_bwd_s: Num = 0.0, fill: Num = 1.0,
                  first_all_gather_s: Num | None = None, first_reduce_scatter_s: Num | None = None,
-                 first_share: Num | None = None, grad_window_s: Num | None = None, chunks: Num = 1.0) -> Num:
+                 first_share: Num | None = None, grad_window_s: Num | None = None, chunks: Num = 1.0,
+                 run_share: Num = 1.0) -> Num:
     """Exposed data-parallel seconds of one step plus the compute slowed by the hidden part.
     The unit_* arguments are one FSDP unit's collectives and copy kernels, `fill` the stage
     forward waits a pipeline's fill crosses (ZeRO 3 only: fsdp_fill) and `chunks` the model chunks
     per rank (vp). `grad_window_s`: the last micro-batch's phase during which ZeRO 0-2 gradient
     buckets become final (default its whole backward; the weight-gradient phase under a schedule
-    that defers it)."""
+    that defers it). `run_share`: the share of a rank's units one micro-batch passes (the
+    schedule's run_share: DualPipe's two directions each cross one of a rank's two stages)."""
     L = _maximum(1.0, layers)
     ag, rs = all_gather_s, reduce_scatter_s
     grad = _where(zero == 0, all_reduce_s, _where(zero < 3, rs, 0.0))
@@ -131,7 +133,7 @@ def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_red
     pre = _and(overlap_fsdp_prefetch, can_overlap)
     z3_wait, _, z3_copies, z3_beside = fsdp_exposed_s(m, fwd_s, bwd_s, L, unit_all_gather_s, unit_reduce_scatter_s,
                                                       unit_copy_fwd_s, unit_copy_bwd_s, pre, fill,
-                                                      first_all_gather_s, first_reduce_scatter_s, chunks)
+                                                      first_all_gather_s, first_reduce_scatter_s, chunks, run_share)
     exposed = _where(zero == 3, z3_wait, z012)
     beside = _where(zero == 3, z3_beside, _maximum(0.0, grad + param - exposed))
     return exposed + beside * contention + _where(zero == 3, z3_copies, 0.0)
@@ -140,7 +142,8 @@ def dp_exposed_s(zero: Num, m: Num, fwd_s: Num, bwd_s: Num, layers: Num, all_red
 def fsdp_exposed_s(m: Num, fwd_s: Num, bwd_s: Num, units: Num, unit_all_gather_s: Num, unit_reduce_scatter_s: Num,
                    unit_copy_fwd_s: Num, unit_copy_bwd_s: Num, prefetch: Num,
                    fill: Num = 1.0, first_all_gather_s: Num | None = None,
-                   first_reduce_scatter_s: Num | None = None, chunks: Num = 1.0) -> tuple[Num, Num, Num, Num]:
+                   first_reduce_scatter_s: Num | None = None, chunks: Num = 1.0,
+                   run_share: Num = 1.0) -> tuple[Num, Num, Num, Num]:
     """(seconds the compute stream waits for the per-unit collectives, seconds of those
     collectives in all, seconds of the copy kernels, seconds of collectives running beside the
     step's critical compute, which they slow by the contention fraction) over m micro-batches of
@@ -148,7 +151,10 @@ def fsdp_exposed_s(m: Num, fwd_s: Num, bwd_s: Num, units: Num, unit_all_gather_s
     every micro-batch; a pipelined stage (pp > 1: fill > 1, fsdp_fill) gathers and
     reduce-scatters each unit once per step, and the fill waits for `fill` stages' forward
     gathers in turn: their hidden part slows each of those first forwards, fill times. `chunks`:
-    the model chunks per rank (vp), over which the drain spreads the last backwards' copies."""
+    the model chunks per rank (vp), over which the drain spreads the last backwards' copies.
+    `run_share`: the share of the rank's units a micro-batch passes; each fill step waits for that
+    share's gathers only (DualPipe, 1/2: its two directions fill at once, each through one of the
+    rank's two stages, as the simulation plays them)."""
     L = _maximum(1.0, units)
     a, r, kf, kb = unit_all_gather_s, unit_reduce_scatter_s, unit_copy_fwd_s, unit_copy_bwd_s
     # the first unit (the embedding on the first stage): its gather opens the forward, its
@@ -168,9 +174,10 @@ def fsdp_exposed_s(m: Num, fwd_s: Num, bwd_s: Num, units: Num, unit_all_gather_s
     # reduce-scatter in the last backward (L·(kb - kf) beyond the copy-outs, as
     # des_costs._fsdp_waits plays them), which the drain crosses as it does a rank's backward:
     # the first rank's whole and (fill - 1)/chunks of the others' (the interleaved bubble's 1/vp)
-    once_wait = _where(prefetch, fill * fwd + total_r, fill * total_a + total_r)
-    once = (once_wait, once_comm, fill * L * kf + (1.0 + (fill - 1) / chunks) * L * (kb - kf),
-            fill * _where(prefetch, _maximum(0.0, total_a - fwd), 0.0))
+    crossed = fill * run_share  # rank-units of gathers the fill waits for in turn
+    once_wait = _where(prefetch, crossed * fwd + total_r, crossed * total_a + total_r)
+    once = (once_wait, once_comm, crossed * L * kf + (1.0 + (fill - 1) / chunks) * L * (kb - kf),
+            crossed * _where(prefetch, _maximum(0.0, total_a - fwd), 0.0))
     pipelined = fill > 1
     every_wait = _where(prefetch, m * (fwd + bwd), comm)
     every = every_wait, comm, m * L * (kf + kb), _maximum(0.0, comm - every_wait)

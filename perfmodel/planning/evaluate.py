@@ -71,6 +71,9 @@ from perfmodel.planning.space import RECOMPUTES, SCHEDULE_LIST
 from perfmodel.workload.graph import Graph
 from perfmodel.workload.spec import ModelSpec
 
+# per `sched` index: the share of a rank's chunks one micro-batch runs through (schedule.run_share)
+RUN_SHARE = np.array([SCHEDULES[name].run_share() for name in SCHEDULE_LIST])
+
 
 @dataclass
 class Evaluator:
@@ -376,7 +379,8 @@ class Evaluator:
                                  overlap_fsdp_prefetch, can_overlap(self.system), comm_contention_fraction(self.system),
                                  col("unit_all_gather_s"), col("unit_reduce_scatter_s"), col("unit_copy_fwd_s"),
                                  col("unit_copy_bwd_s"), cf.fsdp_fill(pp), col("first_all_gather_s"),
-                                 col("first_reduce_scatter_s"), col("first_share"), col("grad_window_s"), vp)
+                                 col("first_reduce_scatter_s"), col("first_share"), col("grad_window_s"), vp,
+                                 RUN_SHARE[g["sched"]])
         folded = g["tp"] * g["dp"] * g["cp"]  # MoE parallel folding: edp = tp·cp·dp/(ep·etp), etp 1 in the grid
         dpcp, edp = (g["dp"] * g["cp"]).astype(float), (folded // g["ep"]).astype(float)
         local = cf.local_params(zero, col("dense_params"), col("expert_params"), dpcp, edp)
