@@ -166,3 +166,22 @@ def test_fp32_long_sequence_mfu_stays_below_one():
     plan = perfmodel.ParallelPlan(micro_batch=1, global_batch=1, seq_len=131072, precision="fp32")
     r = perfmodel.estimate("llama3.2-1b", "a100-sxm4-80gb", plan)
     assert 0.3 < r.mfu < 1.0
+
+
+def test_a_one_length_curve_takes_its_length_dependence_from_h100_fa2():
+    """B200 measured FA4 at 8K only; at other lengths it runs its 8K rate times H100 SXM5's FA2
+    rate ratio at the same causality and head (causal hd 128: 265 / 308 TFLOP/s at 2K, 163 / 308
+    at 512, linear below 512), so a 128-token sliding window is not costed at the 8K rate; longer
+    sequences keep the 8K rate. H100's own multi-length curve is untouched."""
+    b200, h100 = _acc("b200"), _acc("h100-sxm5-80gb")
+    at8k = attention_rate_flop_per_s(b200, 128, 8192, True, "bf16")
+    assert attention_rate_flop_per_s(b200, 128, 2048, True, "bf16") == pytest.approx(at8k * 265 / 308, rel=1e-9)
+    assert attention_rate_flop_per_s(b200, 128, 512, True, "bf16") == pytest.approx(at8k * 163 / 308, rel=1e-9)
+    assert attention_rate_flop_per_s(b200, 128, 128, True, "bf16") == pytest.approx(at8k * 163 / 308 / 4, rel=1e-9)
+    # non-causal FA2 hd 128: 294 / 335 at 1K
+    at8k_nc = attention_rate_flop_per_s(b200, 128, 8192, False, "bf16")
+    assert attention_rate_flop_per_s(b200, 128, 1024, False, "bf16") == pytest.approx(at8k_nc * 294 / 335, rel=1e-9)
+    # above its measured length the kernel keeps its rate (FA2 on H100 still gains 6 % from 8K to 16K;
+    # NeMo's B200 long-sequence rows show no such rise)
+    assert attention_rate_flop_per_s(b200, 128, 16384, True, "bf16") == pytest.approx(at8k, rel=1e-9)
+    assert attention_rate_flop_per_s(h100, 128, 2048, True, "bf16") == pytest.approx(265e12, rel=1e-9)

@@ -58,7 +58,7 @@ from functools import lru_cache
 
 from perfmodel import precision as registry
 from perfmodel.compute.fp8_recipes import Fp8Recipe, gemm_cast_work, recipe_for
-from perfmodel.hardware.attention import AttentionPt, attention_curve, kernel_reference
+from perfmodel.hardware.attention import FLASH1_KERNEL, FLASH_KERNELS, AttentionPt, attention_curve, kernel_reference, length_reference
 from perfmodel.hardware.derating import kernel_launch_s, mamf_ratio
 from perfmodel.hardware.specs import Accelerator
 from perfmodel.workload.graph import Op
@@ -227,14 +227,36 @@ def grouped_gemm_cost(acc: Accelerator, m: int, n: int, k: int, groups: int, pre
 
 def _curve_rate(pts: tuple[AttentionPt, ...], head_dim: int, seq_len: int, causal: bool) -> float:
     """One kernel's fwd+bwd rate at (head_dim, seq_len, causal) from its points: the nearest
-    measured head, interpolated in log(seq_len); a smaller head pays the softmax share."""
+    measured head, interpolated in log(seq_len); a smaller head pays the softmax share. A
+    FlashAttention kernel measured at one length only (FA4 on B200: 8K) takes its fall-off below
+    that length from the length reference's FA2 curve (length_factor); above it the kernel stays
+    at its measured rate (NeMo's B200 long-sequence rows, 8K to 1M, show no rise with length)."""
     sel = [p for p in pts if p[1] == causal] or list(pts)
     dims = sorted({p[2] for p in sel}, key=lambda d: abs(d - head_dim))
-    rate = _interp_log(sorted((n, r) for _, _, d, n, r in sel if d == dims[0]), seq_len)
+    head = sorted((n, r) for _, _, d, n, r in sel if d == dims[0])
+    rate = _interp_log(head, seq_len)
+    if len({n for n, _ in head}) == 1 and seq_len < head[0][0] and sel[0][0] in (*FLASH_KERNELS, FLASH1_KERNEL):
+        rate *= length_factor(causal, dims[0], seq_len, head[0][0])
     if head_dim < dims[0]:
         c = ATTENTION_SOFTMAX_HEAD_DIMS
         rate *= (head_dim / (head_dim + c)) / (dims[0] / (dims[0] + c))
     return rate
+
+
+@lru_cache(maxsize=1024)
+def length_factor(causal: bool, head_dim: int, seq_len: int, at_len: int) -> float:
+    """rate(seq_len) / rate(at_len) of FlashAttention-2 on the length reference
+    (hardware/attention.length_reference: H100 SXM5, 512 to 16K). A tile of queries pays a
+    fixed prologue, softmax rescale and epilogue over a K/V loop as long as the keys it sees, so
+    every FlashAttention generation loses rate the same way as the sequence (or a sliding window)
+    shortens: FA3's causal forward on H100 reads 0.49 / 0.70 / 0.87 of its 8K rate at 512 / 1K /
+    2K (fa3-fwd-chart), FA2's causal fwd+bwd 0.53 / 0.72 / 0.86. 1 without such a part."""
+    ref = length_reference()
+    curve = attention_curve(ref) if ref is not None else None
+    if curve is None:
+        return 1.0
+    pts = tuple(p for p in curve.points if p[0] == "flash2")
+    return _curve_rate(pts, head_dim, seq_len, causal) / _curve_rate(pts, head_dim, at_len, causal)
 
 
 @lru_cache(maxsize=1024)

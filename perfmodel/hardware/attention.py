@@ -7,7 +7,10 @@ same kernels on the same tensor cores), scaled by the ratio of their 16-bit MAMF
 backward points measured separately (FA4 on B200) combine into one fwd+bwd rate at the
 FlashAttention FLOP convention (backward 2.5x forward): r = 3.5 / (1/r_fwd + 2.5/r_bwd). A
 generation without any attention measurement keeps the ratio fallback of compute/ops. Which
-kernel's points an implementation reads: AttentionCurve.kernel_points.
+kernel's points an implementation reads: AttentionCurve.kernel_points. A curve measured at one
+sequence length (B200's FA4 at 8K) takes its length dependence from length_reference's FA2
+curve (compute/ops.length_factor), so a short sequence or a sliding window is not costed at the
+8K rate.
 """
 
 from __future__ import annotations
@@ -94,6 +97,25 @@ def kernel_reference(impl: str) -> Accelerator | None:
     return None
 
 
+@lru_cache(maxsize=1)
+def length_reference() -> Accelerator | None:
+    """The GPU with the fastest 16-bit tensor cores (MAMF) among those whose FlashAttention-2
+    points span several sequence lengths: the part that gives a curve measured at one length
+    (Blackwell's FA4 at 8K) its length dependence. The fixed cost per query tile weighs more the
+    faster the matmuls, so the fastest measured part is the nearest to the parts it serves."""
+    from perfmodel.hardware.catalog import load_catalog
+
+    best: tuple[float, str] | None = None
+    parts = load_catalog().accelerators
+    for pid, acc in sorted(parts.items()):
+        mamf = mamf16_flop_per_s(acc)
+        if acc.kind != "gpu" or mamf is None or len({p[3] for p in _own_attention_points(acc) if p[0] == "flash2"}) < 2:
+            continue
+        if best is None or mamf > best[0]:
+            best = (mamf, pid)
+    return parts[best[1]] if best else None
+
+
 def _kernel_counts(pts: tuple[AttentionPt, ...]) -> str:
     """'flash2 24, flash3 7': the kernels of a curve and their point counts."""
     kernels = sorted({p[0] for p in pts})
@@ -140,5 +162,6 @@ __all__ = [
     "AttentionPt",
     "attention_curve",
     "kernel_reference",
+    "length_reference",
     "mamf16_flop_per_s",
 ]
