@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from perfmodel.hardware.network import MeasuredCurve, bus_factor
 from perfmodel.hardware.system import System
 
-__all__ = ["Placement", "bridged_pair_time_s", "bus_factor", "collective_time_s", "distinct_share",
+__all__ = ["Placement", "bridged_clique_time_s", "bus_factor", "collective_time_s", "distinct_share",
            "ep_exchange_time_s", "in_one_bridge", "intra_time_s", "nic_Bps_per_gpu", "placement"]
 
 
@@ -134,7 +134,7 @@ def intra_time_s(system: System, kind: str, size: float, n: int) -> float:
     return level.latency_s + factor * size / level.achieved_Bps
 
 
-def bridged_pair_time_s(system: System, kind: str, size: float, degree: int = 2) -> float:
+def bridged_clique_time_s(system: System, kind: str, size: float, degree: int = 2) -> float:
     """One collective among `degree` GPUs of one bridged clique (module docstring): alpha-beta over
     the bridges to their degree - 1 partners; for a pair, F(2) = 1 for an all-reduce, 1/2 for an
     all-gather or reduce-scatter."""
@@ -166,7 +166,7 @@ def collective_time_s(system: System, kind: str, size: float, degree: int, strid
         return 0.0
     span0 = system.levels[0].span_gpus
     if aligned and in_one_bridge(system, degree, stride):
-        return bridged_pair_time_s(system, kind, size, degree)
+        return bridged_clique_time_s(system, kind, size, degree)
     if span0 is None or degree * stride <= span0:
         return intra_time_s(system, kind, size, degree)
     place = placement(system, degree, stride)
