@@ -325,3 +325,20 @@ def test_cross_check_with_transformers_where_installed(name: str, seq: int | Non
         model = transformers.AutoModelForCausalLM.from_config(config)
     theirs = sum(p.numel() for p in model.parameters())
     assert param_counts(load_hf_config(HF / name, seq_len=seq))[0] == pytest.approx(theirs, rel=1e-3)
+
+
+def test_mla_with_a_null_query_rank_is_deepseek_v2_lite(tmp_path: Path) -> None:
+    """A deepseek config whose q_lora_rank is null (DeepSeek-V2-Lite) projects its queries in full:
+    the same network as the hand-written workload, not an error."""
+    cfg = json.loads((HF / "deepseek-v3.json").read_text())
+    cfg.update(num_hidden_layers=27, hidden_size=2048, num_attention_heads=16, num_key_value_heads=16, q_lora_rank=None,
+               intermediate_size=10944, moe_intermediate_size=1408, n_routed_experts=64, n_shared_experts=2,
+               num_experts_per_tok=6, first_k_dense_replace=1, vocab_size=102400, n_group=1, topk_group=1,
+               max_position_embeddings=4096)
+    cfg.pop("quantization_config", None)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    spec = load_hf_config(path)
+    assert spec.mla is not None and spec.mla.q_lora_rank is None
+    assert param_counts(spec)[0] == param_counts(load_workload_file(Path(__file__).parents[1] / "workloads"
+                                                                      / "deepseek-v2-lite.yaml"))[0]

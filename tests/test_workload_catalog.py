@@ -275,3 +275,16 @@ def test_mtp_block_params_once_compute_per_depth() -> None:
     assert sum(1 for o in head.ops if o.name.endswith("cross_entropy")) == 3  # main loss + 2 MTP depths
     assert light.with_(mtp_shared_weights=False) and build_graph(light.with_(mtp_shared_weights=False), seq_len=2048
                                                                  ).total_params_full() > g_light.total_params_full()
+
+
+def test_mla_without_a_compressed_query_counts_one_query_projection() -> None:
+    """DeepSeek-V2-Lite (config q_lora_rank null): queries projected in full, 2048 -> 16 x (128 + 64),
+    no q_down / q_norm / q_up. By hand: both embedding tables, 27 attention blocks (q_proj, kv_down
+    2048 x 576, kv_norm 512, kv_up 512 x 16 x 256, out 16 x 128 x 2048) with two norms each, one
+    dense SwiGLU of 10944, 26 MoE layers of 66 experts of 1408 and a 64-way router, the final norm."""
+    h = 2048
+    attn = h * 16 * 192 + h * 576 + 512 + 512 * 16 * 256 + 16 * 128 * h
+    total = 2 * 102400 * h + 27 * (attn + 2 * h) + 3 * h * 10944 + 26 * (66 * 3 * h * 1408 + 64 * h) + h
+    assert params("deepseek-v2-lite") == total
+    ops = {op.name for layer in build_graph(WL["deepseek-v2-lite"], seq_len=2048).body for op in layer.ops}
+    assert "q_proj" in ops and not ops & {"q_down", "q_norm", "q_up"}

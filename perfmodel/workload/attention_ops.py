@@ -27,18 +27,25 @@ def attention_ops(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision: 
         m = spec.mla
         dqk = m.qk_nope_head_dim + m.qk_rope_head_dim
         dv = m.v_head_dim
+        if m.q_lora_rank is None:
+            # no compressed query (DeepSeek-V2-Lite): one column-parallel projection to the heads
+            ops.append(gemm_op("q_proj", T, hl * dqk, h, precision, saved=saved_in, split="column"))
+        else:
+            ops += [
+                gemm_op("q_down", T, m.q_lora_rank, h, precision, saved=saved_in),
+                elementwise_op("q_norm", T * m.q_lora_rank, 1, 1, 5, saved=T * m.q_lora_rank * ACT_BYTES, kind="norm",
+                               params=m.q_lora_rank),
+                gemm_op("q_up", T, hl * dqk, m.q_lora_rank, precision, split="column"),
+            ]
         ops += [
-            gemm_op("q_down", T, m.q_lora_rank, h, precision, saved=saved_in),
-            elementwise_op("q_norm", T * m.q_lora_rank, 1, 1, 5, saved=T * m.q_lora_rank * ACT_BYTES, kind="norm",
-                           params=m.q_lora_rank),
-            gemm_op("q_up", T, hl * dqk, m.q_lora_rank, precision, split="column"),
-            # same input as q_down, kept once
+            # same input as the query's projection, kept once
             gemm_op("kv_down", T, m.kv_lora_rank + m.qk_rope_head_dim, h, precision, saved=0.0),
             elementwise_op("kv_norm", T * m.kv_lora_rank, 1, 1, 5, saved=T * m.kv_lora_rank * ACT_BYTES, kind="norm",
                            params=m.kv_lora_rank),
             gemm_op("kv_up", T, hl * (m.qk_nope_head_dim + dv), m.kv_lora_rank, precision, split="column"),
         ]
-        params = (h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * hl * dqk + h * (m.kv_lora_rank + m.qk_rope_head_dim)
+        q = h * hl * dqk if m.q_lora_rank is None else h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * hl * dqk
+        params = (q + h * (m.kv_lora_rank + m.qk_rope_head_dim)
                   + m.kv_lora_rank + m.kv_lora_rank * hl * (m.qk_nope_head_dim + dv))
         d_qk, d_v, q_out = dqk, dv, hl * dv
         rope_el = T * (hl + 1) * m.qk_rope_head_dim  # rope on the q heads' rope part and the one shared k_pe

@@ -388,13 +388,14 @@ def _moe_fields(cfg: dict[str, Any], mt: str, need: Callable[[str], int], L: int
             raise SpecError("moe_layers", f"{listed!r}", f"a list of layer indices in [0, {L})", file)
         return out, [i in listed for i in range(L)]
     # deepseek_v3
-    if not cfg.get("q_lora_rank"):
-        raise SpecError("q_lora_rank", f"{cfg.get('q_lora_rank')!r} (queries without a low-rank projection)",
-                        "a positive integer (MLA with a compressed query, as DeepSeek-V3)", file)
+    if cfg.get("q_lora_rank") is not None and (not isinstance(cfg["q_lora_rank"], int) or cfg["q_lora_rank"] <= 0):
+        raise SpecError("q_lora_rank", f"{cfg['q_lora_rank']!r}",
+                        "a positive integer (a compressed query, as DeepSeek-V3) or null (one query projection, "
+                        "as DeepSeek-V2-Lite)", file)
     out.update(num_experts=need("n_routed_experts"), moe_ffn_hidden=need("moe_intermediate_size"),
                num_shared_experts=cfg.get("n_shared_experts") or 0, attention="mla", num_kv_heads=None,
-               mla={k: need(k) for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
-                                         "v_head_dim")})
+               mla={"q_lora_rank": cfg.get("q_lora_rank"),
+                    **{k: need(k) for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")}})
     groups, group_topk = cfg.get("n_group"), cfg.get("topk_group")
     if isinstance(groups, int) and groups > 1 and isinstance(group_topk, int) and group_topk < groups:
         out.update(moe_router_groups=groups, moe_router_group_topk=group_topk)  # group-limited routing

@@ -51,7 +51,7 @@ from perfmodel.workload.spec import ModelSpec
 MODULES: tuple[str, ...] = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
 OP_POLICY = "op"  # torchtitan's per-op policy (workload/op_checkpoint.py)
 DEFAULT_SELECTIVE = "core_attn"
-SEPARATE_NORM_CONSUMERS = ("q_down", "router")  # linears that read a norm that runs on its own (see above)
+SEPARATE_NORM_CONSUMERS = ("q_down", "q_proj", "router")  # linears that read a norm that runs on its own (see above)
 MLA_UP_OPS = ("q_up", "kv_up", "rope")
 MLP_OPS = ("mlp_fc1", "mlp_act", "mlp_fc2")
 SHARED_OPS = ("shared_fc1", "shared_act", "shared_fc2")

@@ -35,7 +35,9 @@ class MLA(BaseModel):
     """DeepSeek-V2/V3 multi-head latent attention sizes."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    q_lora_rank: int = Field(gt=0)
+    q_lora_rank: int | None = Field(None, gt=0, description=(
+        "the compressed query's width; none: one full query projection, as DeepSeek-V2-Lite (its config's "
+        "q_lora_rank null)"))
     kv_lora_rank: int = Field(gt=0)
     qk_nope_head_dim: int = Field(gt=0)
     qk_rope_head_dim: int = Field(gt=0)
