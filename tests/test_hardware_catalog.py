@@ -643,3 +643,10 @@ def test_h800_is_h100_compute_on_a_narrower_nvlink() -> None:
     assert gemm_rate_flop_per_s(h800.accelerator, "fp8") == pytest.approx(gemm_rate_flop_per_s(h100.accelerator, "fp8"), rel=0.03)
     assert intra_time_s(h800, "all_reduce", 1e9, 8) == pytest.approx(2 * 7 / 8 * 1e9 / 160e9 + 8.4e-6, rel=1e-9)
     assert intra_time_s(h800, "all_reduce", 1e9, 8) > 2 * intra_time_s(h100, "all_reduce", 1e9, 8)
+
+
+@pytest.mark.parametrize(("written", "acc_id"), [("Tesla V100", "v100-sxm2-32gb"), ("NVIDIA Tesla V100-SXM2-16GB", "v100-sxm2-16gb"),
+                                                 ("AMD Instinct MI300X", "mi300x"), ("Habana Gaudi 3", "gaudi3")])
+def test_a_brand_word_before_the_chip_is_dropped(written: str, acc_id: str) -> None:
+    """nvidia-smi and vendor tables prefix a brand (Tesla, Instinct, Habana) that names no part."""
+    assert resolve_system(written, None, 8)[0].accelerator.id == acc_id
