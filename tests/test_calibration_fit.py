@@ -100,6 +100,8 @@ def test_frameworks_select_mechanisms_only():
     assert framework("Megatron-DeepSpeed") is FRAMEWORKS["megatron-lm"]
     assert framework("Hugging Face") is framework("HF Trainer") is FRAMEWORKS["pytorch"]
     assert framework("LLMQ") is FRAMEWORKS["llm.c"]
+    assert framework("TRL") is framework("axolotl") is FRAMEWORKS["pytorch"]  # both train through HF Trainer
+    assert framework("DeepSpeed ZeRO-3") is framework("deepspeed_zero2") is FRAMEWORKS["deepspeed"]
     with pytest.raises(FrameworkError, match="megatron-core"):
         framework("colossalai")
     for fw in FRAMEWORKS.values():

@@ -332,7 +332,8 @@ DEFAULT_FRAMEWORK = "pytorch"
 # other names of the stacks above, as runs files from other teams write them: a name runs the
 # stack whose code it is (NeMo 2 and Megatron-Bridge train with Megatron-Core; Megatron-DeepSpeed
 # is Megatron-LM's model code under DeepSpeed; llm-foundry is Composer; MaxText and Pax are JAX;
-# Hugging Face Trainer / Accelerate, Lightning and nanoGPT are plain PyTorch)
+# Hugging Face Trainer / Accelerate (and TRL / axolotl, which train through it), Lightning and
+# nanoGPT are plain PyTorch)
 ALIASES: dict[str, str] = {
     **dict.fromkeys(("mcore", "nemo", "nemo2", "nemo-2", "nemo-megatron", "megatron-bridge"), "megatron-core"),
     **dict.fromkeys(("megatron", "megatron-deepspeed", "nvidia-megatron-lm"), "megatron-lm"),
@@ -342,7 +343,9 @@ ALIASES: dict[str, str] = {
                      "huggingface", "hugging-face", "hf", "transformers", "hf-trainer", "huggingface-trainer",
                      "hugging-face-trainer", "transformers-trainer",
                      "accelerate", "hf-accelerate", "huggingface-accelerate", "lightning", "pytorch-lightning",
-                     "nanogpt"), "pytorch"),
+                     "nanogpt", "hf-transformers", "trl", "axolotl"), "pytorch"),
+    # DeepSpeed named with its ZeRO stage (the stage is the zero_stage column's)
+    **dict.fromkeys(("deepspeed-zero", "deepspeed-zero1", "deepspeed-zero2", "deepspeed-zero3", "ds-zero"), "deepspeed"),
     # LLMQ (IST-DASLab/llmq): a C++/CUDA trainer built on llm.c's kernels, native dispatch, fp8 casts
     # fused in the producing kernels: the mechanisms `llm.c` selects
     **dict.fromkeys(("llmc", "llm-c", "llmq"), "llm.c"),
