@@ -137,9 +137,9 @@ def test_an_accelerator_written_another_way_is_found_and_said(written: str, acc_
     assert f"accelerator {written!r} read as {acc_id}" in msgs[0]
 
 
-@pytest.mark.parametrize("written", ["l20", "B100", "A100-PCIE-40GB", "L4", "RTX 3090", "A10", "H800 PCIe", "HBM3"])
+@pytest.mark.parametrize("written", ["l20", "B100", "A100-PCIE-40GB", "A2", "RTX 2080 Ti", "P100", "H800 PCIe", "HBM3"])
 def test_a_chip_the_catalogue_lacks_is_not_guessed(written: str) -> None:
-    with pytest.raises(catalog.UnknownIdError, match=f"unknown accelerator '{written}'; known: a100-pcie-80gb, a100-sxm4-40gb"):
+    with pytest.raises(catalog.UnknownIdError, match=f"unknown accelerator '{written}'; known: a10, a100-pcie-80gb, a100-sxm4-40gb"):
         resolve_system(written, None, 8)
 
 
