@@ -6,8 +6,9 @@ Sections: the public runs with the shipped calibration profile (exactly `perfmod
 headline, in sample since the profile was fitted on them), the same runs physics only
 (`--calibration none`), the profile's leave-one-source-out table (each source predicted by a fit
 that never saw it: the honest figure), the CPU runs measured on the machine the committed
-host-cpu-zen4 spec describes, those measured on a second CPU (host-cpu-zen5, fitted on) and on a third
-(host-cpu-zen3, never fitted on),
+host-cpu-zen4 spec describes, those measured on a second CPU (host-cpu-zen5, fitted on), on a third
+(host-cpu-zen3, never fitted on) and on a second Zen 4 VM (host-cpu-zen4b, its own quick calibration,
+never fitted on),
 and the H200 runs measured on a lent GPU (validation/device/), with the
 profile and physics only. Each row's `framework` column selects its stack's mechanisms.
 """
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 
 from perfmodel.calibration.profile import load_profile
+from perfmodel.hardware.catalog import add_specs_dir, clear_added_specs
 from perfmodel.validation.predict import validate_file
 from perfmodel.validation.report import write_report
 
@@ -86,6 +88,16 @@ def main(argv: list[str] | None = None) -> int:
     sections += profile_and_physics(HERE / "runs_cpu_zen3.csv", "cpu_zen3", pred_dir, out,
                                     "CPU runs measured on an AMD EPYC Zen 3 host (host-cpu-zen3, its quick calibration), "
                                     "{what} (validation/runs_cpu_zen3.csv; never fitted on)")
+    # a second Zen 4 VM (faster clock and memory than the one host-cpu-zen4 describes), predicted
+    # through the spec its own 11-second `perfmodel calibrate` wrote (validation/cpu/specs_zen4b)
+    add_specs_dir(HERE / "cpu" / "specs_zen4b")
+    try:
+        sections += profile_and_physics(HERE / "cpu" / "runs_cpu_zen4b.csv", "cpu_zen4b", pred_dir, out,
+                                        "CPU runs measured on a second AMD EPYC Zen 4 VM (host-cpu-zen4b, its quick "
+                                        "calibration in validation/cpu/specs_zen4b), {what} "
+                                        "(validation/cpu/runs_cpu_zen4b.csv; never fitted on)")
+    finally:
+        clear_added_specs()
     sections += profile_and_physics(HERE / "runs_h200_measured.csv", "h200", pred_dir, out,
                                     "One H200, small models measured on a lent GPU, {what} (validation/runs_h200_measured.csv; "
                                     "never fitted on)")
