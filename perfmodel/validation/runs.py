@@ -137,10 +137,13 @@ def _number(row: dict[str, str], col: str) -> float | None:
     if v == "":
         return None
     text = ungrouped(v)
-    # mfu written as a percentage ("45%"); every other column is a plain number
+    # mfu written as a percentage ("45%"); a sequence length as papers write it ("8K", "128k": binary
+    # thousands, 8K = 8192 tokens, as every model card and benchmark table means it); every other
+    # column is a plain number
     percent = col == "mfu" and text.endswith("%")
+    kilo = col == "seq_len" and text[-1:] in ("k", "K")
     try:
-        f = float(text[:-1]) / 100 if percent else float(text)
+        f = float(text[:-1]) / 100 if percent else float(text[:-1]) * 1024 if kilo else float(text)
     except ValueError:
         raise RowError(f"column {col}: {quote(v)} is not a number") from None
     if not math.isfinite(f):
@@ -306,6 +309,8 @@ def row_run(row: dict[str, str], workloads: dict[str, ModelSpec]) -> Run:
     zero = int(spelled(vals, "zero_stage", notes))
     sp = spelled(vals, "sequence_parallel", notes) == "true"
     schedule = spelled(row, "schedule", notes) if row.get("schedule", "").strip() else None
+    if row.get("seq_len", "")[-1:] in ("k", "K"):
+        notes.append(f"seq_len {quote(row['seq_len'])} read as {_int(row, 'seq_len')} tokens (K = 1024)")
     try:
         plan = ParallelPlan(
             dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vp=vp, sequence_parallel=sp,
