@@ -232,3 +232,22 @@ def test_spreadsheet_numbers_are_read_and_a_minimal_file_is_reported(tmp_path):
     text = (rep / "report.md").read_text()
     assert "| mine.csv | 3 |" in text
     assert "nan" not in text.split("Worst rows:")[1] and "| tp8 dp8 gb1024 " in text  # blank cells stay blank
+
+
+def test_arch_written_as_a_family_name_reads_as_its_arch(tmp_path):
+    """`Llama` / `llama`, `GPT` / `gpt`, `Mixtral` / `moe` build the same model; an arch no family
+    names (an encoder) stays an error that lists the spellings."""
+    runs, out = tmp_path / "arch.csv", tmp_path / "pred.csv"
+    cols = ("run_id,model,arch,n_layers,hidden,ffn_hidden,n_heads,n_kv_heads,vocab,n_experts,top_k,moe_ffn_hidden,"
+            "seq_len,global_batch,dp,ep,accelerator,n_gpus\n")
+    dense, moe = "16,2048,8192,16,8,32000,,,", "8,1024,4096,8,8,32000,8,2,2048"
+    with open(runs, "w", newline="") as f:
+        f.write(cols + "".join(f"{rid},m-{rid},{arch},{sizes},2048,64,8,{ep},h100,8\n" for rid, arch, sizes, ep in (
+            ("a", "llama", dense, ""), ("b", "Llama-3", dense, ""), ("c", "moe", moe, "8"), ("d", "Mixtral", moe, "8"),
+            ("e", "bert", dense, ""))))
+    assert main(["validate", "--runs", str(runs), "--out", str(out)]) == 0
+    rows = {r["run_id"]: r for r in _read(out)[1]}
+    assert rows["a"]["predicted_step_time_s"] == rows["b"]["predicted_step_time_s"] != ""
+    assert rows["c"]["predicted_step_time_s"] == rows["d"]["predicted_step_time_s"] != ""
+    assert "arch 'Llama-3' read as llama" in rows["b"]["message"] and "arch 'Mixtral' read as moe" in rows["d"]["message"]
+    assert rows["e"]["status"] == "error" and "allowed values: gpt, llama, moe" in rows["e"]["message"]

@@ -54,6 +54,15 @@ ARCH_DEFAULTS: dict[str, dict[str, object]] = {
     "moe": {"family": "moe", "norm": "rmsnorm", "activation": "swiglu", "position": "rope",
             "bias": False, "tied_embeddings": False, "attention": "gqa"},
 }
+# the families an `arch` cell names, as model cards and Hugging Face's model_type write them (case,
+# '-' and '_' aside): learned positions and GELU (GPT-2 / GPT-3, OPT, Megatron's GPT), RoPE + SwiGLU
+# + RMSNorm (Llama and the models built like it), and routed-expert versions of the latter (Mixtral,
+# Qwen MoE); a family whose attention or experts differ (DeepSeek's MLA, gpt-oss) needs its workload
+ARCH_SPELLINGS: dict[str, str] = {
+    **{k: "gpt" for k in ("gpt", "gpt2", "gpt3", "megatrongpt", "opt")},
+    **{k: "llama" for k in ("llama", "llama2", "llama3", "mistral", "qwen2", "qwen3", "dense")},
+    **{k: "moe" for k in ("moe", "mixtral", "qwen2moe", "qwen3moe")},
+}
 ARCH_COLUMNS = {"n_layers": "num_layers", "hidden": "hidden", "ffn_hidden": "ffn_hidden", "n_heads": "num_heads",
                 "n_kv_heads": "num_kv_heads", "vocab": "vocab", "n_experts": "num_experts", "top_k": "top_k",
                 "moe_ffn_hidden": "moe_ffn_hidden", "n_shared_experts": "num_shared_experts", "seq_len": "seq_len",
@@ -234,10 +243,14 @@ def row_spec(row: dict[str, str], workloads: dict[str, ModelSpec], notes: list[s
         except ValueError as e:
             raise RowError(f"architecture columns {sorted(changes)} on workload {model!r}: "
                            f"{str(e).splitlines()[-1] if str(e) else e!r}") from None
-    arch = row.get("arch", "")
+    written = row.get("arch", "")
+    arch = ARCH_SPELLINGS.get(spelling_without_notes(written).replace("-", ""), "") if written else ""
     if arch not in ARCH_DEFAULTS:
         where = f"model {model!r} is not in workloads/ and " if model else ""
-        raise RowError(f"{where}column arch {arch!r}: allowed values: {', '.join(ARCH_DEFAULTS)}")
+        raise RowError(f"{where}column arch {written!r}: allowed values: {', '.join(ARCH_DEFAULTS)} (or a family "
+                       f"name of one: {', '.join(sorted(k for k, v in ARCH_SPELLINGS.items() if k != v))})")
+    if written != arch:
+        notes.append(f"arch {quote(written)} read as {arch}")
     if "vocab" not in sizes:
         # the GPT-2 BPE vocabulary: the default tokenizer of Megatron-LM / Megatron-DeepSpeed GPT
         # examples (gpt2-vocab.json), which the builder pads no further
