@@ -44,9 +44,7 @@ def attention_ops(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision: 
                            params=m.kv_lora_rank),
             gemm_op("kv_up", T, hl * (m.qk_nope_head_dim + dv), m.kv_lora_rank, precision, split="column"),
         ]
-        q = h * hl * dqk if m.q_lora_rank is None else h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * hl * dqk
-        params = (q + h * (m.kv_lora_rank + m.qk_rope_head_dim)
-                  + m.kv_lora_rank + m.kv_lora_rank * hl * (m.qk_nope_head_dim + dv))
+        params = m.input_params(h, hl)
         d_qk, d_v, q_out = dqk, dv, hl * dv
         rope_el = T * (hl + 1) * m.qk_rope_head_dim  # rope on the q heads' rope part and the one shared k_pe
     else:

@@ -381,10 +381,7 @@ def _full_params(spec: ModelSpec, moe: bool, ln_params: int, mixer: str | None =
     heads, kvh = spec.num_heads or 1, spec.kv_heads
     if spec.attention == "mla" and spec.mla:
         m = spec.mla
-        dqk = m.qk_nope_head_dim + m.qk_rope_head_dim
-        q = h * heads * dqk if m.q_lora_rank is None else h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * heads * dqk
-        attn = (q + h * (m.kv_lora_rank + m.qk_rope_head_dim)
-                + m.kv_lora_rank + m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim) + heads * m.v_head_dim * h)
+        attn = m.input_params(h, heads) + heads * m.v_head_dim * h
     else:
         d = spec.dhead
         qkv = (heads + 2 * kvh) * d

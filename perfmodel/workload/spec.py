@@ -43,6 +43,16 @@ class MLA(BaseModel):
     qk_rope_head_dim: int = Field(gt=0)
     v_head_dim: int = Field(gt=0)
 
+    def input_params(self, hidden: int, heads: int) -> int:
+        """Parameters of the projections into `heads` attention heads (all but the output
+        projection): the query's (one projection, or down / norm / up through q_lora_rank) and
+        the shared K/V latent's (down with the rope key, norm, up to the heads' nope keys and values)."""
+        dqk = self.qk_nope_head_dim + self.qk_rope_head_dim
+        r = self.q_lora_rank
+        q = hidden * heads * dqk if r is None else hidden * r + r + r * heads * dqk
+        return (q + hidden * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+                + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim))
+
 
 class CompressedSparseAttention(BaseModel):
     """DeepSeek-V4 hybrid attention (HF DeepseekV4 config names in brackets): one shared K = V head
