@@ -101,6 +101,10 @@ def test_frameworks_select_mechanisms_only():
     assert framework("Hugging Face") is framework("HF Trainer") is FRAMEWORKS["pytorch"]
     assert framework("LLMQ") is FRAMEWORKS["llm.c"]
     assert framework("TRL") is framework("axolotl") is FRAMEWORKS["pytorch"]  # both train through HF Trainer
+    # eager PyTorch trainers with their own parallel modules, and HF Trainer under LLaMA-Factory
+    assert framework("nanotron") is framework("Picotron") is framework("LLaMA-Factory") is FRAMEWORKS["pytorch"]
+    assert framework("JAX/XLA") is framework("praxis") is FRAMEWORKS["jax"]
+    assert framework("MosaicML Composer") is FRAMEWORKS["composer"]
     assert framework("DeepSpeed ZeRO-3") is framework("deepspeed_zero2") is FRAMEWORKS["deepspeed"]
     with pytest.raises(FrameworkError, match="megatron-core"):
         framework("colossalai")

@@ -337,19 +337,22 @@ DEFAULT_FRAMEWORK = "pytorch"
 ALIASES: dict[str, str] = {
     **dict.fromkeys(("mcore", "nemo", "nemo2", "nemo-2", "nemo-megatron", "megatron-bridge"), "megatron-core"),
     **dict.fromkeys(("megatron", "megatron-deepspeed", "nvidia-megatron-lm"), "megatron-lm"),
-    **dict.fromkeys(("llm-foundry", "mosaicml", "mosaic-composer"), "composer"),
+    **dict.fromkeys(("llm-foundry", "mosaicml", "mosaic-composer", "mosaicml-composer"), "composer"),
     **dict.fromkeys(("titan", "pytorch-torchtitan"), "torchtitan"),
     **dict.fromkeys(("torch", "pytorch-fsdp", "fsdp", "fsdp2", "torch-fsdp", "torch-fsdp2", "ddp", "pytorch-ddp",
                      "huggingface", "hugging-face", "hf", "transformers", "hf-trainer", "huggingface-trainer",
                      "hugging-face-trainer", "transformers-trainer",
                      "accelerate", "hf-accelerate", "huggingface-accelerate", "lightning", "pytorch-lightning",
-                     "nanogpt", "hf-transformers", "trl", "axolotl"), "pytorch"),
+                     "nanogpt", "hf-transformers", "trl", "axolotl",
+                     # HF Trainer underneath (LLaMA-Factory); eager PyTorch with flash-attn 2 and their own
+                     # TP / PP modules (Hugging Face nanotron, picotron): the `pytorch` mechanisms
+                     "llama-factory", "llamafactory", "nanotron", "picotron"), "pytorch"),
     # DeepSpeed named with its ZeRO stage (the stage is the zero_stage column's)
     **dict.fromkeys(("deepspeed-zero", "deepspeed-zero1", "deepspeed-zero2", "deepspeed-zero3", "ds-zero"), "deepspeed"),
     # LLMQ (IST-DASLab/llmq): a C++/CUDA trainer built on llm.c's kernels, native dispatch, fp8 casts
     # fused in the producing kernels: the mechanisms `llm.c` selects
     **dict.fromkeys(("llmc", "llm-c", "llmq"), "llm.c"),
-    **dict.fromkeys(("maxtext", "pax", "paxml", "flax", "t5x", "levanter"), "jax"),
+    **dict.fromkeys(("maxtext", "pax", "paxml", "praxis", "flax", "t5x", "levanter", "xla", "jax-xla", "jax/xla"), "jax"),
 }
 
 
