@@ -37,6 +37,13 @@ the commits in EVIDENCE_COMMITS):
     cross_entropy_impl  the loss over the vocabulary (ParallelPlan.cross_entropy_impl;
                    engines/costs.cross_entropy_op): `fused` Transformer Engine's kernels for
                    megatron-core, `classifier` llm.c's one-kernel fused classifier, else `unfused`
+    vocab_multiple the vocabulary padded to a multiple of vocab_multiple x tp rows (ParallelPlan.vocab_multiple,
+                   engines/stages.stack_spec): 128 for megatron-lm and megatron-core (Megatron-LM
+                   arguments.py --make-vocab-size-divisible-by default 128, which _vocab_size_with_padding
+                   multiplies by the tensor-parallel size: GPT-2's 50257 rows run as 50304 at tp 1 or 2),
+                   128 for llm.c (its checkpoints carry padded_vocab_size 50304 for GPT-2's 50257, 'padded
+                   to 128', train_gpt2.cu); the others run the model's own vocabulary (Hugging Face
+                   models ship their vocabulary as the tokenizer has it: GPT-2's 50257 unpadded)
     fp8_recipe     the scaling recipe of plain fp8 GEMMs when the plan names none (None: the
                    plan's default, delayed, Transformer Engine's and Megatron-Core's default)
     grad_reduce_bytes  bytes per gradient element held and reduced over data parallelism when the
@@ -222,6 +229,7 @@ class Framework:
     tp_overlap_off_precisions: tuple[str, ...] = ()
     grad_reduce_bytes: int | None = None  # bytes per gradient element held and reduced (None: the precision's)
     selective: str = "core_attn"  # what recompute 'selective' reruns (module docstring)
+    vocab_multiple: int = 1  # vocabulary padded to a multiple of this x tp (module docstring)
     cp_ring: CpRing = "p2p"  # how context-parallel attention exchanges K/V (module docstring)
     elementwise: ElementwiseImpl = "fused"  # norms / activations / RoPE fused or as eager ATen chains
     autocast_weights: bool = False  # fp32 parameters cast by torch.autocast every micro-batch (module docstring)
@@ -232,7 +240,7 @@ class Framework:
 # the mechanisms a Framework and a ParallelPlan name alike: the stack's value holds where the plan
 # does not set the field itself (apply_framework)
 STACK_FIELDS = ("cp_ring", "elementwise", "moe_probs_in_activation", "expert_gemm", "autocast_weights",
-                "cross_entropy_impl")
+                "cross_entropy_impl", "vocab_multiple")
 
 # PyTorch's context-parallel ring on K/V repeated to the query heads (module docstring, cp_ring)
 TORCHTITAN_CP_RING: CpRing = "allgather-repeat-kv"
@@ -243,7 +251,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "FusedScaleMaskSoftmax + bmm (megatron/model/transformer.py CoreAttention; vTrain @ f8dda84 "
               "src/model/fused_softmax.py); FlashAttention only behind the later opt-in --use-flash-attn. "
               "No userbuffers TP overlap, blocking p2p, the vocab-parallel cross-entropy in PyTorch ops "
-              "(megatron/core/tensor_parallel/cross_entropy.py), bf16 / fp16 only."),
+              "(megatron/core/tensor_parallel/cross_entropy.py), bf16 / fp16 only.", vocab_multiple=128),
     Framework("megatron-core", "fused", "eager", True,
               "Megatron-Core with Transformer Engine as NeMo / Megatron-Bridge's performance recipes run it: "
               "TE DotProductAttention, whose backends are cuDNN fused attention and flash-attn 3 on Hopper, "
@@ -276,7 +284,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "alltoall for those",
               p2p_overlap=True, fused_casts=True, cross_entropy_impl="fused", grad_reduce_bytes=2,
               moe_a2a_overlap_precisions=("mxfp8",), tp_overlap_off_precisions=("nvfp4",), expert_gemm="per-expert",
-              moe_probs_in_activation=True),
+              moe_probs_in_activation=True, vocab_multiple=128),
     Framework("deepspeed", "flash", "eager", False,
               "DeepSpeed with Hugging Face models: attention through torch SDPA (flash backend), eager; the "
               "models' norms, SwiGLU and RoPE as written in transformers (LlamaRMSNorm upcasts to fp32, "
@@ -323,7 +331,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "(src/models/llama_model.cpp 'Use fused kernel: RMSNorm + quantization in one pass', "
               "rmsnorm_forward_quant), each tensor's abs-max comes from the kernel that produces it, and the "
               "quantized weights are kept across micro-batches (--offload-quants moves them), so fp8 casts are fused.",
-              fused_casts=True, cross_entropy_impl="classifier"),
+              fused_casts=True, cross_entropy_impl="classifier", vocab_multiple=128),
     Framework("jax", "fused", "compiled", False,
               "JAX / XLA (MaxText, Pax): the step is one compiled XLA program; attention is a fused kernel "
               "(Pallas flash / splash attention on TPU, cuDNN on GPU)."),

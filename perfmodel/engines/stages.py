@@ -56,13 +56,25 @@ def model_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
     return unsharded_graph(spec, 1, plan.seq_len or spec.seq_len, plan.precision, plan.attention_impl)
 
 
+def stack_spec(spec: ModelSpec, vocab_multiple: int, tp: int) -> ModelSpec:
+    """`spec` with its vocabulary padded as the training stack pads it (ParallelPlan.vocab_multiple:
+    to a multiple of vocab_multiple x tp rows, Megatron's _vocab_size_with_padding); `spec` itself
+    when the stack does not pad or the vocabulary already is a multiple."""
+    if vocab_multiple <= 1 or not spec.vocab:
+        return spec
+    step = vocab_multiple * tp
+    padded = -(-spec.vocab // step) * step
+    return spec if padded == spec.vocab else spec.model_copy(update={"vocab": padded})
+
+
 def plan_graph(spec: ModelSpec, plan: ParallelPlan) -> Graph:
     if plan.recompute == "selective":
         check_modules(plan.selective_recompute, spec.attention == "mla", spec.id)
     if plan.act_fp8_input_store and spec.activation != "swiglu":
         raise LayoutError(f"act_fp8_input_store keeps a SwiGLU's input in fp8; {spec.id} runs {spec.activation} "
                           "(Megatron-Core refuses it too: transformer_config.py 'supported only for SwiGLU')")
-    return cached_graph(spec, plan.micro_batch, plan.seq_len or spec.seq_len, plan.tp, plan.cp, plan.ep,
+    return cached_graph(stack_spec(spec, plan.vocab_multiple, plan.tp), plan.micro_batch, plan.seq_len or spec.seq_len,
+                        plan.tp, plan.cp, plan.ep,
                         plan.sequence_parallel, plan.precision, plan.attention_impl, moe_options(plan), plan.cp_ring,
                         plan.elementwise, autocast_on(plan))
 

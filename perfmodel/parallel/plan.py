@@ -127,6 +127,10 @@ class ParallelPlan(BaseModel):
         "'fused' Transformer Engine's kernels that write the logits' gradient in the forward (Megatron-Core "
         "cross_entropy_loss_fusion); 'classifier' llm.c's fused classifier, one kernel that overwrites the bf16 "
         "logits with their gradient (engines/costs.cross_entropy_op)"))
+    vocab_multiple: int = Field(1, ge=1, le=4096, description=(
+        "the stack pads the vocabulary to a multiple of vocab_multiple x tp rows, and the embedding and output "
+        "layer run on the padded rows (Megatron's --make-vocab-size-divisible-by, default 128; llm.c's padded "
+        "vocabulary); 1 = the model's own vocabulary"))
     moe_imbalance: float = Field(MOE_IMBALANCE_DEFAULT, ge=1.0, allow_inf_nan=False, description=(
         "MoE: tokens on the busiest expert-parallel rank over the mean (1 = balanced routing; default 1.23, "
         "see MOE_IMBALANCE_DEFAULT)"))

@@ -40,6 +40,7 @@ from perfmodel.engines.stages import (
     optimizer_s_per_param,
     p2p_time_s,
     sp_replicated_grad_sync_s,
+    stack_spec,
     tied_embedding_sync_s,
 )
 from perfmodel.hardware.system import System
@@ -121,7 +122,8 @@ class Evaluator:
 
     def graph(self, tp: int, cp: int, ep: int, sp: int, mb: int) -> Graph:
         base = self.plan()
-        return cached_graph(self.spec, mb, self.seq_len, tp, cp, ep, bool(sp), self.precision, self.attention_impl,
+        return cached_graph(stack_spec(self.spec, base.vocab_multiple, tp), mb, self.seq_len, tp, cp, ep, bool(sp),
+                            self.precision, self.attention_impl,
                             moe_options(base), base.cp_ring, base.elementwise, base.autocast_weights)
 
     # -- per shape: one vector entry per graph layer ----------------------------------------------
