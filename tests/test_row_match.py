@@ -74,14 +74,16 @@ def test_every_alias_reads_as_its_own_workload():
 
 
 @pytest.mark.parametrize("name", ["gpt-l24-h1024", "bert-large-uncased", "llama3-9b", "bloom-prequel-l72-h14336",
-                                  "DeepSeek-V1", "deepseek-ai/DeepSeek-V2.5", "GPT-3 (13.7B)"])
+                                  "DeepSeek-V1", "Qwen/Qwen3-Next-80B-A3B", "GPT-3 (13.7B)"])
 def test_names_of_no_workload_match_none(name):
     assert by_name(name, load_workloads()) is None
 
 
 @pytest.mark.parametrize(("name", "wid"), [("DeepSeek-V2", "deepseek-v2"), ("deepseek-ai/DeepSeek-V3", "deepseek-v3"),
                                            ("deepseek-ai/DeepSeek-R1", "deepseek-v3"), ("databricks/dbrx-base", "dbrx"),
-                                           ("google/gemma-2-9b", "gemma-2-9b"), ("Qwen/Qwen2-57B-A14B", "qwen2-57b-a14b")])
+                                           ("google/gemma-2-9b", "gemma-2-9b"), ("Qwen/Qwen2-57B-A14B", "qwen2-57b-a14b"),
+                                           ("deepseek-ai/DeepSeek-V2.5", "deepseek-v2"), ("zai-org/GLM-4.5-Air", "glm-4.5-air"),
+                                           ("zai-org/GLM-4.6", "glm-4.5")])
 def test_a_bare_version_names_its_own_network(name, wid):
     """DeepSeek-V2 is not V3: a bare V-number is part of the network's name, not a checkpoint suffix."""
     assert by_name(name, load_workloads()).id == wid

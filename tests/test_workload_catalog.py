@@ -42,10 +42,12 @@ def active(wid: str) -> float:
 
 
 def active_as_published(wid: str) -> float:
-    """Active parameters under the publisher's convention (gpt-oss leaves out the embedding table)."""
+    """Active parameters under the publisher's convention (gpt-oss leaves out the embedding table,
+    GLM-4.5 both tables)."""
     spec, pub = WL[wid], WL[wid].published_params
     assert pub is not None and spec.vocab is not None
-    return active(wid) - (0 if pub.active_includes_embedding else spec.vocab * spec.hidden)
+    table = spec.vocab * spec.hidden
+    return active(wid) - (0 if pub.active_includes_embedding else table) - (0 if pub.active_includes_output else table)
 
 
 def test_required_workloads_exist_and_cite_a_source() -> None:

@@ -23,6 +23,9 @@ class PublishedParams(BaseModel):
     active_includes_embedding: bool = Field(
         True, description="False where the publisher counts the unembedding but not the input embedding table "
         "as active (OpenAI's gpt-oss model card)")
+    active_includes_output: bool = Field(
+        True, description="False where the publisher counts neither embedding table as active (Zhipu's GLM-4.5 "
+        "figures: non-embedding activated parameters)")
     includes_mtp: bool = Field(
         True, description="False where the publisher's counts leave out the multi-token-prediction block (DeepSeek-V3's "
         "671B, Nemotron 3 Super's and Ultra's model-card figures); the check then compares the model without it")
