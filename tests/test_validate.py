@@ -220,7 +220,9 @@ def test_spreadsheet_numbers_are_read_and_a_minimal_file_is_reported(tmp_path):
         f.write("run_id,model,seq_len,global_batch,tp,dp,accelerator,n_gpus,step_time_s,mfu,tokens_per_s\n"
                 'plain,llama3-8b,8192,1024,8,8,h100,64,10,0.45,838861\n'
                 'grouped,llama3-8b,8192,"1,024",8,8,h100,64,10,45%,"838,861"\n'
-                'kilo,llama3-8b,8K,1024,8,8,h100,64,10,0.45,838861\n')
+                'kilo,llama3-8b,8K,1024,8,8,h100,64,10,0.45,838861\n'
+                'units,llama3-8b,8192,1024,8,8,h100,64,10000 ms,0.45,838.861k\n'
+                'hours,llama3-8b,8192,1024,8,8,h100,64,0.003 h,0.45,838861\n')
     assert main(["validate", "--runs", str(runs), "--out", str(out)]) == 0
     rows = {r["run_id"]: r for r in _read(out)[1]}
     assert rows["grouped"]["status"] == "ok"
@@ -228,9 +230,15 @@ def test_spreadsheet_numbers_are_read_and_a_minimal_file_is_reported(tmp_path):
     # a sequence length as papers write it: 8K tokens = 8192, and the row says so
     assert rows["kilo"]["predicted_step_time_s"] == rows["plain"]["predicted_step_time_s"]
     assert "seq_len '8K' read as 8192 tokens" in rows["kilo"]["message"]
+    # a measured value with its unit is that value; a unit the column does not take is an error naming them
+    assert rows["units"]["status"] == "ok"
+    assert rows["units"]["predicted_step_time_s"] == rows["plain"]["predicted_step_time_s"]
+    assert rows["hours"]["status"] == "error"
+    assert "column step_time_s: '0.003 h' is not a number (a number, or one followed by s / sec / secs / seconds / ms / msec)" \
+        in rows["hours"]["message"]
     assert main(["report", "--runs", str(runs), "--pred", str(out), "--out", str(rep)]) == 0
     text = (rep / "report.md").read_text()
-    assert "| mine.csv | 3 |" in text
+    assert "| mine.csv | 4 |" in text
     assert "nan" not in text.split("Worst rows:")[1] and "| tp8 dp8 gb1024 " in text  # blank cells stay blank
 
 

@@ -141,6 +141,14 @@ def ungrouped(text: str) -> str:
     return text.replace(",", "") if _GROUPED.fullmatch(text) else text
 
 
+# units a measured column may carry after its number (case aside): the factor to its own unit
+_UNITS: dict[str, dict[str, float]] = {
+    "step_time_s": {"s": 1.0, "sec": 1.0, "secs": 1.0, "seconds": 1.0, "ms": 1e-3, "msec": 1e-3},
+    "tokens_per_s": {"k": 1e3, "m": 1e6},
+}
+_UNIT_NUMBER = re.compile(r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]+)")
+
+
 def _number(row: dict[str, str], col: str) -> float | None:
     v = row.get(col, "")
     if v == "":
@@ -151,10 +159,17 @@ def _number(row: dict[str, str], col: str) -> float | None:
     # column is a plain number
     percent = col == "mfu" and text.endswith("%")
     kilo = col == "seq_len" and text[-1:] in ("k", "K")
+    # a step time with its unit ("1.5 s", "850 ms"), a throughput in thousands or millions ("120k")
+    unit = _UNITS.get(col)
+    timed = _UNIT_NUMBER.fullmatch(text.strip()) if unit else None
     try:
-        f = float(text[:-1]) / 100 if percent else float(text[:-1]) * 1024 if kilo else float(text)
+        if timed and unit and timed.group(2).lower() in unit:
+            f = float(timed.group(1)) * unit[timed.group(2).lower()]
+        else:
+            f = float(text[:-1]) / 100 if percent else float(text[:-1]) * 1024 if kilo else float(text)
     except ValueError:
-        raise RowError(f"column {col}: {quote(v)} is not a number") from None
+        units = f" (a number, or one followed by {' / '.join(unit)})" if unit else ""
+        raise RowError(f"column {col}: {quote(v)} is not a number{units}") from None
     if not math.isfinite(f):
         raise RowError(f"column {col}: {quote(v)} is not a finite number")
     return f
