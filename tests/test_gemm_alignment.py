@@ -89,3 +89,15 @@ def test_bloom_prequel_14400_against_13824_on_40_nodes() -> None:
 
     ratio = step(14400, 96) / step(13824, 96)
     assert ratio == pytest.approx(221.21 / 160.29, rel=0.08)
+
+
+def test_the_estimate_names_the_misaligned_gemms() -> None:
+    """GPT-2's 50257-row head in a Hugging Face stack is off the H100's 8-element rule and the
+    estimate says so; padded as llm.c pads it (50304), it is not, and Llama 3 8B has none."""
+    def notes(wid: str, **kw) -> list[str]:
+        est = perfmodel.estimate(wid, "h100-sxm5-80gb", ParallelPlan(global_batch=8, **kw))
+        return [m for m in est.messages if "tensor-core alignment" in m]
+
+    (note,) = notes("gpt2-124m")
+    assert "(8 bf16 elements per dimension) run at 0.685 of their rate: lm_head [1024 x 50257 x 768]" in note
+    assert notes("gpt2-124m", vocab_multiple=128) == [] and notes("llama3-8b") == []

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -231,6 +232,20 @@ def alignment_factor(acc: Accelerator, precision: str, dims: tuple[float, ...]) 
         return 1.0
     off = any(float(d).is_integer() and int(d) % a for d in dims if d)
     return MISALIGNED_GEMM_RATIO if off else 1.0
+
+
+def misaligned_gemms(acc: Accelerator, ops: Iterable[Op]) -> list[str]:
+    """'name [m x n x k]' of each distinct GEMM of `ops` that alignment_factor charges (a grouped
+    GEMM by its weight dimensions), for the estimate's message."""
+    out: dict[str, str] = {}
+    for op in ops:
+        if op.kind not in ("gemm", "bmm") or op.name in out:
+            continue
+        fmt = op.precision if op.grouped else op_gemm_format(acc, op.precision)
+        dims = (op.n, op.k) if op.grouped else (op.m, op.n, op.k)
+        if alignment_factor(acc, fmt, dims) < 1.0:
+            out[op.name] = f"{op.name} [{int(op.m)} x {int(op.n)} x {int(op.k)}]"
+    return list(out.values())
 
 
 def gemm_cost(acc: Accelerator, m: int, n: int, k: int, precision: str, batch: int = 1,
