@@ -114,7 +114,8 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-overlap", action="store_true", help="no DP comm / FSDP prefetch overlap")
     g.add_argument("--attention", default=None, choices=list(ATTENTION_IMPLS),
                    help="attention kernel (default: the --framework's, else flash): flash (FlashAttention-2), fused "
-                   "(the newest FlashAttention generation measured on the chip: FA3 on Hopper, FA4 on Blackwell), "
+                   "(cuDNN's fused attention where the generation measured it, Hopper; else the newest FlashAttention "
+                   "generation measured on the chip: FA4 on Blackwell, FA2 on Ampere), "
                    "flash1 (FlashAttention-1 era, the 2022-23 Triton kernel), unfused")
 
 

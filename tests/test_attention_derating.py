@@ -119,30 +119,44 @@ def test_fa3_on_h100_combines_tritonbench_forward_and_backward():
     3.5 / (1/638.6 + 2.5/561.4) = 581.5; causal takes FA3's own forward causal / non-causal ratio
     from the FA3 paper chart at 8k, 602 / 646: 541.9 TFLOP/s. The `flash` implementation (FA2)
     keeps the FA2 chart's 308."""
+    from perfmodel.hardware.attention import attention_curve
+
     h100 = _acc("h100-sxm5-80gb")
     noncausal = 3.5 / (1 / 638.6e12 + 2.5 / 561.4e12)
     assert noncausal == pytest.approx(581.5e12, rel=1e-4)
-    assert attention_rate_flop_per_s(h100, 128, 8192, False, "bf16", "fused") == pytest.approx(noncausal, rel=1e-9)
-    assert attention_rate_flop_per_s(h100, 128, 8192, True, "bf16", "fused") == pytest.approx(
-        noncausal * 602 / 646, rel=1e-9)
+    curve = attention_curve(h100)
+    assert curve is not None
+    fa3 = {(c, d, n): r for k, c, d, n, r in curve.points if k == "flash3"}
+    assert fa3[(False, 128, 8192)] == pytest.approx(noncausal, rel=1e-9)
+    assert fa3[(True, 128, 8192)] == pytest.approx(noncausal * 602 / 646, rel=1e-9)
     assert attention_rate_flop_per_s(h100, 128, 8192, True, "bf16", "flash") == pytest.approx(308e12, rel=1e-9)
 
 
-def test_fused_reads_the_newest_generation_measured():
-    """Ampere measured FA2 only: fused = flash. Blackwell measured FA4 only: both read it."""
+def test_fused_runs_cudnn_where_its_generation_measured_it():
+    """Transformer Engine prefers cuDNN's FusedAttention on Hopper and later; the FA3 paper's cuDNN
+    bars on H100 at 8k, hd 128: forward 600 (non-causal) / 529 (causal), backward 518 (non-causal)
+    -> 3.5 / (1/600 + 2.5/518) = 539.5 non-causal, x 529 / 600 causal = 475.7, 0.88 of FA3's 541.9.
+    H200 reads H100's curve (same MAMF). Ampere measured FA2 only and Blackwell FA4 only, and no
+    cuDNN rate: fused reads their newest FlashAttention (an upper bound for cuDNN)."""
+    h100, h200 = _acc("h100-sxm5-80gb"), _acc("h200-sxm-141gb")
+    noncausal = 3.5 / (1 / 600e12 + 2.5 / 518e12)
+    assert attention_rate_flop_per_s(h100, 128, 8192, False, "bf16", "fused") == pytest.approx(noncausal, rel=1e-9)
+    causal = attention_rate_flop_per_s(h100, 128, 8192, True, "bf16", "fused")
+    assert causal == pytest.approx(noncausal * 529 / 600, rel=1e-9)
+    fa3_causal = 3.5 / (1 / 638.6e12 + 2.5 / 561.4e12) * 602 / 646
+    assert causal / fa3_causal == pytest.approx(0.878, abs=0.002)
+    assert attention_rate_flop_per_s(h200, 128, 8192, True, "bf16", "fused") > 1.5 * attention_rate_flop_per_s(
+        h200, 128, 8192, True, "bf16", "flash")
     for acc_id in ("a100-sxm4-80gb", "b200", "gb200"):
         acc = _acc(acc_id)
         assert attention_rate_flop_per_s(acc, 128, 4096, True, "bf16", "fused") == pytest.approx(
             attention_rate_flop_per_s(acc, 128, 4096, True, "bf16", "flash"), rel=1e-12)
-    h200 = _acc("h200-sxm-141gb")
-    assert attention_rate_flop_per_s(h200, 128, 8192, True, "bf16", "fused") > 1.7 * attention_rate_flop_per_s(
-        h200, 128, 8192, True, "bf16", "flash")
 
 
 def test_stacks_select_their_attention_kernel():
     from perfmodel.calibration.frameworks import framework
 
-    assert framework("megatron-core").attention == "fused"  # TE: cuDNN / flash-attn 3
+    assert framework("megatron-core").attention == "fused"  # TE: cuDNN's FusedAttention on Hopper+
     assert framework("torchtitan").attention == "flash"  # torch SDPA: FA2 backend first
     assert framework("megatron-lm").attention == "unfused"
 

@@ -4,8 +4,9 @@ A runs file's `framework` column (or `--framework`) names the stack. Each stack 
 mechanisms the cost models distinguish, each with the evidence from that stack's code (repos at
 the commits in EVIDENCE_COMMITS):
 
-    attention      `flash` (FlashAttention-2), `fused` (the newest FlashAttention generation measured on
-                   the chip: FA3 on Hopper, FA4 on Blackwell), `flash1` (a FlashAttention-1-era
+    attention      `flash` (FlashAttention-2), `fused` (cuDNN's fused attention where the generation
+                   measured it, Hopper; else the newest FlashAttention generation measured on the chip:
+                   FA4 on Blackwell, an upper bound for cuDNN there), `flash1` (a FlashAttention-1-era
                    fused kernel: the 2022-23 Triton kernel's measured curve, 0.42-0.68 of FA2)
                    or `unfused` (baddbmm + fused scale-mask-softmax + bmm, with the s x s score
                    matrix through HBM)
@@ -254,10 +255,12 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "(megatron/core/tensor_parallel/cross_entropy.py), bf16 / fp16 only.", vocab_multiple=128),
     Framework("megatron-core", "fused", "eager", True,
               "Megatron-Core with Transformer Engine as NeMo / Megatron-Bridge's performance recipes run it: "
-              "TE DotProductAttention, whose backends are cuDNN fused attention and flash-attn 3 on Hopper, "
-              "cuDNN on Blackwell (transformer_engine/pytorch/attention: FusedAttention, FlashAttention 3): "
-              "the newest FlashAttention generation of the chip (FA3 on H100; cuDNN's forward reaches 0.88-0.90 "
-              "of FA3's at 8k in the FA3 paper's chart, so FA3's rate is an upper bound for it); "
+              "TE DotProductAttention, which runs cuDNN's FusedAttention on Hopper and later whenever it supports "
+              "the shape, in preference to flash-attn (TransformerEngine @ d0067d0 transformer_engine/pytorch/"
+              "attention/dot_product_attention/utils.py get_attention_backend: 'Disabling FlashAttention to give "
+              "FusedAttention preference on Hopper+ for performance reasons'): cuDNN's measured rate on H100 (the "
+              "FA3 paper's cuDNN bars, 0.88 of FA3 at 8k causal fwd+bwd), FA4's on Blackwell, where no cuDNN rate "
+              "is published (an upper bound); "
               "tp_comm_overlap=True (userbuffers) in the recipes "
               "that run TP > 1 (Megatron-Bridge src/megatron/bridge/recipes/llama/h100/llama3.py 70B / 405B, "
               "gpt/h100/gpt3_175b.py, qwen/h100/qwen3_moe.py), disabled without sequence parallelism "

@@ -32,6 +32,12 @@ FLASH_KERNELS = ("flash2", "flash3", "flash4")
 # FlashAttention, measured beside FA2 in the FA2 README's A100 chart; flash-attn 1.x CUDA reads
 # within 0.85-1.2 of it there (FlashAttention bars)
 FLASH1_KERNEL = "triton"
+# cuDNN's fused attention (the FusedAttention backend Transformer Engine prefers on sm90+, llm.c's
+# USE_CUDNN path, XLA's GPU attention): the kernel `fused` reads where its generation measured it
+# (Hopper: the FA3 paper's cuDNN bars on H100, 0.88 of FA3 at 8K causal fwd+bwd); elsewhere the
+# newest FlashAttention generation stands in for it, an upper bound (FA4's paper puts cuDNN 9.13
+# up to 1.3x below FA4 on B200; no Blackwell cuDNN rate is published)
+CUDNN_KERNEL = "cudnn"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,18 +48,28 @@ class AttentionCurve:
     provenance: str
 
     def kernel_points(self, impl: str) -> tuple[AttentionPt, ...]:
-        """The points of the kernel an attention implementation runs: `fused` the newest
-        FlashAttention generation measured, `flash` FlashAttention-2 where measured, else the
-        newest (Blackwell measured FA4 only), `flash1` the FLASH1_KERNEL points (empty where not
-        measured: compute/ops.kernel_ratio carries its ratio). Points of other kernels (a CPU's
-        sdpa) serve flash and fused."""
+        """The points of the kernel an attention implementation runs: `fused` cuDNN's where
+        measured (CUDNN_KERNEL), else the newest FlashAttention generation measured, `flash`
+        FlashAttention-2 where measured, else the newest (Blackwell measured FA4 only), `flash1` the
+        FLASH1_KERNEL points (empty where not measured: compute/ops.kernel_ratio carries its ratio).
+        Points of other kernels (a CPU's sdpa) serve flash and fused."""
         if impl == "flash1":
             return tuple(p for p in self.points if p[0] == FLASH1_KERNEL)
-        known = [k for k in FLASH_KERNELS if any(p[0] == k for p in self.points)]
-        if not known:
-            return tuple(p for p in self.points if p[0] != FLASH1_KERNEL)
-        pick = known[-1] if impl == "fused" or "flash2" not in known else "flash2"
+        if impl == "fused" and self.has(CUDNN_KERNEL):
+            return tuple(p for p in self.points if p[0] == CUDNN_KERNEL)
+        newest = self.newest_flash()
+        if newest is None:
+            return tuple(p for p in self.points if p[0] not in (FLASH1_KERNEL, CUDNN_KERNEL))
+        pick = newest if impl == "fused" or not self.has("flash2") else "flash2"
         return tuple(p for p in self.points if p[0] == pick)
+
+    def has(self, kernel: str) -> bool:
+        return any(p[0] == kernel for p in self.points)
+
+    def newest_flash(self) -> str | None:
+        """The newest FlashAttention generation with points on this curve, or None."""
+        known = [k for k in FLASH_KERNELS if self.has(k)]
+        return known[-1] if known else None
 
 
 def _own_attention_points(acc: Accelerator) -> tuple[AttentionPt, ...]:
@@ -156,6 +172,7 @@ def attention_curve(acc: Accelerator) -> AttentionCurve | None:
 
 __all__ = [
     "ATTENTION_BWD_FLOP_FACTOR",
+    "CUDNN_KERNEL",
     "FLASH1_KERNEL",
     "FLASH_KERNELS",
     "AttentionCurve",

@@ -36,9 +36,10 @@ CommGroup = Literal["tp", "cp", "ep", "etp", "dp", "pp"]
 # which dimension tensor parallelism splits: a column-parallel GEMM its N (outputs), a row-parallel
 # GEMM its K (inputs, the partial sums then reduced), attention its heads; "" = not split
 # attention kernels: FlashAttention-2 (`flash`: flash-attn 2.x, torch SDPA's flash backend; on a
-# generation with no FA2 measurement its newest), the newest FlashAttention generation measured on
-# the chip (`fused`: FA3 on Hopper, FA4 on Blackwell: what Transformer Engine's fused attention and
-# cuDNN run), a FlashAttention-1-era fused kernel (`flash1`: flash-attn 1.x or the 2022-23 Triton
+# generation with no FA2 measurement its newest), cuDNN's fused attention (`fused`: what Transformer
+# Engine runs on Hopper and later, llm.c and XLA: cuDNN's measured rate where the generation has
+# one, else the newest FlashAttention generation measured on the chip, FA4 on Blackwell, FA2 on
+# Ampere), a FlashAttention-1-era fused kernel (`flash1`: flash-attn 1.x or the 2022-23 Triton
 # kernel), or unfused baddbmm + softmax + bmm (`unfused`); hardware/attention.AttentionCurve.kernel_points
 # picks the fused kernels' measured rates
 # bytes per activation element between ops: bf16 / fp16 (fp8 GEMMs cast at their inputs and keep
