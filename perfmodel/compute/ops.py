@@ -18,7 +18,7 @@ GEMM   t = ((F/R)^p + (B/W)^p)^(1/p) + t0                                       
        perfmodel.hardware.derating: the median MAMF/peak of the parts that measured it, from
        the nearest of its generation, vendor, kind or any accelerator (MI325X: MI300X's 0.511).
        Operand alignment: a GPU's tensor cores run at full rate only when every GEMM dimension is a
-       multiple of the generation's alignment (TENSOR_CORE_ALIGNMENT_BYTES over the operand's bytes:
+       multiple of the generation's alignment (TENSOR_CORE_ALIGNMENT_BYTES over the element's width:
        128 B on A100, 64 bf16 elements; 16 B elsewhere, 8 bf16 elements, the V100 rule and TMA's
        stride rule on Hopper / Blackwell). A GEMM with a dimension off it runs at MISALIGNED_GEMM_RATIO
        of its rate: Bekman's swiglu-maf-bench on H100 (ml-engineering training/performance 'SwiGLU-based
@@ -214,8 +214,7 @@ def shape_rate_flop_per_s(acc: Accelerator, m: int, n: int, k: int, precision: s
 def alignment_elements(acc: Accelerator, precision: str) -> int:
     """Elements every GEMM dimension must be a multiple of for the tensor cores' full rate on `acc`
     in `precision` (TENSOR_CORE_ALIGNMENT_BYTES over the element's width: 8 bf16, 16 fp8 / fp6, 32 fp4
-    elements per 16 B); 1 where no rule applies
-    (CPUs, TPUs, other vendors' parts)."""
+    elements per 16 B); 1 where no rule applies (CPUs, TPUs, other vendors' parts)."""
     if acc.kind != "gpu" or acc.vendor.lower() != "nvidia":
         return 1
     align = TENSOR_CORE_ALIGNMENT_BYTES.get(acc.generation, GPU_DEFAULT_ALIGNMENT_BYTES)
