@@ -211,13 +211,21 @@ def shape_rate_flop_per_s(acc: Accelerator, m: int, n: int, k: int, precision: s
     return near.achieved_flop_per_s * low_precision_in_model_efficiency(acc, precision)
 
 
+def alignment_bytes(acc: Accelerator) -> int:
+    """Bytes every GEMM dimension must be a multiple of on `acc` (TENSOR_CORE_ALIGNMENT_BYTES; 0 where
+    no rule applies: CPUs, TPUs, other vendors' parts)."""
+    if acc.kind != "gpu" or acc.vendor.lower() != "nvidia":
+        return 0
+    return TENSOR_CORE_ALIGNMENT_BYTES.get(acc.generation, GPU_DEFAULT_ALIGNMENT_BYTES)
+
+
 def alignment_elements(acc: Accelerator, precision: str) -> int:
     """Elements every GEMM dimension must be a multiple of for the tensor cores' full rate on `acc`
     in `precision` (TENSOR_CORE_ALIGNMENT_BYTES over the element's width: 8 bf16, 16 fp8 / fp6, 32 fp4
     elements per 16 B); 1 where no rule applies (CPUs, TPUs, other vendors' parts)."""
-    if acc.kind != "gpu" or acc.vendor.lower() != "nvidia":
+    align = alignment_bytes(acc)
+    if align == 0:
         return 1
-    align = TENSOR_CORE_ALIGNMENT_BYTES.get(acc.generation, GPU_DEFAULT_ALIGNMENT_BYTES)
     # the element's own width, not its scales; a width that does not divide the alignment (fp6) takes
     # the largest power of two of elements that fits in it
     return 1 << max(0, math.floor(math.log2(align * 8 / registry.get(precision).bits)))

@@ -9,7 +9,7 @@ from functools import cached_property
 from typing import Any
 
 from perfmodel.compute.autocast import autocast_on, grad_accumulation_s_per_param
-from perfmodel.compute.ops import MISALIGNED_GEMM_RATIO, alignment_elements, gemm_precision, misaligned_gemms
+from perfmodel.compute.ops import MISALIGNED_GEMM_RATIO, alignment_bytes, alignment_elements, gemm_precision, misaligned_gemms
 from perfmodel.engines import closed_forms as cf
 from perfmodel.engines.offload import can_offload
 from perfmodel.engines.stages import (
@@ -115,8 +115,9 @@ def prepare(spec: ModelSpec | None, system: System, plan: ParallelPlan, messages
     off = misaligned_gemms(system.accelerator, (op for layer in graph.layers for op in layer.ops))
     if off:
         acc = system.accelerator
-        msgs.append(f"GEMMs off {acc.id}'s tensor-core alignment ({alignment_elements(acc, plan.precision)} "
-                    f"{plan.precision} elements per dimension) run at {MISALIGNED_GEMM_RATIO:.3g} of their rate: "
+        msgs.append(f"GEMMs off {acc.id}'s tensor-core alignment (every dimension a multiple of "
+                    f"{alignment_bytes(acc)} B: {alignment_elements(acc, 'bf16')} bf16 elements) run at "
+                    f"{MISALIGNED_GEMM_RATIO:.3g} of their rate: "
                     f"{', '.join(off[:6])}{' ...' if len(off) > 6 else ''} (docs/DESIGN.md 'Cost models')")
     chunks = chunk_costs(system, plan, graph)
     return StepInputs(spec, system, plan, graph, tuple(msgs), chunks, rank_costs(chunks, plan),
