@@ -381,7 +381,7 @@ def test_gpipe_with_a_heavy_head_stage_agrees_with_the_simulation() -> None:
     than of any other rank's, so the slowest forward and the slowest backward sit on different
     ranks; the closed form took the 1F1B time and was 8 % below the simulation. The vocabulary is
     padded to 50304 as llm.c pads it: GPT-2's own 50257 rows are off the tensor cores' alignment
-    (compute/ops.alignment_factor), and the slower head then makes the last rank the slowest in
+    (compute/alignment.alignment_factor), and the slower head then makes the last rank the slowest in
     both directions, where the two schedules' closed forms coincide."""
     plan = ParallelPlan(pp=8, dp=1, micro_batch=2, global_batch=16, seq_len=4096, schedule="gpipe", vocab_multiple=128)
     system = perfmodel.resolve_system("h100-sxm5-80gb", None, plan.world)[0]

@@ -1,4 +1,4 @@
-"""GEMM operand alignment (compute/ops.alignment_factor) and the stacks' vocabulary padding
+"""GEMM operand alignment (compute/alignment.alignment_factor) and the stacks' vocabulary padding
 (engines/stages.stack_spec): closed-form cases and the BLOOM prequel check."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import pytest
 
 import perfmodel
 from perfmodel.calibration.frameworks import FRAMEWORKS, apply_framework
-from perfmodel.compute.ops import MISALIGNED_GEMM_RATIO, alignment_elements, gemm_cost, grouped_gemm_cost
+from perfmodel.compute.alignment import MISALIGNED_GEMM_RATIO, alignment_elements
+from perfmodel.compute.ops import gemm_cost, grouped_gemm_cost
 from perfmodel.engines.stages import plan_graph, stack_spec
 from perfmodel.hardware.catalog import load_catalog
 from perfmodel.parallel.plan import ParallelPlan

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from perfmodel.compute.alignment import MISALIGNED_GEMM_RATIO, alignment_bytes, alignment_elements
 from perfmodel.compute.autocast import autocast_on, grad_accumulation_s_per_param
-from perfmodel.compute.ops import MISALIGNED_GEMM_RATIO, alignment_bytes, alignment_elements, gemm_precision, misaligned_gemms
+from perfmodel.compute.ops import gemm_precision, misaligned_gemms
 from perfmodel.engines import closed_forms as cf
 from perfmodel.engines.offload import can_offload
 from perfmodel.engines.stages import (
