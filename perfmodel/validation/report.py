@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perfmodel.validation.runs import COLUMNS, RowError, _number
+from perfmodel.validation.runs import COLUMNS, cell_number
 
 TARGETS = {"overall_mape": 0.10, "source_mape": 0.15, "kendall_tau": 0.8, "cpu_mape": 0.15}
 
@@ -68,21 +68,12 @@ def joined(runs: list[Path], preds: list[Path]) -> pd.DataFrame:
     for col in ("step_time_s", "predicted_step_time_s", "tp", "pp", "dp", "n_gpus"):
         if col in m:
             # digit grouping ("1,024") and a step time's unit ("850 ms") read as validate reads them
-            m[col] = pd.to_numeric(m[col].astype(str).str.strip().map(lambda v, c=col: _as_read(v, c), na_action="ignore"),
+            m[col] = pd.to_numeric(m[col].astype(str).str.strip().map(lambda v, c=col: cell_number(v, c), na_action="ignore"),
                                    errors="coerce")
     m.loc[~(m["step_time_s"] > 0), "step_time_s"] = np.nan  # 0, negative, NaN, text: not measured
     m["signed_error"] = (m["predicted_step_time_s"] - m["step_time_s"]) / m["step_time_s"]
     m["ape"] = m["signed_error"].abs()
     return m
-
-
-def _as_read(text: str, col: str) -> float:
-    """A cell as validate reads its column (runs._number), NaN where validate would refuse it."""
-    try:
-        v = _number({col: text}, col)
-    except RowError:
-        return float("nan")
-    return float("nan") if v is None else v
 
 
 def group_tau(g: pd.DataFrame) -> float:

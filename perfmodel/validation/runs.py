@@ -175,6 +175,16 @@ def _number(row: dict[str, str], col: str) -> float | None:
     return f
 
 
+def cell_number(text: str, col: str) -> float:
+    """One cell of `col` as validate reads it (digit grouping, percentages, units), NaN where
+    validate would refuse it or it is empty: what the report reads runs files with."""
+    try:
+        v = _number({col: text}, col)
+    except RowError:
+        return math.nan
+    return math.nan if v is None else v
+
+
 def _int(row: dict[str, str], col: str, minimum: int = 1) -> int | None:
     """An integer count >= minimum (up to MAX_COUNT), or None when the cell is empty."""
     f = _number(row, col)
