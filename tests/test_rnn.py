@@ -111,3 +111,22 @@ def test_imported_gru_transformer_forecaster_is_not_host_bound_on_gpu() -> None:
     floor = 2 * s * (RNN_STEP_FWD_S + RNN_STEP_BWD_S)
     assert floor < est.step_time_s < 2 * floor  # 66 ms against a 54 ms floor
     assert est.breakdown_s["host_overhead_s"] < 0.1 * est.step_time_s  # 3 %
+
+
+def test_cpu_backward_is_two_step_gemms_without_a_merged_weight_gradient() -> None:
+    # oneDNN's RNN backward (ATen's mkldnn_rnn_layer_backward) accumulates each step's weight
+    # gradient in the loop: backward = s x (2 t_step + t0), with no [k, s·m] x [s·m, n] GEMM after it
+    # (a 2 x 256 LSTM at b 32: measured 49.4 ms backward on a Zen 4 core; the merged form said 61.4)
+    from perfmodel.compute.ops import gemm_cost, gemm_fixed_s
+
+    cpu = load_catalog().accelerator("host-cpu-zen4")
+    gpu = load_catalog().accelerator("h100-sxm5-80gb")
+    g = build_graph(WL["cpu-lstm"], micro_batch=32, seq_len=64)
+    rec = next(o for o in g.layers[1].ops if o.kind == "recurrence")
+    fwd, bwd = op_cost(cpu, rec, "fwd").time_s, op_cost(cpu, rec, "bwd").time_s
+    t0 = gemm_fixed_s(cpu)
+    t_step = fwd / 64 - t0
+    assert bwd == pytest.approx(64 * (2 * t_step + t0), rel=1e-9)
+    # the GPU keeps cuDNN's form: the per-step data gradient, then one weight-gradient GEMM
+    merged = gemm_cost(gpu, rec.k, rec.n, 64 * rec.m, rec.precision).time_s
+    assert op_cost(gpu, rec, "bwd").time_s == pytest.approx(64 * RNN_STEP_BWD_S + merged, rel=1e-9)

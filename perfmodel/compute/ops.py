@@ -35,7 +35,20 @@ RNN    fused recurrence (cuDNN cudnnRNNForward/Backward, ATen lstm / gru on the 
        backward w.r.t. inputs 0.891 ms / 25 = 35.6 us (results/train/DeepBench_NV_V100.xlsx,
        baidu-research/DeepBench); newer GPUs are assumed no slower per step. The weight gradient of
        all steps is one GEMM. On a CPU each step is a small GEMM plus its fused gate math, no host
-       dispatch per step (one ATen op per layer).
+       dispatch per step (one ATen op per layer: oneDNN's RNN primitive, aten::mkldnn_rnn_layer and
+       mkldnn_rnn_layer_backward under torch 2.14). Its backward computes each step's weight
+       gradient inside the step loop (a rank-b update of the fp32 gradient), so a backward step
+       is two step GEMMs and twice the gate traffic, with no weight-gradient GEMM after the loop.
+       Measured on a 2-core Zen 4 VM (torch 2.14.1, 1 thread, bf16 autocast, one layer of input
+       = hidden H, s 32; one step's backward against its batch b): H 256 at b 8 / 32 / 128 costs
+       159 / 417 / 1871 us, H 1024 7.0 / 11.7 / 28.1 ms. The slope is the two GEMMs at the
+       chip's GEMM rate (2 x 2 x 4H x H FLOPs per row: 140-190 GFLOP/s); a merged weight-gradient
+       GEMM on top (the cuDNN form) overstates a 2 x 256 LSTM's backward by 25-30 %. The
+       intercept is the fp32 gradients' read and write in every step: inside the last-level
+       cache it is small against the GEMMs (H <= 512: 20-300 us), beyond it (H 768, 1024:
+       38-67 MB of gradients and weights) it streams from DRAM at the triad rate, 2.5 and 5.6 ms
+       per step, which this model does not charge: an LSTM that wide on a CPU comes out up to
+       2-4x optimistic in its backward (README, workload YAML: recurrent models).
 Grouped GEMM (MoE experts, one kernel over G experts of m rows each): every expert's rows are
        tiled separately, so each is padded to the tile height (m_pad = ceil(m/128)·128: Hopper
        and Blackwell grouped kernels use 128-row tiles; DeepGEMM's contiguous layout aligns each
@@ -399,10 +412,12 @@ def recurrence_cost(acc: Accelerator, op: Op, bwd: bool = False) -> OpCost:
     """A fused RNN layer of op.repeat = s steps of [m, k] x [k, n] (m batch, k hidden, n gates x
     hidden), in seconds:
         forward   s x max(floor_f, t_step)
-        backward  s x max(floor_b, 2 t_step) + one wgrad GEMM [k, s·m] x [s·m, n]
+        backward  s x max(floor_b, 2 t_step) + one wgrad GEMM [k, s·m] x [s·m, n]   (GPU, cuDNN)
+                  s x (2 t_step + t0)                                             (CPU, oneDNN)
     t_step: one step's GEMM (soft roofline, weights read once per step) plus its gate math
     (memory-bound, no launch: fused). floor: RNN_STEP_* on a GPU; on a CPU the GEMM's fixed
-    per-call time t0 (no host dispatch per step: the step loop runs inside one ATen op)."""
+    per-call time t0 (no host dispatch per step: the step loop runs inside one ATen op), and the
+    weight gradient is one of the two step GEMMs of the backward (module docstring)."""
     s = max(1, op.repeat)
     R = gemm_rate_flop_per_s(acc, op.precision)
     el = registry.get(op.precision).gemm_operand_bytes
@@ -417,7 +432,11 @@ def recurrence_cost(acc: Accelerator, op: Op, bwd: bool = False) -> OpCost:
     total = s * step
     compute = s * tc * (2.0 if bwd else 1.0)
     memory = s * (tm + gates) * (2.0 if bwd else 1.0)
-    if bwd:
+    if bwd and not cpu:
+        # cuDNN: the weight gradient of all steps as one GEMM after the data-gradient loop. On a
+        # CPU (oneDNN's RNN backward, which ATen's mkldnn_rnn_layer_backward runs) each step's
+        # weight gradient is its own GEMM, accumulated in fp32 inside the loop: the second
+        # t_step of `work` (the module docstring's RNN paragraph)
         w = gemm_cost(acc, op.k, op.n, s * op.m, op.precision)
         total += w.time_s
         compute += w.compute_s
