@@ -52,8 +52,9 @@ def test_recurrence_is_one_host_call_and_s_dependent_steps() -> None:
     g = build_graph(WL["cpu-lstm"], micro_batch=32, seq_len=128)
     rec = next(o for o in g.layers[0].ops if o.kind == "recurrence")
     assert (rec.kernels, rec.bwd_kernels, rec.repeat) == (1, 2, 128)
-    # a tiny [32, 256] x [256, 1024] step is far below the floor: forward = s x floor exactly
-    assert op_cost(acc, rec, "fwd").time_s == pytest.approx(128 * RNN_STEP_FWD_S)
+    # a tiny [32, 256] x [256, 1024] step adds little to the per-step latency it follows
+    fwd = op_cost(acc, rec, "fwd").time_s
+    assert 128 * RNN_STEP_FWD_S < fwd < 1.2 * 128 * RNN_STEP_FWD_S
     assert op_cost(acc, rec, "bwd").time_s > 128 * RNN_STEP_BWD_S  # plus the weight-gradient GEMM
     # linear in the number of steps
     g2 = build_graph(WL["cpu-lstm"], micro_batch=32, seq_len=256)
@@ -74,12 +75,14 @@ def test_deepbench_rows_judged_not_fitted() -> None:
     rows = judge()
     assert len(rows) == 41
     errs = sorted(abs(r.error) for r in rows)
-    # what the model reaches today (median 20 %, mean 24 %, worst +111 % on LSTM h4096 b128);
-    # a change that makes these worse fails here
-    assert errs[len(errs) // 2] < 0.21 and sum(errs) / len(errs) < 0.25 and errs[-1] < 1.15
-    # the floor's own row (LSTM h512 b16 t25) is reproduced by construction
+    # what the model reaches today (median 12.6 %, mean 16.8 %, worst +82 % on LSTM h4096 b128;
+    # 20 %, 24 %, +111 % while latency and step GEMM took a max and the backward ran two GEMMs a
+    # step); a change that makes these worse fails here
+    assert errs[len(errs) // 2] < 0.13 and sum(errs) / len(errs) < 0.17 and errs[-1] < 0.85
+    # the latency's own row (LSTM h512 b16 t25): its per-step time is the latency, to which the
+    # model adds that row's own small step GEMM and input projection (3.6 us a step): +10 %
     anchor = next(r for r in rows if r.run_id == "deepbench-v100-fp16-lstm-h512-b16-t25")
-    assert abs(anchor.error) < 0.02
+    assert 0.0 < anchor.error < 0.12
 
 
 def test_longer_sequences_cost_proportionally_more() -> None:
@@ -127,6 +130,8 @@ def test_cpu_backward_is_two_step_gemms_without_a_merged_weight_gradient() -> No
     t0 = gemm_fixed_s(cpu)
     t_step = fwd / 64 - t0
     assert bwd == pytest.approx(64 * (2 * t_step + t0), rel=1e-9)
-    # the GPU keeps cuDNN's form: the per-step data gradient, then one weight-gradient GEMM
+    # the GPU keeps cuDNN's form: one data-gradient GEMM a step after its latency, then one
+    # weight-gradient GEMM for all steps
+    g_step = op_cost(gpu, rec, "fwd").time_s / 64 - RNN_STEP_FWD_S
     merged = gemm_cost(gpu, rec.k, rec.n, 64 * rec.m, rec.precision).time_s
-    assert op_cost(gpu, rec, "bwd").time_s == pytest.approx(64 * RNN_STEP_BWD_S + merged, rel=1e-9)
+    assert op_cost(gpu, rec, "bwd").time_s == pytest.approx(64 * (RNN_STEP_BWD_S + g_step) + merged, rel=1e-9)

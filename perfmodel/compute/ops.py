@@ -30,11 +30,18 @@ SSD    Mamba-2 chunked scan: blocked matmuls of Q x N x P tiles (64-256), the ti
        FlashAttention runs at, so the same fallback rate 0.60 x R; plus its bytes (inputs, fp32
        chunk states) at streaming bandwidth and one launch per Triton kernel.
 RNN    fused recurrence (cuDNN cudnnRNNForward/Backward, ATen lstm / gru on the CPU): s dependent
-       steps, each max(latency floor, one [b,H]x[H,gH] GEMM). The GPU floor is DeepBench's V100
-       fp16 LSTM, hidden 512, batch 16, 25 steps: forward 0.441 ms / 25 = 17.6 us per step,
-       backward w.r.t. inputs 0.891 ms / 25 = 35.6 us (results/train/DeepBench_NV_V100.xlsx,
-       baidu-research/DeepBench); newer GPUs are assumed no slower per step. The weight gradient of
-       all steps is one GEMM. On a CPU each step is a small GEMM plus its fused gate math, no host
+       steps, each a fixed per-step latency plus one [b,H]x[H,gH] GEMM with its gate math. The
+       GPU latency is DeepBench's V100 fp16 LSTM, hidden 512, batch 16, 25 steps: forward
+       0.441 ms / 25 = 17.6 us per step, backward w.r.t. inputs 0.891 ms / 25 = 35.6 us
+       (results/train/DeepBench_NV_V100.xlsx, baidu-research/DeepBench); newer GPUs are assumed no
+       slower per step. Latency and GEMM add, they do not overlap: DeepBench's LSTM forward steps
+       at batch 16 take 49 / 88 / 223 us at hidden 1024 / 2048 / 4096, the 17.6 us plus the
+       8-134 MB of weights each step streams at 720 GB/s, where max(latency, GEMM) had left the
+       hidden-1024 and -1536 forwards 45-65 % fast. The backward's data gradient is one GEMM per
+       step (dh = dgates x W^T: the forward step's FLOPs and weight bytes; DeepBench's backward-data
+       steps are 0.9-1.2x its forward steps from hidden 1024 up, where a second GEMM per step
+       made the hidden-4096 backward 2.4x too slow), the weight gradient of all steps one GEMM
+       after the loop. On a CPU each step is a small GEMM plus its fused gate math, no host
        dispatch per step (one ATen op per layer: oneDNN's RNN primitive, aten::mkldnn_rnn_layer and
        mkldnn_rnn_layer_backward under torch 2.14). Its backward computes each step's weight
        gradient inside the step loop (a rank-b update of the fp32 gradient), so a backward step
@@ -411,13 +418,13 @@ def ssd_cost(acc: Accelerator, op: Op, flop_scale: float = 1.0, bytes_scale: flo
 def recurrence_cost(acc: Accelerator, op: Op, bwd: bool = False) -> OpCost:
     """A fused RNN layer of op.repeat = s steps of [m, k] x [k, n] (m batch, k hidden, n gates x
     hidden), in seconds:
-        forward   s x max(floor_f, t_step)
-        backward  s x max(floor_b, 2 t_step) + one wgrad GEMM [k, s·m] x [s·m, n]   (GPU, cuDNN)
-                  s x (2 t_step + t0)                                             (CPU, oneDNN)
+        forward   s x (floor_f + t_step)
+        backward  s x (floor_b + t_step) + one wgrad GEMM [k, s·m] x [s·m, n]   (GPU, cuDNN)
+                  s x (t0 + 2 t_step)                                         (CPU, oneDNN)
     t_step: one step's GEMM (soft roofline, weights read once per step) plus its gate math
     (memory-bound, no launch: fused). floor: RNN_STEP_* on a GPU; on a CPU the GEMM's fixed
     per-call time t0 (no host dispatch per step: the step loop runs inside one ATen op), and the
-    weight gradient is one of the two step GEMMs of the backward (module docstring)."""
+    weight gradient is the second of the backward's two step GEMMs (module docstring)."""
     s = max(1, op.repeat)
     R = gemm_rate_flop_per_s(acc, op.precision)
     el = registry.get(op.precision).gemm_operand_bytes
@@ -427,16 +434,15 @@ def recurrence_cost(acc: Accelerator, op: Op, bwd: bool = False) -> OpCost:
     t_step = _soft_roofline(tc, tm) + gates
     cpu = acc.kind == "cpu"
     floor = gemm_fixed_s(acc) if cpu else (RNN_STEP_BWD_S if bwd else RNN_STEP_FWD_S)
-    work = t_step * (2.0 if bwd else 1.0)
-    step = work + floor if cpu else max(floor, work)
-    total = s * step
-    compute = s * tc * (2.0 if bwd else 1.0)
-    memory = s * (tm + gates) * (2.0 if bwd else 1.0)
+    # a backward step is the data-gradient GEMM; on a CPU (oneDNN's RNN backward, which ATen's
+    # mkldnn_rnn_layer_backward runs) also that step's weight-gradient GEMM, accumulated in fp32
+    # inside the loop (the module docstring's RNN paragraph)
+    gemms = 2.0 if bwd and cpu else 1.0
+    total = s * (floor + gemms * t_step)
+    compute = s * tc * gemms
+    memory = s * (tm + gates) * gemms
     if bwd and not cpu:
-        # cuDNN: the weight gradient of all steps as one GEMM after the data-gradient loop. On a
-        # CPU (oneDNN's RNN backward, which ATen's mkldnn_rnn_layer_backward runs) each step's
-        # weight gradient is its own GEMM, accumulated in fp32 inside the loop: the second
-        # t_step of `work` (the module docstring's RNN paragraph)
+        # cuDNN: the weight gradient of all steps as one GEMM after the data-gradient loop
         w = gemm_cost(acc, op.k, op.n, s * op.m, op.precision)
         total += w.time_s
         compute += w.compute_s
