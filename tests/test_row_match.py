@@ -42,6 +42,10 @@ def test_name_matches_up_to_case_separators_and_org():
     ("GPT-3 175B", "gpt3-175b"), ("DeepSeekV3", "deepseek-v3"),  # Megatron-Bridge's table heading
     # two ids of one network (Llama 3.1 405B is also kept as llama3-405b): either is the answer
     ("Llama 3.1 405B", "llama3-405b"),
+    # the publisher's own prefix and a checkpoint's weight format or trained context name the network
+    ("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "nemotron3-nano"), ("NVIDIA-Nemotron-3-Super-120B-A12B", "nemotron3-super"),
+    ("nvidia/Nemotron-H-56B-Base-8K", "nemotron-h-56b"), ("Qwen/Qwen3-30B-A3B-FP8", "qwen3-30b-a3b"),
+    ("Nemotron_3_Nano", "nemotron3-nano"), ("Nemotron_3_5_Lightning", "nemotron3.5-lightning"),  # Megatron-Bridge's headings
 ])
 def test_checkpoint_names_find_their_architecture(name, workload):
     assert by_name(name, load_workloads()).id == workload
