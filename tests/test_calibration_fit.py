@@ -187,6 +187,23 @@ def test_interval_widens_where_the_fit_has_no_data():
     assert step_time_interval(NONE, h100, spec, plan, 10.0) is None
 
 
+def test_each_unseen_mechanism_widens_the_interval_once():
+    """An MoE the fit never saw adds 1.28 x 0.20 in quadrature; a hybrid Mamba-2 MoE (Nemotron 3)
+    adds it twice (its experts and its Mamba-2 mixers), a latent-attention MoE (DeepSeek-V3) too."""
+    prof = Profile("t", {}, {}, {"all": (-0.2, 0.1)}, {"generations": ["ampere"], "families": ["dense"]})
+    plan = perfmodel.ParallelPlan(dp=8, global_batch=8)
+    acc = _a100().accelerator
+    unit = (1.2816 * 0.20) ** 2
+    for wid, n in (("gpt3-1.3b", 0), ("mixtral-8x7b", 1), ("nemotron3-nano", 2), ("deepseek-v3", 2), ("nemotron-h-8b", 1)):
+        lo, hi = step_time_interval(prof, acc, perfmodel.get_workload(wid), plan, 10.0) or (0, 0)
+        assert hi == pytest.approx(10 * math.exp(math.sqrt(0.01 + n * unit))), wid
+        assert lo == pytest.approx(10 * math.exp(-math.sqrt(0.04 + n * unit))), wid
+    # a profile whose fit ran Mamba-2 models records the mixer and narrows them again
+    seen = Profile("t", {}, {}, {"all": (-0.2, 0.1)}, {"generations": ["ampere"], "mechanisms": ["dense", "mamba"]})
+    hi = (step_time_interval(seen, acc, perfmodel.get_workload("nemotron-h-8b"), plan, 10.0) or (0, 0))[1]
+    assert hi == pytest.approx(10 * math.exp(0.1))
+
+
 def test_default_profile_is_shipped_with_provenance():
     prof = load_profile("default")
     prov = prof.provenance

@@ -34,7 +34,7 @@ import numpy as np
 
 from perfmodel.calibration.frameworks import Framework, apply_framework, framework
 from perfmodel.calibration.parameters import KNOBS, REGISTRY, TIME_KNOBS, Knob, Parameter, key
-from perfmodel.calibration.profile import Profile, scale_bucket, step_time_interval, system_with_knobs
+from perfmodel.calibration.profile import Profile, scale_bucket, spec_mechanisms, step_time_interval, system_with_knobs
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.system import System
 from perfmodel.parallel.plan import ParallelPlan
@@ -277,6 +277,7 @@ def fit(paths: list[Path | str], name: str = "fitted", say: Callable[[str], None
             "held_out_by": "run (one source only)" if by_run else "source",
             "generations": sorted({r.system.accelerator.generation for r in rows}),
             "families": sorted({r.spec.family for r in rows}),
+            "mechanisms": sorted({m for r in rows for m in spec_mechanisms(r.spec)}),
             "frameworks": sorted({r.fw.name for r in rows}),
             "physics_only_error": {k: round(v, 4) for k, v in before.items()},
             "in_sample_error": {k: round(v, 4) for k, v in after.items()},

@@ -93,6 +93,12 @@ class Profile:
         return set(self.provenance.get("families", []))
 
     @property
+    def mechanisms_seen(self) -> set[str]:
+        """The model families and token mixers (spec_mechanisms) the fitted rows ran; a profile
+        fitted before mixers were recorded saw its families' own mixers only."""
+        return set(self.provenance.get("mechanisms", self.provenance.get("families", [])))
+
+    @property
     def frameworks_seen(self) -> set[str]:
         return set(self.provenance.get("frameworks", []))
 
@@ -298,13 +304,28 @@ def _quantiles_for(prof: Profile, n_gpus: int) -> tuple[float, float] | None:
     return prof.intervals.get("all")
 
 
+def spec_mechanisms(spec: ModelSpec | None) -> list[str]:
+    """What a model runs that a fit may not have seen: its family (dense, moe, lstm, ...; 'graph'
+    for an imported module) and the token mixers beside attention that the family does not imply:
+    'mamba' (Mamba-2 mixers), 'mla' / 'csa' (latent or compressed attention)."""
+    if spec is None:
+        return ["graph"]
+    out: list[str] = [spec.family]
+    if spec.mamba is not None:
+        out.append("mamba")
+    if spec.attention in ("mla", "csa"):
+        out.append(spec.attention)
+    return out
+
+
 def step_time_interval(prof: Profile, acc: Accelerator, spec: ModelSpec | None, plan: ParallelPlan,
                        step_time_s: float, widen: bool = True, framework: str | None = None,
                        host_stand_in: bool = False) -> tuple[float, float] | None:
     """80 % interval of the step time: the leave-one-source-out residual quantiles q10, q90 of
     log(measured / predicted) for the run's scale (the nearest scale the fit had), widened in
     quadrature where the fit saw neither the accelerator generation (the prior spread of
-    gemm_generation) nor the model family, nor the training stack (`framework`, when given: the
+    gemm_generation) nor the model family or a token mixer it runs (once per unseen mechanism:
+    spec_mechanisms), nor the training stack (`framework`, when given: the
     between-source spread of the fit's held-out medians, since the efficiency factors were fitted
     on other stacks), nor, for `host_stand_in`, the CPU the run is on (another CPU's spec stands in:
     STAND_IN_HOST_SIGMA). The interval always contains the point estimate
@@ -317,9 +338,11 @@ def step_time_interval(prof: Profile, acc: Accelerator, spec: ModelSpec | None, 
     extra = 0.0
     if widen and acc.generation not in prof.generations_seen:
         extra += (Z80 * next(p.prior_sigma_log for p in REGISTRY if p.name == "gemm_generation")) ** 2
-    family = spec.family if spec is not None else "graph"
-    if widen and family not in prof.families_seen:
-        extra += (Z80 * UNSEEN_FAMILY_SIGMA) ** 2
+    if widen:
+        # each mechanism of the model no fitted row ran (an MoE, a Mamba-2 mixer, latent attention)
+        # is physics without data: its spread adds in quadrature
+        unseen = [m for m in spec_mechanisms(spec) if m not in prof.mechanisms_seen]
+        extra += len(unseen) * (Z80 * UNSEEN_FAMILY_SIGMA) ** 2
     if widen and framework and prof.frameworks_seen and framework not in prof.frameworks_seen:
         extra += (Z80 * prof.between_source_sigma) ** 2
     if widen and host_stand_in:
