@@ -105,6 +105,7 @@ def test_frameworks_select_mechanisms_only():
     assert framework("nanotron") is framework("Picotron") is framework("LLaMA-Factory") is FRAMEWORKS["pytorch"]
     assert framework("JAX/XLA") is framework("praxis") is FRAMEWORKS["jax"]
     assert framework("MosaicML Composer") is FRAMEWORKS["composer"]
+    assert framework("NVIDIA NeMo Framework") is framework("NVIDIA Megatron-Bridge") is FRAMEWORKS["megatron-core"]
     assert framework("DeepSpeed ZeRO-3") is framework("deepspeed_zero2") is FRAMEWORKS["deepspeed"]
     with pytest.raises(FrameworkError, match="megatron-core"):
         framework("colossalai")

@@ -346,7 +346,8 @@ DEFAULT_FRAMEWORK = "pytorch"
 # Hugging Face Trainer / Accelerate (and TRL / axolotl, which train through it), Lightning and
 # nanoGPT are plain PyTorch)
 ALIASES: dict[str, str] = {
-    **dict.fromkeys(("mcore", "nemo", "nemo2", "nemo-2", "nemo-megatron", "megatron-bridge"), "megatron-core"),
+    **dict.fromkeys(("mcore", "nemo", "nemo2", "nemo-2", "nemo-megatron", "megatron-bridge", "nemo-framework",
+                     "nvidia-nemo", "nvidia-nemo-framework", "nvidia-megatron-bridge"), "megatron-core"),
     **dict.fromkeys(("megatron", "megatron-deepspeed", "nvidia-megatron-lm"), "megatron-lm"),
     **dict.fromkeys(("llm-foundry", "mosaicml", "mosaic-composer", "mosaicml-composer"), "composer"),
     **dict.fromkeys(("titan", "pytorch-torchtitan"), "torchtitan"),
