@@ -30,11 +30,16 @@ SSD    Mamba-2 chunked scan: blocked matmuls of Q x N x P tiles (64-256), the ti
        FlashAttention runs at, so the same fallback rate 0.60 x R; plus its bytes (inputs, fp32
        chunk states) at streaming bandwidth and one launch per Triton kernel.
 RNN    fused recurrence (cuDNN cudnnRNNForward/Backward, ATen lstm / gru on the CPU): s dependent
-       steps, each a fixed per-step latency plus one [b,H]x[H,gH] GEMM with its gate math. The
-       GPU latency is DeepBench's V100 fp16 LSTM, hidden 512, batch 16, 25 steps: forward
-       0.441 ms / 25 = 17.6 us per step, backward w.r.t. inputs 0.891 ms / 25 = 35.6 us
-       (results/train/DeepBench_NV_V100.xlsx, baidu-research/DeepBench); newer GPUs are assumed no
-       slower per step. Latency and GEMM add, they do not overlap: DeepBench's LSTM forward steps
+       steps, each a fixed per-step latency plus one [b,H]x[H,gH] GEMM with its gate math. On a
+       GPU the latency is the algorithm's PyTorch picks (rnn_step_latency_s): for an LSTM / GRU of
+       hidden <= 192 forward / <= 128 backward, cuDNN's small-hidden persistent kernel, measured on
+       an H200 at 1.0 us forward and 1.9 us backward (LSTM h40: validation/device/h200-2026-12-04);
+       else the standard algorithm: on cuDNN 9 (Ampere and later) the H200's fastest standard step,
+       17.8 us each way; on Volta-era cuDNN 7 DeepBench's V100 fp16 LSTM, hidden 512, batch 16, 25
+       steps: forward 0.441 ms / 25 = 17.6 us per step, backward w.r.t. inputs 0.891 ms / 25 =
+       35.6 us (results/train/DeepBench_NV_V100.xlsx, baidu-research/DeepBench). A 17.6 us step for
+       every RNN had put the H200's hidden-40 and -128 LSTM / GRU 6-20x too slow. Latency and GEMM
+       add, they do not overlap: DeepBench's LSTM forward steps
        at batch 16 take 49 / 88 / 223 us at hidden 1024 / 2048 / 4096, the 17.6 us plus the
        8-134 MB of weights each step streams at 720 GB/s, where max(latency, GEMM) had left the
        hidden-1024 and -1536 forwards 45-65 % fast. The backward's data gradient is one GEMM per
@@ -97,6 +102,21 @@ SOFT_ROOFLINE_P = 2.0
 DEFAULT_GEMM_FIXED_S = 10e-6  # A100 fit; used for accelerators without gemm_shapes
 RNN_STEP_FWD_S = 0.441e-3 / 25  # DeepBench V100 fp16 LSTM h512 b16 t25 forward, per step (module docstring)
 RNN_STEP_BWD_S = 0.891e-3 / 25  # the same, backward w.r.t. inputs, per step
+# the standard algorithm's per-step latency on cuDNN 9 (H200, torch 2.11, cuDNN 9.19; fp32 two-layer
+# nn.LSTM, validation/device/h200-2026-12-04/gpu_measurements.json `rnn`): the fastest measured step,
+# forward h1024 b64 17.76 us, backward h512 b32 17.79 us (fwd+bwd 39.16 less fwd 21.37 us)
+RNN_STEP_FWD_CUDNN9_S = 17.76e-6
+RNN_STEP_BWD_CUDNN9_S = 17.79e-6
+# PyTorch runs an LSTM / GRU of hidden <= 192 (forward) / <= 128 (backward) with cuDNN's
+# CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H (cuDNN >= 8.2.1, sm >= 6.0: aten/src/ATen/native/cudnn/RNN.cpp
+# use_rnn_persist_small_h): one persistent kernel keeps the recurrent weights on chip. Its per-step
+# latency on the same H200: LSTM h40 b64 forward 1.006 us, backward 1.930 us (fwd+bwd 2.936 us)
+RNN_SMALL_H_MAX = {False: 192, True: 128}  # hidden limit by direction (bwd = True)
+RNN_STEP_FWD_SMALL_H_S = 1.006e-6
+RNN_STEP_BWD_SMALL_H_S = 1.930e-6
+# generations whose cuDNN era the DeepBench V100 figures describe (cuDNN 7); later NVIDIA parts take
+# the H200's cuDNN 9 figures
+RNN_CUDNN7_GENERATIONS = frozenset({"volta", "pascal", "turing"})
 GROUPED_TILE_M = 128  # rows per tile of a grouped (MoE) GEMM, see module docstring
 GROUPED_TILE_FIXED_K = 256  # per-tile prologue / epilogue in reduction-depth units (DeepGEMM fit)
 
@@ -415,6 +435,18 @@ def ssd_cost(acc: Accelerator, op: Op, flop_scale: float = 1.0, bytes_scale: flo
     return OpCost(tc, tm, t0, max(tc, tm) + t0, _bound(tc, tm, t0))
 
 
+def rnn_step_latency_s(acc: Accelerator, hidden: int, bwd: bool) -> float:
+    """A GPU's fixed per-step latency of a fused recurrence (module docstring, RNN): PyTorch's
+    small-hidden persistent cuDNN kernel where it picks it (NVIDIA, hidden within
+    RNN_SMALL_H_MAX), else the standard algorithm's, at its cuDNN era's measured figure."""
+    nvidia = acc.vendor == "nvidia"
+    if nvidia and hidden <= RNN_SMALL_H_MAX[bwd]:
+        return RNN_STEP_BWD_SMALL_H_S if bwd else RNN_STEP_FWD_SMALL_H_S
+    if nvidia and acc.generation not in RNN_CUDNN7_GENERATIONS:
+        return RNN_STEP_BWD_CUDNN9_S if bwd else RNN_STEP_FWD_CUDNN9_S
+    return RNN_STEP_BWD_S if bwd else RNN_STEP_FWD_S
+
+
 def recurrence_cost(acc: Accelerator, op: Op, bwd: bool = False) -> OpCost:
     """A fused RNN layer of op.repeat = s steps of [m, k] x [k, n] (m batch, k hidden, n gates x
     hidden), in seconds:
@@ -422,7 +454,7 @@ def recurrence_cost(acc: Accelerator, op: Op, bwd: bool = False) -> OpCost:
         backward  s x (floor_b + t_step) + one wgrad GEMM [k, s·m] x [s·m, n]   (GPU, cuDNN)
                   s x (t0 + 2 t_step)                                         (CPU, oneDNN)
     t_step: one step's GEMM (soft roofline, weights read once per step) plus its gate math
-    (memory-bound, no launch: fused). floor: RNN_STEP_* on a GPU; on a CPU the GEMM's fixed
+    (memory-bound, no launch: fused). floor: rnn_step_latency_s on a GPU; on a CPU the GEMM's fixed
     per-call time t0 (no host dispatch per step: the step loop runs inside one ATen op), and the
     weight gradient is the second of the backward's two step GEMMs (module docstring)."""
     s = max(1, op.repeat)
@@ -433,7 +465,7 @@ def recurrence_cost(acc: Accelerator, op: Op, bwd: bool = False) -> OpCost:
     gates = (op.bytes - op.k * op.n * el) / s / acc.elementwise_achieved_Bps
     t_step = _soft_roofline(tc, tm) + gates
     cpu = acc.kind == "cpu"
-    floor = gemm_fixed_s(acc) if cpu else (RNN_STEP_BWD_S if bwd else RNN_STEP_FWD_S)
+    floor = gemm_fixed_s(acc) if cpu else rnn_step_latency_s(acc, op.k, bwd)
     # a backward step is the data-gradient GEMM; on a CPU (oneDNN's RNN backward, which ATen's
     # mkldnn_rnn_layer_backward runs) also that step's weight-gradient GEMM, accumulated in fp32
     # inside the loop (the module docstring's RNN paragraph)

@@ -11,6 +11,7 @@ compute.ops), which is therefore predicted exactly by construction; the other ro
 from __future__ import annotations
 
 import csv
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,9 @@ from perfmodel.workload.builder import build_graph
 from perfmodel.workload.spec import ModelSpec
 
 RNN_RUNS = Path(__file__).resolve().parents[2] / "validation" / "runs_rnn_gpu.csv"
+# measure_gpu.py's `rnn` section on a lent H200 (validation/device/README.md): two-layer fp32
+# torch.nn.LSTM / GRU, input size = hidden, forward and forward+backward wall clock
+H200_RNN = Path(__file__).resolve().parents[2] / "validation" / "device" / "h200-2026-12-04" / "gpu_measurements.json"
 
 
 @dataclass(frozen=True)
@@ -54,4 +58,17 @@ def judge(path: Path = RNN_RUNS) -> list[RnnRow]:
             f, b = predict_layer_s(r["accelerator"], r["cell"], int(r["hidden"]), int(r["input_size"]),
                                    int(r["batch"]), int(r["steps"]), r["precision"])
             out.append(RnnRow(r["run_id"], float(r["step_time_s"]), f + b, f, float(r["fwd_s"])))
+    return out
+
+
+def judge_h200(path: Path = H200_RNN) -> list[RnnRow]:
+    """The H200's cuDNN RNN measurements against the model: forward+backward of both layers (the
+    second layer's input is the first's hidden, as in the first: input size = hidden)."""
+    out = []
+    for r in json.loads(path.read_text())["rnn"]:
+        f, b = predict_layer_s("h200-sxm-141gb", r["cell"].lower(), r["hidden"], r["hidden"], r["batch"], r["steps"],
+                               r["dtype"])
+        layers = r["layers"]
+        run_id = f"h200-{r['dtype']}-{r['cell'].lower()}-h{r['hidden']}-b{r['batch']}-t{r['steps']}"
+        out.append(RnnRow(run_id, r["fwd_bwd_seconds"], layers * (f + b), layers * f, r["fwd_seconds"]))
     return out
