@@ -504,6 +504,11 @@ def estimate_json(cfg: dict[str, Any], plan: Any, est: Any) -> dict[str, Any]:
             "step_time_interval_80_s": list(iv) if iv else "no interval", "assumptions": assumptions(cfg, plan, est)}
 
 
+def _small(x: float) -> str:
+    """One decimal from 1 up, three significant digits below (0.0412), 0 as "0"."""
+    return f"{x:.1f}" if abs(x) >= 1 or x == 0 else f"{x:.3g}"
+
+
 def show_metrics(est: Any, base: Any | None = None) -> None:
     c = st.columns(5)
 
@@ -515,8 +520,9 @@ def show_metrics(est: Any, base: Any | None = None) -> None:
                 help=(f"80 % interval {est.step_time_lo_s:.4g} - {est.step_time_hi_s:.4g} s (calibration {est.calibration})"
                       if est.step_time_lo_s is not None else f"calibration {est.calibration}: no interval"))
     c[1].metric("Throughput (tokens/s)", f"{est.tokens_per_s:,.0f}", delta(est.tokens_per_s, base and base.tokens_per_s))
-    c[2].metric("MFU (%)", f"{est.mfu * 100:.1f}", delta(est.mfu, base and base.mfu))
-    c[3].metric("Model TFLOP/s per GPU", f"{est.tflops_per_gpu:.1f}", delta(est.tflops_per_gpu, base and base.tflops_per_gpu))
+    # three significant digits below 1: a small model's MFU (an LSTM forecaster's 0.04 %) is not "0.0"
+    c[2].metric("MFU (%)", _small(est.mfu * 100), delta(est.mfu, base and base.mfu))
+    c[3].metric("Model TFLOP/s per GPU", _small(est.tflops_per_gpu), delta(est.tflops_per_gpu, base and base.tflops_per_gpu))
     c[4].metric("Memory per GPU (GB)", f"{est.memory_per_gpu_bytes / specs.GB:.1f} / {est.hbm_bytes / specs.GB:.0f}",
                 "fits" if est.fits else "does not fit", delta_color="normal" if est.fits else "inverse")
 
