@@ -25,7 +25,12 @@ from perfmodel.workload.op_make import elementwise_op, gemm_op
 from perfmodel.workload.spec import ModelSpec
 
 SSD_FWD_KERNELS = 5  # mamba_ssm chunk_cumsum, bmm_chunk (CBᵀ), chunk_state, state_passing, chunk_scan
-SSD_BWD_KERNELS = 8  # their backward counterparts plus the dB / dC / ddt reductions
+# mamba_ssm's backward (ops/triton/ssd_combined.py _mamba_chunk_scan_combined_bwd @ e9594ce) first
+# recomputes chunk_cumsum, CBᵀ, the chunk states and their passing (4 kernels), then runs
+# chunk_scan_bwd_dz, _dstates, state_passing_bwd, chunk_scan_chunk_state_bwd_dx, chunk_state_bwd_db,
+# chunk_scan_bwd_dC, chunk_scan_bwd_dcb, bmm_chunk_bwd twice, chunk_scan_bwd_ddAcs_stable and
+# chunk_cumsum_bwd (11)
+SSD_BWD_KERNELS = 15
 
 
 def ssd_flop(b: int, s: int, heads: int, head_dim: int, state: int, groups: int, chunk: int) -> float:
@@ -34,6 +39,36 @@ def ssd_flop(b: int, s: int, heads: int, head_dim: int, state: int, groups: int,
     q = min(chunk, s)
     s_pad = -(-s // q) * q
     return 2.0 * b * s_pad * (q * state * groups + q * head_dim * heads + 2 * state * head_dim * heads)
+
+
+def ssd_bwd_flop(b: int, s: int, heads: int, head_dim: int, state: int, groups: int, chunk: int) -> float:
+    """Backward matmul FLOPs of the chunked SSD scan as mamba_ssm runs it (SSD_BWD_KERNELS): the
+    recomputed CBᵀ (2·Q·N·G) and chunk states (2·N·P·H), then dstates = Cᵀ·dout, dx (intra-chunk
+    (CBᵀ)ᵀ·dout and B·dstates), dB = x·dstatesᵀ, dC = dout·statesᵀ (2·N·P·H each), dCB =
+    dout·xᵀ (2·Q·P·H), its two bmm backward passes (2 x 2·Q·N·G) and ddA (2·Q·P·H), per token:
+    2·s'·(3·Q·N·G + 3·Q·P·H + 5·N·P·H), about 2.7x the forward at Nemotron's shapes."""
+    q = min(chunk, s)
+    s_pad = -(-s // q) * q
+    return 2.0 * b * s_pad * (3 * q * state * groups + 3 * q * head_dim * heads + 5 * state * head_dim * heads)
+
+
+def ssd_bytes(b: int, s: int, heads: int, head_dim: int, state: int, groups: int, chunk: int) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of the chunked SSD scan, pass by pass over the kernels above:
+    bf16 x / z / out / their gradients (X = b·s·H·P·2 B each), B and C (BC = b·s·G·N·2 each), fp32
+    chunk states and their gradients (S = b·(s/Q)·H·P·N·4), fp32 CBᵀ blocks (CB = b·(s/Q)·G·Q²·4).
+    Forward: x twice, z once, out and the pre-gate out_x written, B and C twice each, S written by
+    chunk_state, read and written by the passing, read by chunk_scan (4 S), CB written and read.
+    Backward: the recompute (x, B twice, C, S three times, CB once), then dout, z, out read and dz,
+    dout written by bwd_dz, dS written by dstates, read and written by its passing with S (3 S-sized
+    passes), read by dx and db, S read by dC, x read by dx, db, dcb and ddA, CB by dx and ddA, dCB
+    written and read twice, dx, dB, dC written: 12 X, 10 BC, 10 S, 6 CB."""
+    q = min(chunk, s)
+    chunks = b * -(-s // q)
+    X = b * s * heads * head_dim * ACT_BYTES
+    BC = b * s * groups * state * ACT_BYTES
+    S = chunks * heads * head_dim * state * 4.0
+    CB = chunks * groups * q * q * 4.0
+    return 5 * X + 4 * BC + 4 * S + 2 * CB, 12 * X + 10 * BC + 10 * S + 6 * CB
 
 
 def mamba2_params(spec: ModelSpec) -> float:
@@ -64,16 +99,18 @@ def mamba2_ops(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision: str
     Ts, d_s = b * s, Hs * P
     conv_s = d_s + 2 * Gs * N
     flop_ssd = ssd_flop(b, s, Hs, P, N, Gs, m.chunk_size)
-    chunks = -(-s // min(m.chunk_size, s))
-    state_bytes = 2.0 * b * chunks * Hs * N * P * 4  # fp32 chunk states written and read back
-    ssd_in = Ts * conv_s * ACT_BYTES + Ts * Hs * 4  # x, B, C and fp32 dt
+    bytes_f, bytes_b = ssd_bytes(b, s, Hs, P, N, Gs, m.chunk_size)
+    ssd_in = Ts * conv_s * ACT_BYTES + Ts * Hs * 4  # x, B, C and fp32 dt, kept for the backward
     ops = [
         gemm_op("mamba_in_proj", T, in_n, h, precision, saved=saved_in, split="column"),
-        # depthwise causal conv1d: K multiply-adds per output element (FlopCounterMode counts 2·K)
-        elementwise_op("mamba_conv1d", Ts * conv_s, 1, 1, 2 * K, saved=Ts * conv_s * ACT_BYTES),
-        elementwise_op("mamba_conv_silu", Ts * conv_s, 1, 1, 4, saved=Ts * conv_s * ACT_BYTES),
-        Op("mamba_ssd", "ssd", flop=flop_ssd, bytes=ssd_in + Ts * d_s * ACT_BYTES + state_bytes, saved_bytes=ssd_in,
-           bwd_flop_factor=2.0, bwd_bytes_factor=2.5, kernels=SSD_FWD_KERNELS, bwd_kernels=SSD_BWD_KERNELS,
+        # depthwise causal conv1d: K multiply-adds per output element (FlopCounterMode counts 2·K), its
+        # SiLU applied in the same kernel (causal_conv1d_fwd's activation argument, as
+        # mamba_split_conv1d_scan_combined calls it); the backward recomputes the convolution before
+        # causal_conv1d_bwd (reads x and dout, writes dx): 5 passes against the forward's 2
+        elementwise_op("mamba_conv1d", Ts * conv_s, 1, 1, 2 * K, saved=Ts * conv_s * ACT_BYTES, bwd_bytes_factor=2.5),
+        Op("mamba_ssd", "ssd", flop=flop_ssd, bytes=bytes_f, saved_bytes=ssd_in,
+           bwd_flop_factor=ssd_bwd_flop(b, s, Hs, P, N, Gs, m.chunk_size) / flop_ssd,
+           bwd_bytes_factor=bytes_b / bytes_f, kernels=SSD_FWD_KERNELS, bwd_kernels=SSD_BWD_KERNELS,
            heads=Hs, head_dim=P, seq_q=s, seq_kv=min(m.chunk_size, s), precision=precision),
         # y·silu(z) then RMSNorm over each group's channels: y and z kept for the backward
         elementwise_op("mamba_gated_norm", T * d_in, 2, 1, 8, saved=2 * T * d_in * ACT_BYTES, kind="norm", params=d_in),
