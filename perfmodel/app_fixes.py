@@ -159,6 +159,8 @@ def profile_summary(prof: Any) -> dict[str, Any]:
         "held out by": pv.get("held_out_by"),
         "accelerator generations seen": ", ".join(pv.get("generations") or []) or None,
         "model families seen": ", ".join(pv.get("families") or []) or None,
+        # the interval widens for each mechanism of a model outside this list (calibration/profile.py)
+        "mechanisms seen (families, token mixers)": ", ".join(pv.get("mechanisms") or []) or None,
         "cross-validated MAPE": f"{float(loso['mape']):.1%}" if isinstance(loso.get("mape"), (int, float)) else None,
         "cross-validated median error": pct(loso.get("median")),
         "80 % interval held": (f"{float(loso['interval_coverage']):.0%} of held-out runs"

@@ -82,6 +82,8 @@ def test_profile_summary_reports_the_fit_provenance(fitted: Path) -> None:
     assert s["80 % interval held"] == f"{loso['interval_coverage']:.0%} of held-out runs"
     default = profile_summary(load_profile("default"))
     assert {"fitted on", "rows", "cross-validated MAPE"} <= set(default)
+    # the shipped fit ran dense transformers and the CPU models, no MoE or Mamba-2 mixer
+    assert default["mechanisms seen (families, token mixers)"] == "dense, lstm, mlp, tcn"
     assert profile_summary(load_profile("none")) == {}
 
 
