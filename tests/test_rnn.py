@@ -8,13 +8,13 @@ import dataclasses
 import pytest
 
 from perfmodel.api import estimate, estimate_graph
-from perfmodel.compute.ops import (
+from perfmodel.compute.ops import op_cost
+from perfmodel.compute.recurrence import (
     RNN_STEP_BWD_CUDNN9_S,
     RNN_STEP_BWD_SMALL_H_S,
     RNN_STEP_FWD_CUDNN9_S,
     RNN_STEP_FWD_S,
     RNN_STEP_FWD_SMALL_H_S,
-    op_cost,
     rnn_step_latency_s,
 )
 from perfmodel.hardware.catalog import load_catalog

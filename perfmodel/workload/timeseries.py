@@ -21,7 +21,7 @@ def rnn_layers(spec: ModelSpec, b: int, s: int, precision: str) -> list[Layer]:
     Per layer: the input projection of all s time steps is one GEMM [b·s, in] x [in, g·H]; the
     recurrent part is one `recurrence` op: s dependent GEMMs [b, H] x [H, g·H] with the gate
     math fused, issued by the host as one call (cuDNN cudnnRNNForward; ATen's lstm / gru op on the
-    CPU), so it costs one kernel of host time, not one per step (see compute.ops.recurrence_cost)."""
+    CPU), so it costs one kernel of host time, not one per step (see compute.recurrence.recurrence_cost)."""
     H = spec.hidden
     g = RNN_GATES[spec.family]
     el = registry.get(precision).weight_bytes
