@@ -89,10 +89,6 @@ class Profile:
         return set(self.provenance.get("generations", []))
 
     @property
-    def families_seen(self) -> set[str]:
-        return set(self.provenance.get("families", []))
-
-    @property
     def mechanisms_seen(self) -> set[str]:
         """The model families and token mixers (spec_mechanisms) the fitted rows ran; a profile
         fitted before mixers were recorded saw its families' own mixers only."""

@@ -3,9 +3,11 @@
 validation/runs_rnn_gpu.csv holds DeepBench's measured cuDNN LSTM / GRU training kernels (one
 layer, input size = hidden: forward, backward w.r.t. inputs, backward w.r.t. weights). Each row
 is predicted from the layer's graph (builder._rnn: the input-projection GEMM and the fused
-recurrence) with the shared op cost functions; nothing is fitted to the table. The per-step
-floor the recurrence cost uses comes from one of its rows (LSTM h512 b16 t25, see
-compute.ops), which is therefore predicted exactly by construction; the other rows judge it.
+recurrence) with the shared op cost functions; nothing is fitted to the table. The Volta-era
+per-step latency the recurrence cost uses comes from one of its rows (LSTM h512 b16 t25, see
+compute.recurrence); that row's own small step GEMM adds to it, so it comes out +10 %, and the
+other rows judge it. judge_h200 does the same for measure_gpu.py's eight two-layer RNNs on an
+H200, two of which set the cuDNN 9 latencies.
 """
 
 from __future__ import annotations
