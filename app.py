@@ -55,6 +55,31 @@ SCHEDULE_LABELS = {"auto": "automatic", "1f1b": "1F1B", "interleaved": "interlea
 LAYOUT_PAGES = ("Estimate", "Training run")  # pages that use the sidebar's layout (the others search or compare their own)
 REFERENCE = "(reference node)"
 NO_STACK = "(none)"
+STACK_KERNEL = "(the stack's)"
+ATTENTION_LABELS = {
+    STACK_KERNEL: "what the training stack runs (flash without one)",
+    "flash": "FlashAttention-2 (torch SDPA's flash backend; the newest measured generation where FA2 was not: FA4 "
+             "on Blackwell)",
+    "flash3": "FlashAttention-3 (Hopper)", "flash4": "FlashAttention-4 (Blackwell)",
+    "fused": "cuDNN's fused attention (Transformer Engine's choice on Hopper and later)",
+    "flash1": "the 2022-23 Triton FlashAttention", "unfused": "baddbmm + softmax + bmm, scores through HBM",
+}
+
+
+def attention_kernels(acc: Any) -> list[str]:
+    """The attention kernels a plan may name on `acc`: every one but a FlashAttention generation
+    its generation never measured (hardware/attention.check_attention_kernel)."""
+    from perfmodel.hardware.attention import check_attention_kernel
+    from perfmodel.workload.graph import ATTENTION_IMPLS
+
+    out = []
+    for k in ATTENTION_IMPLS:
+        try:
+            check_attention_kernel(acc, k)
+        except PerfmodelError:
+            continue
+        out.append(k)
+    return out
 
 
 # ---- widgets bound to the URL -------------------------------------------------------------------
@@ -139,11 +164,11 @@ NO_PLANNER = "This page needs the planner (perfmodel.planning), which is not ava
 @st.cache_resource(show_spinner=False, max_entries=64)
 def run_search(workload: Any, cluster: str, n_gpus: int, global_batch: int, seq_len: int | None, precision: str,
                objective: str, space: Any, calibration: str = "default", framework: str | None = None,
-               optimizer: str = "adam") -> Any:
+               optimizer: str = "adam", attention: str | None = None) -> Any:
     """A SearchResult; cached on ids, numbers and the frozen SearchSpace."""
     return planning().search(workload, cluster, n_gpus, global_batch, seq_len=seq_len, precision=precision,
                              space=space, objective=objective, calibration=calibration, framework=framework,
-                             optimizer=optimizer)
+                             optimizer=optimizer, attention=attention)
 
 
 # ---- sidebar: the configuration -------------------------------------------------------------------
@@ -189,6 +214,12 @@ def sidebar() -> dict[str, Any] | None:
                         "fitted factor (docs/CALIBRATION.md)")
     if stack != NO_STACK:
         sb.caption(FRAMEWORKS[stack].evidence[:240] + ("…" if len(FRAMEWORKS[stack].evidence) > 240 else ""))
+    kernels = [STACK_KERNEL, *attention_kernels(cat.accelerators[acc])]
+    if st.session_state.get("attention") not in kernels:
+        st.session_state["attention"] = STACK_KERNEL
+    attention = _bound(sb.selectbox, "Attention kernel", "attention", options=kernels,
+                       help="; ".join(f"{k}: {ATTENTION_LABELS[k]}" for k in kernels) + " (FlashAttention-3 / -4 are "
+                            "offered where the accelerator's generation measured them)")
     sb.subheader("Layout")
     slots["top"] = sb.container()
     c1, c2, c3 = sb.columns(3)
@@ -240,6 +271,7 @@ def sidebar() -> dict[str, Any] | None:
     return dict(page=page, workload=workload, acc=acc, system=None if system == REFERENCE else system, gpus=int(gpus),
                 engine=engine, calibration=calibration, tp=int(tp), pp=int(pp), cp=int(cp), ep=int(ep), vp=int(vp),
                 calibration_label=cal_label, framework=None if stack == NO_STACK else stack,
+                attention=None if attention == STACK_KERNEL else attention,
                 zero=int(zero), mb=int(mb),
                 gb=int(gb), seq=int(seq), recompute=recompute, modules=tuple(modules), precision=precision,
                 window=int(window), schedule=schedule, sp=bool(sp), optimizer=optimizer,
@@ -381,6 +413,8 @@ def build_plan(cfg: dict[str, Any]) -> Any:
         seq_len=cfg["seq"] or None, recompute=cfg["recompute"], precision=cfg["precision"],
         optimizer=cfg.get("optimizer", "adam"),
         schedule=None if cfg["schedule"] == "auto" else cfg["schedule"], offload_activations=cfg.get("offload", 0),
+        # a kernel named here outranks the stack's (frameworks.apply_framework keeps a field the plan sets)
+        **({"attention_impl": cfg["attention"]} if cfg.get("attention") else {}),
         # the default (core_attn) left unset, so that a stack with its own policy (torchtitan: op) keeps it
         **({"selective_recompute": ",".join(mods)} if cfg["recompute"] == "selective"
            and (mods := cfg.get("modules", ("core_attn",))) != ("core_attn",) else {}),
@@ -935,7 +969,7 @@ def page_search(cfg: dict[str, Any]) -> None:
         with st.spinner("Searching layouts…"):
             res = run_search(spec_of(cfg["workload"]), cfg["system"] or cfg["acc"], cfg["gpus"], cfg["gb"], cfg["seq"] or None,
                              cfg["precision"], objective, space, cfg.get("calibration", "default"), cfg.get("framework"),
-                             cfg.get("optimizer", "adam"))
+                             cfg.get("optimizer", "adam"), cfg.get("attention"))
     except USER_ERRORS as e:
         st.error(str(e))
         return

@@ -113,10 +113,12 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
                    help="scaling recipe of fp8/fp4 GEMMs (default: delayed for fp8; mxfp8, nvfp4 for those precisions)")
     g.add_argument("--no-overlap", action="store_true", help="no DP comm / FSDP prefetch overlap")
     g.add_argument("--attention", default=None, choices=list(ATTENTION_IMPLS),
-                   help="attention kernel (default: the --framework's, else flash): flash (FlashAttention-2), fused "
-                   "(cuDNN's fused attention where the generation measured it, Hopper; else the newest FlashAttention "
-                   "generation measured on the chip: FA4 on Blackwell, FA2 on Ampere), "
-                   "flash1 (FlashAttention-1 era, the 2022-23 Triton kernel), unfused")
+                   help="attention kernel (default: the --framework's, else flash): flash (FlashAttention-2; the newest "
+                   "generation measured where FA2 is not: FA4 on Blackwell), flash3 (FlashAttention-3, Hopper), flash4 "
+                   "(FlashAttention-4, Blackwell), fused (cuDNN's fused attention where the generation measured it, "
+                   "Hopper; else the newest FlashAttention generation measured on the chip: FA4 on Blackwell, FA2 on "
+                   "Ampere), flash1 (FlashAttention-1 era, the 2022-23 Triton kernel), unfused; flash3 / flash4 only "
+                   "where the chip's generation measured them")
 
 
 def _calibration_args(p: argparse.ArgumentParser, framework: bool = True) -> None:
@@ -417,6 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_precision_arg(s)
     s.add_argument("--optimizer", default="adam", choices=list(OPTIMIZERS),
                    help="every layout's optimizer state and step (adamw-bf16: bf16 moments, fp32 master)")
+    s.add_argument("--attention", default=None, choices=list(ATTENTION_IMPLS),
+                   help="attention kernel of every layout (default: the --framework's, else flash; see estimate "
+                        "--help); flash3 / flash4 only where the chip's generation measured them")
     s.add_argument("--top", type=positive_int, default=10, help="layouts to show (at least 1)")
     s.add_argument("--offload", action="store_true",
                    help="also try activation offloading where a layout does not fit otherwise (pp 1, no recompute, a "

@@ -155,6 +155,8 @@ def _mechanisms(plan: ParallelPlan) -> str:
                                   ("fused classifier", plan.cross_entropy_impl == "classifier"),
                                   ("cuda graphs", plan.cuda_graphs), ("unfused attention", plan.attention_impl == "unfused"),
                                   ("FlashAttention-1-era attention", plan.attention_impl == "flash1"),
+                                  ("FlashAttention-3", plan.attention_impl == "flash3"),
+                                  ("FlashAttention-4", plan.attention_impl == "flash4"),
                                   (f"cp ring {plan.cp_ring}", plan.cp > 1 and plan.cp_ring != "p2p"),
                                   ("eager element-wise ops", plan.elementwise == "eager"),
                                   ("autocast weight casts", autocast_on(plan)),

@@ -533,3 +533,33 @@ def test_the_optimizer_selector_reaches_the_estimate() -> None:
     assert "optimizer: **adamw-bf16" in assumptions
     mem = {name: float(metric(at, "Memory per GPU (GB)").split()[0]) for name, at in (("adam", adam), ("bf16", bf16))}
     assert mem["bf16"] < mem["adam"]
+
+
+def test_the_attention_kernel_selector_outranks_the_stack() -> None:
+    """The sidebar offers the kernels the accelerator's generation measured (H100: FA3, not FA4;
+    B200: FA4, not FA3); a named kernel reaches the estimate and the search as the library runs it."""
+    kw = dict(workload="llama3-8b", acc="h100-sxm5-80gb", gpus="8", tp="1", pp="1", gb="64", mb="1",
+              framework="torchtitan")
+    stack, fa3 = app(**kw), app(**kw, attention="flash3")
+    for at in (stack, fa3):
+        no_exception(at)
+        assert not errors(at)
+    options = next(s.options for s in stack.selectbox if s.label == "Attention kernel")
+    assert "flash3" in options and "flash4" not in options
+    b200 = app(**(kw | {"acc": "b200"}))
+    assert "flash4" in next(s.options for s in b200.selectbox if s.label == "Attention kernel")
+    assert "flash3" not in next(s.options for s in b200.selectbox if s.label == "Attention kernel")
+    plan = perfmodel.ParallelPlan(dp=8, zero_stage=1, global_batch=64, recompute="selective", sequence_parallel=True,
+                                  attention_impl="flash3")
+    est = perfmodel.estimate("llama3-8b", "h100-sxm5-80gb", plan, framework="torchtitan")
+    assert float(metric(fa3, "Step time (s)")) == pytest.approx(est.step_time_s, rel=1e-3)
+    assert float(metric(fa3, "Step time (s)")) < float(metric(stack, "Step time (s)"))
+    pytest.importorskip("perfmodel.planning")
+    found = app(**kw, attention="flash3", page="Layout search")
+    no_exception(found)
+    from perfmodel.planning.search import search
+
+    res = search("llama3-8b", "h100-sxm5-80gb", 8, 64, framework="torchtitan", attention="flash3")
+    assert found.dataframe[0].value["step_time_s"].iloc[0] == pytest.approx(res.table["step_time_s"].iloc[0], rel=1e-3)
+    assert res.plan().attention_impl == "flash3"
+    assert res.best().step_time_s == pytest.approx(res.table["step_time_s"].iloc[0], rel=1e-6)

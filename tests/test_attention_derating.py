@@ -153,6 +153,40 @@ def test_fused_runs_cudnn_where_its_generation_measured_it():
             attention_rate_flop_per_s(acc, 128, 4096, True, "bf16", "flash"), rel=1e-12)
 
 
+def test_named_flash_generations_read_their_own_curve():
+    """flash3 / flash4 read that generation's points and nothing else. FA3 on H100 at causal hd
+    128, 8k: forward 602 causal / 646 non-causal, fwd+bwd non-causal 3.5 / (1/638.6 + 2.5/561.4)
+    = 581.5 -> 581.5 x 602 / 646 = 541.9 TFLOP/s, 1.76x the FA2 curve's 308. H200 reads H100's
+    curve (same MAMF). FA4 on B200 is the `flash` rate there (no FA2 measured on Blackwell)."""
+    h100, h200, b200 = _acc("h100-sxm5-80gb"), _acc("h200-sxm-141gb"), _acc("b200")
+    fa3 = 3.5 / (1 / 638.6e12 + 2.5 / 561.4e12) * 602 / 646
+    for acc in (h100, h200):
+        assert attention_rate_flop_per_s(acc, 128, 8192, True, "bf16", "flash3") == pytest.approx(fa3, rel=1e-9)
+        assert attention_rate_flop_per_s(acc, 128, 8192, True, "bf16", "flash") == pytest.approx(308e12, rel=1e-9)
+    assert attention_rate_flop_per_s(b200, 128, 8192, True, "bf16", "flash4") == pytest.approx(
+        attention_rate_flop_per_s(b200, 128, 8192, True, "bf16", "flash"), rel=1e-12)
+
+
+@pytest.mark.parametrize(("acc_id", "impl", "allowed"), [
+    ("a100-sxm4-80gb", "flash3", "flash, fused, flash1, unfused"),
+    ("h100-sxm5-80gb", "flash4", "flash, fused, flash1, unfused, flash3"),
+    ("b200", "flash3", "flash, fused, flash1, unfused, flash4"),
+    ("host-cpu", "flash4", "flash, fused, flash1, unfused"),
+])
+def test_a_generation_never_measured_is_refused(acc_id: str, impl: str, allowed: str):
+    """FA3 is Hopper's kernel and FA4 Blackwell's: on a part whose generation has no such points the
+    estimate is refused with what the part allows, never costed at another kernel's rate."""
+    from perfmodel.errors import LayoutError
+
+    acc = _acc(acc_id)
+    with pytest.raises(LayoutError, match=f"attention {impl}: no {impl} rate is measured on .*Allowed on this part: {allowed}$"):
+        attention_rate_flop_per_s(acc, 128, 8192, True, "bf16", impl)
+    system = resolve_system(acc_id, None, 1, None)[0]
+    plan = perfmodel.ParallelPlan(global_batch=8, attention_impl=impl)
+    with pytest.raises(LayoutError, match=f"attention {impl}"):
+        perfmodel.estimate("llama3-8b", system, plan)
+
+
 def test_stacks_select_their_attention_kernel():
     from perfmodel.calibration.frameworks import framework
 

@@ -220,3 +220,28 @@ def test_dualpipe_is_searched_on_request_only() -> None:
     system = resolve_system("a100-sxm4-80gb", None, 64)[0]
     g = layout_grid(spec, system, [64], 256, spec.seq_len, SearchSpace())
     assert SCHEDULE_LIST.index("dualpipe") not in set(g["sched"].tolist())
+
+
+def test_a_named_attention_kernel_outranks_the_stack_in_the_planner() -> None:
+    """The planner runs the kernel a search names (FA3 on H100) over the stack's (torchtitan: flash),
+    every layout equal to its estimate with the same plan; without a name the stack's kernel; a
+    generation the chip never measured (FA4 on H100) is refused before any layout is scored."""
+    from perfmodel.calibration.frameworks import framework
+    from perfmodel.errors import LayoutError
+
+    spec = perfmodel.get_workload("llama3-8b")
+    system = resolve_system("h100-sxm5-80gb", None, 16)[0]
+    g = layout_grid(spec, system, [16], 64, spec.seq_len, SearchSpace())
+    fw = framework("torchtitan")
+    fa3 = Evaluator(spec, system, spec.seq_len, "bf16", "flash3", framework=fw)
+    assert fa3.attention_impl == "flash3"
+    assert Evaluator(spec, system, spec.seq_len, "bf16", framework=fw).attention_impl == "flash"
+    out = fa3.evaluate(g)
+    flash = Evaluator(spec, system, spec.seq_len, "bf16", framework=fw).evaluate(g)
+    assert (out["step_time_s"] < flash["step_time_s"]).all()
+    for i in _sample(g, np.random.default_rng(3), 8):
+        plan = _plan(g, i, 64, spec.seq_len, "bf16", attention_impl="flash3")
+        est = perfmodel.estimate(spec, system, plan, calibration="none", framework="torchtitan")
+        assert out["step_time_s"][i] == pytest.approx(est.step_time_s, rel=REL), plan
+    with pytest.raises(LayoutError, match="attention flash4: no flash4 rate"):
+        Evaluator(spec, system, spec.seq_len, "bf16", "flash4", framework=fw)

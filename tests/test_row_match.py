@@ -189,3 +189,35 @@ def test_the_optional_schedule_column_sets_the_pipeline_schedule():
         _run(**(base | {"schedule": "chimera"}))
     with pytest.raises(RowError, match="dualpipe' needs an even pp"):
         _run(**(base | {"schedule": "dualpipe", "global_batch": "6"}))
+
+
+def test_the_optional_attention_column_names_the_kernel_that_ran():
+    """A row may say which attention kernel ran (Hugging Face's attn_implementation names read as
+    the kernel they load); it outranks the row's framework, empty keeps the framework's, and a
+    FlashAttention generation the chip's generation never measured is the row's error, not a rate
+    borrowed from another kernel."""
+    from perfmodel.calibration.profile import load_profile
+    from perfmodel.validation.predict import predict_row
+
+    base = {"model": "llama3-8b", "tp": "1", "ep": "1", "n_gpus": "8", "global_batch": "8", "seq_len": "8192",
+            "accelerator": "h200-sxm-141gb", "framework": "deepspeed", "step_time_s": "1"}
+    fa3 = _run(**(base | {"attention": "flash_attention_3"}))
+    assert fa3.plan.attention_impl == "flash3"
+    assert "attention 'flash_attention_3' read as flash3" in fa3.notes
+    assert "attention_impl" not in _run(**base).plan.model_fields_set
+    with pytest.raises(RowError, match="column attention 'sdpa'; allowed values: flash, flash3, flash4, fused, flash1"):
+        _run(**(base | {"attention": "sdpa"}))
+    row = {c: "" for c in COLUMNS} | {"run_id": "r"} | LAYOUT | base
+    wl, physics = load_workloads(), load_profile("none")
+    stack, named = (predict_row(row | {"attention": a}, wl, "analytic", None, physics) for a in ("", "FA3"))
+    assert stack["status"] == named["status"] == "ok"
+    # one 8k sequence per GPU, 32 layers of causal attention on hidden 4096: 3.5 x 2 s^2 h = 1.924
+    # TFLOP a layer fwd+bwd, at H100's curve (H200 reads it): FA2 308, FA3 3.5 / (1/638.6 + 2.5/561.4)
+    # x 602/646 = 541.9 TFLOP/s; nothing else in the step changes
+    flop = 32 * 3.5 * 2 * 8192**2 * 4096
+    fa3_rate = 3.5 / (1 / 638.6e12 + 2.5 / 561.4e12) * 602 / 646
+    saved = float(stack["predicted_step_time_s"]) - float(named["predicted_step_time_s"])
+    assert saved == pytest.approx(flop / 308e12 - flop / fa3_rate, rel=2e-3)
+    a100 = predict_row(row | {"attention": "flash3", "accelerator": "a100-sxm4-80gb"}, wl, "analytic", None, physics)
+    assert a100["status"] == "error"
+    assert "attention flash3: no flash3 rate is measured on NVIDIA A100" in a100["message"]

@@ -55,7 +55,15 @@ from functools import lru_cache
 from perfmodel import precision as registry
 from perfmodel.compute.alignment import alignment_factor
 from perfmodel.compute.fp8_recipes import Fp8Recipe, gemm_cast_work, recipe_for
-from perfmodel.hardware.attention import FLASH1_KERNEL, FLASH_KERNELS, AttentionPt, attention_curve, kernel_reference, length_reference
+from perfmodel.hardware.attention import (
+    FLASH1_KERNEL,
+    FLASH_KERNELS,
+    AttentionPt,
+    attention_curve,
+    check_attention_kernel,
+    kernel_reference,
+    length_reference,
+)
 from perfmodel.hardware.derating import kernel_launch_s, mamf_ratio
 from perfmodel.hardware.specs import Accelerator
 from perfmodel.workload.graph import Op
@@ -287,11 +295,13 @@ def kernel_ratio(kernel: str, head_dim: int, seq_len: int, causal: bool) -> floa
 def attention_rate_flop_per_s(acc: Accelerator, head_dim: int, seq_len: int, causal: bool, precision: str,
                               kernel: str = "flash") -> float:
     """Achieved fused-attention fwd+bwd FLOP/s (executed FLOPs: causal counted half) of the
-    implementation `kernel` (flash / fused / flash1: AttentionCurve.kernel_points): the part's
+    implementation `kernel` (flash / flash3 / flash4 / fused / flash1: AttentionCurve.kernel_points; a
+    named generation the part's generation never measured is a LayoutError): the part's
     curve, or its generation's (hardware/attention.attention_curve), else a ratio of the GEMM rate;
     a kernel the curve lacks (flash1 on H100) at the FA2-class rate x kernel_ratio."""
     fmt = attention_format(acc, precision)
     curve = attention_curve(acc) if registry.format_bits(fmt) <= 16 else None
+    check_attention_kernel(acc, kernel)  # a named generation (flash3 / flash4) is never costed as another
     if curve is not None:
         own = curve.kernel_points(kernel)
         if own:

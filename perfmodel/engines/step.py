@@ -29,6 +29,7 @@ from perfmodel.engines.stages import (
     tied_embedding_sync_s,
 )
 from perfmodel.estimate import Estimate
+from perfmodel.hardware.attention import check_attention_kernel
 from perfmodel.hardware.derating import estimate_context
 from perfmodel.hardware.system import System
 from perfmodel.memory import fit_message, offloaded_bytes, peak_memory
@@ -105,6 +106,7 @@ def prepare(spec: ModelSpec | None, system: System, plan: ParallelPlan, messages
     # a run in a precision the chip has no matrix format for is refused here, before any op is
     # costed (an op of fixed precision inside it may fall back: compute/ops.op_gemm_format)
     system.accelerator.check_precision(plan.precision)
+    check_attention_kernel(system.accelerator, plan.attention_impl)  # flash3 / flash4 where measured only
     if spec is not None:
         msgs += plan.validate_for(spec, plan.world)
         graph = plan_graph(spec, plan)

@@ -38,6 +38,10 @@ FLASH1_KERNEL = "triton"
 # newest FlashAttention generation stands in for it, an upper bound (FA4's paper puts cuDNN 9.13
 # up to 1.3x below FA4 on B200; no Blackwell cuDNN rate is published)
 CUDNN_KERNEL = "cudnn"
+# the implementations that name one FlashAttention generation, and the kernel whose points they read:
+# no other generation's curve stands in for them (FA3 is Hopper's warp-specialised kernel, FA4
+# Blackwell's; a chip whose generation never measured one is refused, check_attention_kernel)
+NAMED_GENERATIONS = {"flash3": "flash3", "flash4": "flash4"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +55,13 @@ class AttentionCurve:
         """The points of the kernel an attention implementation runs: `fused` cuDNN's where
         measured (CUDNN_KERNEL), else the newest FlashAttention generation measured, `flash`
         FlashAttention-2 where measured, else the newest (Blackwell measured FA4 only), `flash1` the
-        FLASH1_KERNEL points (empty where not measured: compute/ops.kernel_ratio carries its ratio).
-        Points of other kernels (a CPU's sdpa) serve flash and fused."""
+        FLASH1_KERNEL points (empty where not measured: compute/ops.kernel_ratio carries its ratio),
+        `flash3` / `flash4` that generation's own points (empty where not measured: refused, see
+        check_attention_kernel). Points of other kernels (a CPU's sdpa) serve flash and fused."""
         if impl == "flash1":
             return tuple(p for p in self.points if p[0] == FLASH1_KERNEL)
+        if impl in NAMED_GENERATIONS:
+            return tuple(p for p in self.points if p[0] == NAMED_GENERATIONS[impl])
         if impl == "fused" and self.has(CUDNN_KERNEL):
             return tuple(p for p in self.points if p[0] == CUDNN_KERNEL)
         newest = self.newest_flash()
@@ -170,14 +177,44 @@ def attention_curve(acc: Accelerator) -> AttentionCurve | None:
                           f"(same generation {acc.generation})")
 
 
+def check_attention_kernel(acc: Accelerator, impl: str) -> None:
+    """Raise LayoutError when `impl` names a FlashAttention generation (NAMED_GENERATIONS) that
+    neither this part nor a part of its generation measured: FA3 on an A100, FA4 on an H100 or a
+    CPU would otherwise be costed at another kernel's rate."""
+    kernel = NAMED_GENERATIONS.get(impl)
+    if kernel is None:
+        return
+    curve = attention_curve(acc)
+    if curve is not None and curve.has(kernel):
+        return
+    from perfmodel.errors import LayoutError
+
+    have = sorted({p[0] for p in curve.points}) if curve is not None else []
+    where = sorted(pid for pid, part in _catalog_parts().items() if any(p[0] == kernel for p in _own_attention_points(part)))
+    allowed = ["flash", "fused", "flash1", "unfused"] + [k for k, v in NAMED_GENERATIONS.items() if v in have]
+    raise LayoutError(
+        f"attention {impl}: no {kernel} rate is measured on {acc.name} ({acc.id}) or its generation "
+        f"({acc.generation}; its curve has {', '.join(have) or 'no fused-attention points'}); {impl} is measured on "
+        f"{', '.join(where) or 'no catalogue part'} and the parts of its generation. Allowed on this part: "
+        f"{', '.join(allowed)}")
+
+
+def _catalog_parts() -> dict[str, Accelerator]:
+    from perfmodel.hardware.catalog import load_catalog
+
+    return load_catalog().accelerators
+
+
 __all__ = [
     "ATTENTION_BWD_FLOP_FACTOR",
     "CUDNN_KERNEL",
     "FLASH1_KERNEL",
     "FLASH_KERNELS",
+    "NAMED_GENERATIONS",
     "AttentionCurve",
     "AttentionPt",
     "attention_curve",
+    "check_attention_kernel",
     "kernel_reference",
     "length_reference",
     "mamf16_flop_per_s",

@@ -16,6 +16,7 @@ def search_main(a: argparse.Namespace) -> int:
 
     res = search(a.workload, a.hardware, a.n_gpus, a.global_batch, seq_len=a.seq_len, precision=a.precision,
                  calibration=a.calibration, framework=a.framework, optimizer=getattr(a, "optimizer", "adam"),
+                 attention=getattr(a, "attention", None),
                  space=SearchSpace(offload_activations=getattr(a, "offload", False),
                                    block_recompute=getattr(a, "block_recompute", True),
                                    **({"schedules": tuple(a.schedules)} if getattr(a, "schedules", None) else {})))

@@ -43,6 +43,7 @@ from perfmodel.engines.stages import (
     stack_spec,
     tied_embedding_sync_s,
 )
+from perfmodel.hardware.attention import check_attention_kernel
 from perfmodel.hardware.system import System
 from perfmodel.memory import (
     RUNTIME_BYTES,
@@ -84,7 +85,7 @@ class Evaluator:
     system: System
     seq_len: int
     precision: str
-    attention_impl: str = "flash"
+    attention_impl: str = ""  # empty: the framework's kernel, else flash; a named one outranks the stack's
     optimizer: str = "adam"
     grad_reduce_bytes: int | None = None
     moe_dispatcher: str | None = None  # the stack's MoE dispatcher (None: alltoall), as estimate applies it
@@ -103,8 +104,10 @@ class Evaluator:
 
     def __post_init__(self) -> None:
         self.system.accelerator.check_precision(self.precision)  # as engines/step.prepare refuses it
-        if self.framework is not None:
-            self.attention_impl = self.framework.attention  # the stack's kernel, as estimate applies it
+        if not self.attention_impl:
+            # the stack's kernel, as estimate applies it (frameworks.apply_framework)
+            self.attention_impl = self.framework.attention if self.framework is not None else "flash"
+        check_attention_kernel(self.system.accelerator, self.attention_impl)
 
     # -- plans the shared functions read (validated grids need no pydantic pass) ---------------
     def plan(self, **kw: Any) -> ParallelPlan:

@@ -59,10 +59,11 @@ def resolve_hardware(cluster: str | System, n_gpus: int) -> System:
 
 @lru_cache(maxsize=32)
 def evaluator(spec: ModelSpec, system: System, seq_len: int, precision: str, moe_dispatcher: str | None = None,
-              framework: Framework | None = None, optimizer: str = "adam") -> Evaluator:
+              framework: Framework | None = None, optimizer: str = "adam", attention: str = "") -> Evaluator:
     """One Evaluator (and its caches of shared costs) per model, system, sequence, precision, MoE
-    dispatcher, training stack (the framework's, as `perfmodel.estimate` applies them) and optimizer."""
-    return Evaluator(spec, system, seq_len, precision, moe_dispatcher=moe_dispatcher, framework=framework,
+    dispatcher, training stack (the framework's, as `perfmodel.estimate` applies them), optimizer
+    and attention kernel (empty: the stack's)."""
+    return Evaluator(spec, system, seq_len, precision, attention, moe_dispatcher=moe_dispatcher, framework=framework,
                      optimizer=optimizer)
 
 
@@ -80,6 +81,7 @@ class SearchResult:
     profile: Profile = NONE  # calibration the layouts were scored with (system is the uncalibrated one)
     framework: str | None = None
     optimizer: str = "adam"
+    attention: str | None = None  # the kernel the search named (None: the framework's)
 
     @property
     def layouts_per_s(self) -> float:
@@ -90,7 +92,8 @@ class SearchResult:
             raise LayoutError(f"no layout of {self.spec.id} fits on {self.system.name} "
                               f"(global batch {self.global_batch}, {self.n_layouts} layouts tried)")
         return row_plan(self.table.iloc[rank], self.global_batch, self.seq_len, self.precision,
-                        get_framework(self.framework).moe_dispatcher if self.framework else None, self.optimizer)
+                        get_framework(self.framework).moe_dispatcher if self.framework else None, self.optimizer,
+                        self.attention)
 
     def best(self, engine: str = DEFAULT_ENGINE) -> Estimate:
         return self._estimate(0, engine)
@@ -133,7 +136,7 @@ def pareto(df: pd.DataFrame, x: str, y: str, maximise_y: bool) -> pd.DataFrame:
 
 
 def row_plan(row: pd.Series, global_batch: int, seq_len: int, precision: str,
-             moe_dispatcher: str | None = None, optimizer: str = "adam") -> ParallelPlan:
+             moe_dispatcher: str | None = None, optimizer: str = "adam", attention: str | None = None) -> ParallelPlan:
     pp, vp = int(row["pp"]), int(row["vp"])
     window = int(row.get("recompute_num_layers", 0) or 0)
     return ParallelPlan(dp=int(row["dp"]), tp=int(row["tp"]), pp=pp, cp=int(row["cp"]), ep=int(row["ep"]), vp=vp,
@@ -142,6 +145,7 @@ def row_plan(row: pd.Series, global_batch: int, seq_len: int, precision: str,
                         recompute=str(row["recompute"]), precision=precision, optimizer=optimizer,
                         schedule=_schedule_field(pp, vp, str(row["schedule"])), moe_dispatcher=moe_dispatcher,
                         offload_activations=int(row.get("offload_activations", 0)),
+                        **({"attention_impl": attention} if attention else {}),
                         **({"recompute_method": "block", "recompute_num_layers": window} if window else {}))
 
 
@@ -155,12 +159,13 @@ def search(workload: str | ModelSpec, cluster: str | System, n_gpus: int, global
            seq_len: int | None = None, precision: str = "bf16", space: SearchSpace | None = None,
            objective: Objective = "step_time", gpu_counts: list[int] | None = None,
            calibration: str | Profile | None = "default", framework: str | None = None,
-           optimizer: str = "adam") -> SearchResult:
+           optimizer: str = "adam", attention: str | None = None) -> SearchResult:
     """Every valid layout of `workload` for `global_batch` sequences on `n_gpus` GPUs (or on each
     of `gpu_counts`), scored, filtered by memory and ranked by `objective`. `calibration` and
     `framework` as in `perfmodel.estimate` (the planner applies the framework's host dispatch
     and layer mechanisms: TP / p2p overlap, fused fp8 casts and loss, and its attention kernel);
-    `optimizer` sets every layout's optimizer state and step (ParallelPlan.optimizer)."""
+    `optimizer` sets every layout's optimizer state and step (ParallelPlan.optimizer); `attention`
+    names the attention kernel (ParallelPlan.attention_impl), which outranks the framework's."""
     t0 = time.perf_counter()
     spec = get_workload(workload) if isinstance(workload, str) else workload
     counts = sorted(set(gpu_counts or [n_gpus]))
@@ -171,7 +176,7 @@ def search(workload: str | ModelSpec, cluster: str | System, n_gpus: int, global
     prof = load_profile(calibration)
     fw = get_framework(framework) if framework else None
     ev = evaluator(spec, calibrated_system(system, prof, fw), seq, precision, fw.moe_dispatcher if fw else None, fw,
-                   optimizer)
+                   optimizer, attention or "")
     out = ev.evaluate(grid, space.overlap_dp_comm, space.overlap_fsdp_prefetch) if len(grid["tp"]) else {
         "step_time_s": np.empty(0), "memory_bytes": np.empty(0)}
     out["offload_activations"] = np.zeros(len(grid["tp"]), dtype=np.int64)
@@ -183,7 +188,7 @@ def search(workload: str | ModelSpec, cluster: str | System, n_gpus: int, global
         _block_where_better(ev, grid, out, budget, global_batch, space, objective)
     table = _table(spec, system, grid, out, global_batch, seq, precision, space, objective)
     return SearchResult(spec, system, global_batch, seq, precision, objective, table, len(grid["tp"]),
-                        time.perf_counter() - t0, prof, framework, optimizer)
+                        time.perf_counter() - t0, prof, framework, optimizer, attention)
 
 
 def _offload_where_needed(ev: Evaluator, grid: dict[str, np.ndarray], out: dict[str, np.ndarray], budget: float,

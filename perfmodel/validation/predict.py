@@ -27,7 +27,7 @@ from perfmodel.workload.catalog import load_workloads
 def predict_row(row: dict[str, str], workloads: dict, engine: str = "analytic", attention_impl: str | None = None,
                 profile: Profile | None = None, framework_name: str | None = None) -> dict[str, str]:
     """One output row. `framework_name` overrides the row's framework column; `attention_impl`
-    (flash / flash1 / unfused) overrides the framework's attention kernel."""
+    (flash / flash3 / flash4 / fused / flash1 / unfused) overrides the row's and its framework's attention kernel."""
     out = {c: "" for c in OUTPUT_COLUMNS}
     out["run_id"] = printable(row.get("run_id", ""))
     prof = profile or load_profile(None)

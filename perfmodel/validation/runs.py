@@ -36,7 +36,7 @@ COLUMNS = [
     "tokens_per_s", "tflops_per_gpu", "mfu", "notes", "framework", "etp",
 ]
 # read when present, never required: the runs files published so far do not carry them
-OPTIONAL_COLUMNS = ["head_dim", "schedule"]
+OPTIONAL_COLUMNS = ["head_dim", "schedule", "attention"]
 OUTPUT_COLUMNS = [
     "run_id", "status", "predicted_step_time_s", "predicted_tokens_per_s", "predicted_tflops_per_gpu",
     "predicted_mfu", "predicted_memory_per_gpu_bytes", "message", "predicted_step_time_lo_s", "predicted_step_time_hi_s",
@@ -225,6 +225,14 @@ SPELLINGS: dict[str, dict[str, tuple[str, ...]]] = {
                  "interleaved": ("interleaved", "interleaved-1f1b", "vpp", "virtual-pipeline"),
                  "gpipe": ("gpipe", "fill-drain"), "zb-h1": ("zb-h1", "zbh1", "zb1p", "zero-bubble"),
                  "dualpipe": ("dualpipe", "dual-pipe")},
+    # optional column; empty = the framework's kernel. Hugging Face's attn_implementation names read as
+    # the kernel they load; a bare `sdpa` is not read (torch picks FA2 or cuDNN by version and chip)
+    "attention": {"flash": ("flash", "flash2", "fa2", "flash-attention-2", "flash-attn-2", "flashattention-2"),
+                  "flash3": ("flash3", "fa3", "flash-attention-3", "flash-attn-3", "flashattention-3"),
+                  "flash4": ("flash4", "fa4", "flash-attention-4", "flash-attn-4", "flashattention-4"),
+                  "fused": ("fused", "cudnn", "cudnn-attention", "sdpa-cudnn", "fusedattention", "te-fused"),
+                  "flash1": ("flash1", "fa1", "flash-attention-1", "flash-attn-1", "triton", "flash-attn-triton"),
+                  "unfused": ("unfused", "eager", "math", "sdpa-math")},
 }
 
 
@@ -347,6 +355,8 @@ def row_run(row: dict[str, str], workloads: dict[str, ModelSpec]) -> Run:
     zero = int(spelled(vals, "zero_stage", notes))
     sp = spelled(vals, "sequence_parallel", notes) == "true"
     schedule = spelled(row, "schedule", notes) if row.get("schedule", "").strip() else None
+    # a kernel the row names outranks its framework's (frameworks.apply_framework keeps a field the plan sets)
+    attention = {"attention_impl": spelled(row, "attention", notes)} if row.get("attention", "").strip() else {}
     if row.get("seq_len", "")[-1:] in ("k", "K"):
         notes.append(f"seq_len {quote(row['seq_len'])} read as {_int(row, 'seq_len')} tokens (K = 1024)")
     try:
@@ -354,6 +364,7 @@ def row_run(row: dict[str, str], workloads: dict[str, ModelSpec]) -> Run:
             dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vp=vp, sequence_parallel=sp,
             zero_stage=zero, micro_batch=_int(vals, "micro_batch") or 1, global_batch=gb,
             seq_len=_int(row, "seq_len") or spec.seq_len, recompute=rec, precision=prec, schedule=schedule,
+            **attention,
         )
     except PerfmodelError as e:
         raise RowError(str(e)) from None

@@ -36,7 +36,10 @@ CommGroup = Literal["tp", "cp", "ep", "etp", "dp", "pp"]
 # which dimension tensor parallelism splits: a column-parallel GEMM its N (outputs), a row-parallel
 # GEMM its K (inputs, the partial sums then reduced), attention its heads; "" = not split
 # attention kernels: FlashAttention-2 (`flash`: flash-attn 2.x, torch SDPA's flash backend; on a
-# generation with no FA2 measurement its newest), cuDNN's fused attention (`fused`: what Transformer
+# generation with no FA2 measurement its newest), a named later generation (`flash3`: flash-attn 3,
+# Hopper; `flash4`: flash-attn 4, Blackwell; as Hugging Face's attn_implementation
+# flash_attention_3 / _4 runs it: only where the chip's generation measured that kernel),
+# cuDNN's fused attention (`fused`: what Transformer
 # Engine runs on Hopper and later, llm.c and XLA: cuDNN's measured rate where the generation has
 # one, else the newest FlashAttention generation measured on the chip, FA4 on Blackwell, FA2 on
 # Ampere), a FlashAttention-1-era fused kernel (`flash1`: flash-attn 1.x or the 2022-23 Triton
@@ -45,7 +48,7 @@ CommGroup = Literal["tp", "cp", "ep", "etp", "dp", "pp"]
 # bytes per activation element between ops: bf16 / fp16 (fp8 GEMMs cast at their inputs and keep
 # bf16 activations between ops); every workload module and the pipeline's stage boundaries read it
 ACT_BYTES = 2
-AttentionImpl = Literal["flash", "fused", "flash1", "unfused"]
+AttentionImpl = Literal["flash", "flash3", "flash4", "fused", "flash1", "unfused"]
 ATTENTION_IMPLS: tuple[str, ...] = get_args(AttentionImpl)
 TpSplit = Literal["", "column", "row", "heads", "inner"]  # inner: element-wise between a column and its row
 # how a context-parallel attention layer gets the other ranks' keys and values (parallel/shard.py
@@ -92,7 +95,7 @@ class Op:
     bwd_flop_factor: float = 2.0
     bwd_bytes_factor: float = 2.0
     attn_core: bool = False  # recomputed by selective recompute
-    attention_kernel: str = "flash"  # fused attention: flash, fused or flash1 (see AttentionImpl)
+    attention_kernel: str = "flash"  # fused attention: flash, flash3, flash4, fused or flash1 (see AttentionImpl)
     causal: bool = False
     heads: int = 0
     head_dim: int = 0
