@@ -494,6 +494,9 @@ def assumptions(cfg: dict[str, Any], plan: Any, est: Any) -> dict[str, Any]:
             "recompute": est.plan.recompute_label,
             "training stack": cfg.get("framework") or ("none chosen (flash attention, eager dispatch, fused norms / "
                                                        "activations, 16-bit weights, none of the stack fusions)"),
+            # the kernel the estimate ran: the stack's, or the one the sidebar names over it
+            "attention kernel": f"{est.plan.attention_impl}"
+                                f"{' (named in the sidebar)' if cfg.get('attention') else ''}",
             "calibration profile": calibration_text(cfg, est),
             "engine": est.engine}
 

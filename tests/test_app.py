@@ -554,6 +554,9 @@ def test_the_attention_kernel_selector_outranks_the_stack() -> None:
     est = perfmodel.estimate("llama3-8b", "h100-sxm5-80gb", plan, framework="torchtitan")
     assert float(metric(fa3, "Step time (s)")) == pytest.approx(est.step_time_s, rel=1e-3)
     assert float(metric(fa3, "Step time (s)")) < float(metric(stack, "Step time (s)"))
+    assumptions = next(c.value for c in fa3.caption if c.value.startswith("Assumptions"))
+    assert "attention kernel: **flash3 (named in the sidebar)**" in assumptions
+    assert "attention kernel: **flash**" in next(c.value for c in stack.caption if c.value.startswith("Assumptions"))
     pytest.importorskip("perfmodel.planning")
     found = app(**kw, attention="flash3", page="Layout search")
     no_exception(found)
