@@ -221,3 +221,15 @@ def test_the_optional_attention_column_names_the_kernel_that_ran():
     a100 = predict_row(row | {"attention": "flash3", "accelerator": "a100-sxm4-80gb"}, wl, "analytic", None, physics)
     assert a100["status"] == "error"
     assert "attention flash3: no flash3 rate is measured on NVIDIA A100" in a100["message"]
+
+
+def test_the_optional_optimizer_column_sets_the_optimizer():
+    """A row may say which optimizer ran (Megatron-Bridge's Kimi-K2 rows: Muon); AdamW reads as adam
+    (same state and step), empty keeps adam, an unknown one is the row's error."""
+    base = {"model": "llama3-8b", "tp": "1", "ep": "1", "n_gpus": "8", "global_batch": "8"}
+    assert _run(**(base | {"optimizer": "Muon"})).plan.optimizer == "muon"
+    adamw = _run(**(base | {"optimizer": "AdamW"}))
+    assert adamw.plan.optimizer == "adam" and "optimizer 'AdamW' read as adam" in adamw.notes
+    assert _run(**base).plan.optimizer == "adam"
+    with pytest.raises(RowError, match="column optimizer 'lion'; allowed values: adam, adamw-bf16, adam8bit, sgd"):
+        _run(**(base | {"optimizer": "lion"}))

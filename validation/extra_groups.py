@@ -38,7 +38,7 @@ def joined(runs: Path) -> pd.DataFrame:
     d["err_physics"] = d["predicted_step_time_s_physics"] / d["step_time_s"] - 1
     d["held"] = (d["step_time_s"] >= d["predicted_step_time_lo_s"]) & (d["step_time_s"] <= d["predicted_step_time_hi_s"])
     d["family"] = d["run_id"].str.split("-").str[0]
-    moe = d["n_experts"].notna() | d["model"].fillna("").str.contains("deepseek|mixtral|qwen3-235b|gpt-oss|nemotron3")
+    moe = d["n_experts"].notna() | d["model"].fillna("").str.contains("deepseek|mixtral|qwen3-235b|gpt-oss|nemotron3|kimi")
     d["kind"] = moe.map({True: "moe", False: "dense"})
     return d
 

@@ -36,7 +36,7 @@ COLUMNS = [
     "tokens_per_s", "tflops_per_gpu", "mfu", "notes", "framework", "etp",
 ]
 # read when present, never required: the runs files published so far do not carry them
-OPTIONAL_COLUMNS = ["head_dim", "schedule", "attention"]
+OPTIONAL_COLUMNS = ["head_dim", "schedule", "attention", "optimizer"]
 OUTPUT_COLUMNS = [
     "run_id", "status", "predicted_step_time_s", "predicted_tokens_per_s", "predicted_tflops_per_gpu",
     "predicted_mfu", "predicted_memory_per_gpu_bytes", "message", "predicted_step_time_lo_s", "predicted_step_time_hi_s",
@@ -233,6 +233,11 @@ SPELLINGS: dict[str, dict[str, tuple[str, ...]]] = {
                   "fused": ("fused", "cudnn", "cudnn-attention", "sdpa-cudnn", "fusedattention", "te-fused"),
                   "flash1": ("flash1", "fa1", "flash-attention-1", "flash-attn-1", "triton", "flash-attn-triton"),
                   "unfused": ("unfused", "eager", "math", "sdpa-math")},
+    # optional column; empty = adam (compute/optimizers.py: adam and adamw cost the same)
+    "optimizer": {"adam": ("adam", "adamw", "fused-adam", "fusedadam", "adam-fp32", "adamw-fp32", "torch-adamw"),
+                  "adamw-bf16": ("adamw-bf16", "adam-bf16", "bf16-adamw", "precision-aware-adam"),
+                  "adam8bit": ("adam8bit", "adamw8bit", "adam-8bit", "adamw-8bit", "8bit-adam"),
+                  "sgd": ("sgd", "sgd-momentum"), "adafactor": ("adafactor",), "muon": ("muon", "distributed-muon")},
 }
 
 
@@ -357,6 +362,7 @@ def row_run(row: dict[str, str], workloads: dict[str, ModelSpec]) -> Run:
     schedule = spelled(row, "schedule", notes) if row.get("schedule", "").strip() else None
     # a kernel the row names outranks its framework's (frameworks.apply_framework keeps a field the plan sets)
     attention = {"attention_impl": spelled(row, "attention", notes)} if row.get("attention", "").strip() else {}
+    optimizer = {"optimizer": spelled(row, "optimizer", notes)} if row.get("optimizer", "").strip() else {}
     if row.get("seq_len", "")[-1:] in ("k", "K"):
         notes.append(f"seq_len {quote(row['seq_len'])} read as {_int(row, 'seq_len')} tokens (K = 1024)")
     try:
@@ -364,7 +370,7 @@ def row_run(row: dict[str, str], workloads: dict[str, ModelSpec]) -> Run:
             dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vp=vp, sequence_parallel=sp,
             zero_stage=zero, micro_batch=_int(vals, "micro_batch") or 1, global_batch=gb,
             seq_len=_int(row, "seq_len") or spec.seq_len, recompute=rec, precision=prec, schedule=schedule,
-            **attention,
+            **attention, **optimizer,
         )
     except PerfmodelError as e:
         raise RowError(str(e)) from None
