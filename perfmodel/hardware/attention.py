@@ -38,10 +38,10 @@ FLASH1_KERNEL = "triton"
 # newest FlashAttention generation stands in for it, an upper bound (FA4's paper puts cuDNN 9.13
 # up to 1.3x below FA4 on B200; no Blackwell cuDNN rate is published)
 CUDNN_KERNEL = "cudnn"
-# the implementations that name one FlashAttention generation, and the kernel whose points they read:
-# no other generation's curve stands in for them (FA3 is Hopper's warp-specialised kernel, FA4
-# Blackwell's; a chip whose generation never measured one is refused, check_attention_kernel)
-NAMED_GENERATIONS = {"flash3": "flash3", "flash4": "flash4"}
+# the implementations that name one FlashAttention generation; each reads the points of the kernel of
+# its own name, and no other generation's curve stands in for them (FA3 is Hopper's warp-specialised
+# kernel, FA4 Blackwell's; a chip whose generation never measured one is refused, check_attention_kernel)
+NAMED_GENERATIONS = ("flash3", "flash4")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +61,7 @@ class AttentionCurve:
         if impl == "flash1":
             return tuple(p for p in self.points if p[0] == FLASH1_KERNEL)
         if impl in NAMED_GENERATIONS:
-            return tuple(p for p in self.points if p[0] == NAMED_GENERATIONS[impl])
+            return tuple(p for p in self.points if p[0] == impl)
         if impl == "fused" and self.has(CUDNN_KERNEL):
             return tuple(p for p in self.points if p[0] == CUDNN_KERNEL)
         newest = self.newest_flash()
@@ -181,19 +181,18 @@ def check_attention_kernel(acc: Accelerator, impl: str) -> None:
     """Raise LayoutError when `impl` names a FlashAttention generation (NAMED_GENERATIONS) that
     neither this part nor a part of its generation measured: FA3 on an A100, FA4 on an H100 or a
     CPU would otherwise be costed at another kernel's rate."""
-    kernel = NAMED_GENERATIONS.get(impl)
-    if kernel is None:
+    if impl not in NAMED_GENERATIONS:
         return
     curve = attention_curve(acc)
-    if curve is not None and curve.has(kernel):
+    if curve is not None and curve.has(impl):
         return
     from perfmodel.errors import LayoutError
 
     have = sorted({p[0] for p in curve.points}) if curve is not None else []
-    where = sorted(pid for pid, part in _catalog_parts().items() if any(p[0] == kernel for p in _own_attention_points(part)))
-    allowed = ["flash", "fused", "flash1", "unfused"] + [k for k, v in NAMED_GENERATIONS.items() if v in have]
+    where = sorted(pid for pid, part in _catalog_parts().items() if any(p[0] == impl for p in _own_attention_points(part)))
+    allowed = ["flash", "fused", "flash1", "unfused"] + [k for k in NAMED_GENERATIONS if k in have]
     raise LayoutError(
-        f"attention {impl}: no {kernel} rate is measured on {acc.name} ({acc.id}) or its generation "
+        f"attention {impl}: no {impl} rate is measured on {acc.name} ({acc.id}) or its generation "
         f"({acc.generation}; its curve has {', '.join(have) or 'no fused-attention points'}); {impl} is measured on "
         f"{', '.join(where) or 'no catalogue part'} and the parts of its generation. Allowed on this part: "
         f"{', '.join(allowed)}")
