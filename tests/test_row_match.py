@@ -78,9 +78,21 @@ def test_every_alias_reads_as_its_own_workload():
 
 
 @pytest.mark.parametrize("name", ["gpt-l24-h1024", "bert-large-uncased", "llama3-9b", "bloom-prequel-l72-h14336",
-                                  "DeepSeek-V1", "Qwen/Qwen3-Next-80B-A3B", "GPT-3 (13.7B)"])
+                                  "DeepSeek-V1", "Qwen/Qwen3-Next-80B-A3B", "GPT-3 (13.7B)",
+                                  # a dotted version is a network of its own (V3.2 adds sparse attention to
+                                  # V3): it used to read as 'DeepSeek' and match DeepSeek-V2.5's alias
+                                  "deepseek-ai/DeepSeek-V3.2", "DeepSeek-V3.1"])
 def test_names_of_no_workload_match_none(name):
     assert by_name(name, load_workloads()) is None
+
+
+@pytest.mark.parametrize(("name", "wid"), [("DeepSeekV3 (w/o MTP)", "deepseek-v3"), ("Qwen3_30B_a3B (tokendrop)", "qwen3-30b-a3b"),
+                                           ("mistralai/Mixtral-8x22B-Instruct-v0.1", "mixtral-8x22b")])
+def test_a_note_with_a_slash_is_no_org_prefix(name, wid):
+    """Megatron-Bridge's 25.11 table names 'DeepSeekV3 (w/o MTP)': the bracket goes before the org
+    prefix is cut (it was read as the org 'DeepSeekV3 (w' and matched nothing); a v0.x revision
+    is still a checkpoint suffix."""
+    assert by_name(name, load_workloads()).id == wid
 
 
 @pytest.mark.parametrize(("name", "wid"), [("DeepSeek-V2", "deepseek-v2"), ("deepseek-ai/DeepSeek-V3", "deepseek-v3"),

@@ -30,20 +30,22 @@ _NAMING = {"id", "name", "aliases", "source", "notes", "published_params", "seq_
 
 
 # words a published checkpoint's name adds to the architecture's: the same network trains alike.
-# A version is dropped only when dotted (Mixtral-8x7B-v0.1): a bare V2 / V3 names the network
-# itself (DeepSeek-V2 is not DeepSeek-V3)
+# A version is dropped only when it is a checkpoint revision, v0.x (Mixtral-8x7B-v0.1): V2, V3, and
+# dotted ones such as V2.5 or V3.2 name a network of their own (DeepSeek-V2 is not DeepSeek-V3, and
+# DeepSeek-V3.2 adds sparse attention to V3; read as 'DeepSeek' they matched DeepSeek-V2.5's alias)
 # a checkpoint's weight format (-BF16, -FP8) and trained context (-8K, -128k) name the same network too
-_VARIANT = re.compile(r"(-(hf|base|instruct|chat|it|v\d+(\.\d+)+|\d{4}|bf16|fp8|nvfp4|fp4|\d+k))+$")
+_VARIANT = re.compile(r"(-(hf|base|instruct|chat|it|v0(\.\d+)+|\d{4}|bf16|fp8|nvfp4|fp4|\d+k))+$")
 
 
 def _key(name: str) -> str:
     """`name` reduced to what identifies an architecture: the part after an `org/` prefix, lower
     case, without bracketed notes, the publisher's own prefix (`meta-`, `nvidia-`) or checkpoint
-    suffixes (-hf, -base, -instruct, -chat, -it, a dotted version -v0.1, a release date -2507, a
+    suffixes (-hf, -base, -instruct, -chat, -it, a revision -v0.1, a release date -2507, a
     weight format -bf16 / -fp8, a context -8k), and without separators:
     'meta-llama/Meta-Llama-3.1-8B-Instruct' -> 'llama3.18b',
-    'nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16' -> 'nemotron3nano30ba3b'."""
-    key = spelling_without_notes(name.rsplit("/", 1)[-1])
+    'nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16' -> 'nemotron3nano30ba3b'. The notes go before the
+    org prefix is cut, so a '/' inside one ('DeepSeekV3 (w/o MTP)') is no org."""
+    key = spelling_without_notes(spelling_without_notes(name).rsplit("/", 1)[-1])
     key = _VARIANT.sub("", key.removeprefix("meta-").removeprefix("nvidia-"))
     return re.sub(r"[^a-z0-9.]", "", key)
 
