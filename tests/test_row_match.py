@@ -87,7 +87,9 @@ def test_names_of_no_workload_match_none(name):
 
 
 @pytest.mark.parametrize(("name", "wid"), [("DeepSeekV3 (w/o MTP)", "deepseek-v3"), ("Qwen3_30B_a3B (tokendrop)", "qwen3-30b-a3b"),
-                                           ("mistralai/Mixtral-8x22B-Instruct-v0.1", "mixtral-8x22b")])
+                                           ("mistralai/Mixtral-8x22B-Instruct-v0.1", "mixtral-8x22b"),
+                                           # MLPerf Training's benchmark names
+                                           ("llama31_405b", "llama3.1-405b"), ("llama31_8b", "llama3.1-8b")])
 def test_a_note_with_a_slash_is_no_org_prefix(name, wid):
     """Megatron-Bridge's 25.11 table names 'DeepSeekV3 (w/o MTP)': the bracket goes before the org
     prefix is cut (it was read as the org 'DeepSeekV3 (w' and matched nothing); a v0.x revision

@@ -251,3 +251,27 @@ def test_ssd_and_recurrence_cost_on_every_kind_of_chip(acc: str) -> None:
     rec = next(o for o in build_graph(WL["cpu-lstm"], seq_len=64, precision=prec).layers[0].ops if o.kind == "recurrence")
     for op in (ssd, rec):
         assert 0 < op_cost(chip, op, "fwd").time_s < op_cost(chip, op, "bwd").time_s
+
+
+def test_ssd_streams_its_bytes_at_the_triton_kernels_rate_by_hand() -> None:
+    """Nemotron 3 Nano's scan on one 8K sequence (64 heads of 64, state 128, 8 groups, chunk 128):
+    fp32 chunk states S = 64 chunks x 64 x 64 x 128 x 4 B, x / z X = 8192 x 64 x 64 x 2 B, B / C
+    BC = 8192 x 8 x 128 x 2 B, CB blocks = 64 x 8 x 128^2 x 4 B; forward 5 X + 4 BC + 4 S + 2 CB =
+    1.0066 GB, streamed on B200 at 0.39 of its 7.07 TB/s (mamba_ssm's Triton kernels, Megatron-LM
+    PR #5829's profile): 365 us plus five launches; a CPU streams at its full rate."""
+    from perfmodel.compute.ops import SSD_TRITON_BANDWIDTH, launch_s, op_cost
+    from perfmodel.hardware.catalog import load_catalog
+
+    S, X, BC, CB = 64 * 64 * 64 * 128 * 4, 8192 * 64 * 64 * 2, 8192 * 8 * 128 * 2, 64 * 8 * 128**2 * 4
+    fwd_bytes = 5 * X + 4 * BC + 4 * S + 2 * CB
+    assert fwd_bytes == 1_006_632_960
+    ssd = next(o for layer in build_graph(WL["nemotron3-nano"], seq_len=8192).body for o in layer.ops if o.kind == "ssd")
+    assert ssd.bytes == fwd_bytes
+    b200 = load_catalog().accelerator("b200")
+    cost = op_cost(b200, ssd, "fwd")
+    assert SSD_TRITON_BANDWIDTH == 0.39
+    assert cost.memory_s == pytest.approx(fwd_bytes / (0.39 * b200.hbm_achieved_Bps), rel=1e-12)
+    assert cost.memory_s == pytest.approx(365e-6, rel=0.01)
+    assert cost.time_s == pytest.approx(cost.memory_s + 5 * launch_s(b200), rel=1e-12)
+    cpu = load_catalog().accelerator("host-cpu")
+    assert op_cost(cpu, ssd, "fwd").memory_s == pytest.approx(fwd_bytes / cpu.hbm_achieved_Bps, rel=1e-12)

@@ -79,6 +79,14 @@ SOFT_ROOFLINE_P = 2.0
 DEFAULT_GEMM_FIXED_S = 10e-6  # A100 fit; used for accelerators without gemm_shapes
 GROUPED_TILE_M = 128  # rows per tile of a grouped (MoE) GEMM, see module docstring
 GROUPED_TILE_FIXED_K = 256  # per-tile prologue / epilogue in reduction-depth units (DeepGEMM fit)
+# mamba_ssm's Triton SSD kernels (chunk_cumsum, chunk_state, state_passing, bmm_chunk, chunk_scan and
+# their backward) move their bytes at this fraction of the GPU's streaming bandwidth. Megatron-LM PR
+# #5829 (2026-07, Nemotron 3 Nano prefill on Blackwell, 2K-8K input): nsys puts the Triton SSD at
+# 369 us a layer (a fused CuTe DSL kernel at 256 us), where streaming the scan's bytes at one 8K
+# sequence takes 142 us on B200 (workload/ssm.ssd_bytes: 1.01 GB at 7.07 TB/s): 0.39. The Mamba-2
+# paper's A100 benchmark (Dao & Gu 2024, Fig. 10: SSD level with FlashAttention-2 at 2K) allows up
+# to about 0.65, so a kernel sweep could raise it. GPUs only: a CPU runs the PyTorch reference.
+SSD_TRITON_BANDWIDTH = 0.39
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,11 +396,12 @@ def _with_quantize(acc: Accelerator, c: OpCost, op: Op, bwd: bool, recipe: Fp8Re
 
 
 def ssd_cost(acc: Accelerator, op: Op, flop_scale: float = 1.0, bytes_scale: float = 1.0, kernels: int = 1) -> OpCost:
-    """Mamba-2 SSD scan: its matmul FLOPs at FLASH_FALLBACK_RATIO x R, its bytes streamed."""
+    """Mamba-2 SSD scan: its matmul FLOPs at FLASH_FALLBACK_RATIO x R, its bytes streamed (on a GPU
+    at SSD_TRITON_BANDWIDTH of the streaming rate, as mamba_ssm's Triton kernels move them)."""
     # the scan runs in bf16, else the next format the chip has (fp16 on V100, fp32 on a CPU)
     fmt = next((p for p in registry.ATTENTION_PRECISIONS if p in acc.supported_precisions), "bf16")
     tc = op.flop * flop_scale / (FLASH_FALLBACK_RATIO * gemm_rate_flop_per_s(acc, fmt))
-    tm = op.bytes * bytes_scale / acc.hbm_achieved_Bps
+    tm = op.bytes * bytes_scale / (acc.hbm_achieved_Bps * (SSD_TRITON_BANDWIDTH if acc.kind == "gpu" else 1.0))
     t0 = launch_s(acc) * kernels
     return OpCost(tc, tm, t0, max(tc, tm) + t0, _bound(tc, tm, t0))
 
