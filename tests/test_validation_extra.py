@@ -118,3 +118,27 @@ def test_a_second_zen4_vm_is_predicted_through_its_own_quick_calibration(tmp_pat
         assert len(errs) == 28 and sum(map(abs, errs)) / len(errs) < 0.15
     finally:
         clear_added_specs()
+
+
+DGXC = EXTRA.with_name("runs_judged_dgxc.csv")
+
+
+def test_dgxc_file_has_the_contract_columns_and_predicts_every_row(tmp_path: Path) -> None:
+    """validation/runs_judged_dgxc.csv (NVIDIA's DGX Cloud benchmarking recipes, judged only): the
+    public file's columns then optional ones, unique dgxc- ids, a measured step time and where it
+    came from on every row, a consistent layout, and `perfmodel validate` predicting every row."""
+    header, rows = _rows(DGXC)
+    public_header, _ = _rows(EXTRA.with_name("runs_public.csv"))
+    assert header[: len(public_header)] == public_header
+    assert set(header[len(public_header):]) <= set(OPTIONAL_COLUMNS)
+    ids = [r["run_id"] for r in rows]
+    assert len(ids) == len(set(ids)) == 326 and all(i.startswith("dgxc-") for i in ids)
+    for r in rows:
+        assert float(r["step_time_s"]) > 0 and r["source_detail"] and r["notes"], r["run_id"]
+        assert int(r["n_gpus"]) == int(r["tp"]) * int(r["pp"]) * int(r["dp"]) * int(r["cp"] or 1), r["run_id"]
+    assert "`dgxc-0001` to `dgxc-0326`" in EXTRA.with_name("SOURCES_dgxc.md").read_text()
+    out = tmp_path / "pred.csv"
+    assert main(["validate", "--runs", str(DGXC), "--out", str(out)]) == 0
+    pred = _rows(out)[1]
+    assert [p["run_id"] for p in pred] == ids
+    assert all(p["status"] == "ok" and float(p["predicted_step_time_s"]) > 0 for p in pred)

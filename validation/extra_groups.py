@@ -1,8 +1,9 @@
-"""Group tables of the judged-only runs (`runs_published_extra.csv`): MAPE, median signed error and
-how often the 80 % interval held, per source family, precision, stack, dense / MoE and accelerator,
-for the shipped profile and physics only. Nothing is fitted here; the file is never fitted on.
+"""Group tables of the judged-only runs (`runs_published_extra.csv`, `runs_judged_dgxc.csv`): MAPE,
+median signed error and how often the 80 % interval held, per source family, precision, stack, dense
+/ MoE and accelerator, for the shipped profile and physics only. Nothing is fitted here; the files
+are never fitted on.
 
-    python validation/extra_groups.py [--runs validation/runs_published_extra.csv]
+    python validation/extra_groups.py [--runs validation/runs_published_extra.csv | validation/runs_judged_dgxc.csv]
 
 Writes the markdown table to stdout (validation/report/extra/report.md quotes it).
 """
@@ -19,6 +20,8 @@ from perfmodel.validation.predict import validate_file
 
 HERE = Path(__file__).resolve().parent
 GROUPS = ("family", "precision", "framework", "kind", "accelerator")
+# rows that name an MoE model by its workload id carry no n_experts cell
+MOE_MODELS = "deepseek|mixtral|qwen3-235b|qwen3-30b|gpt-oss|nemotron3|kimi|grok|llama4|dbrx|olmoe"
 
 
 def predictions(runs: Path, calibration: str) -> pd.DataFrame:
@@ -38,7 +41,7 @@ def joined(runs: Path) -> pd.DataFrame:
     d["err_physics"] = d["predicted_step_time_s_physics"] / d["step_time_s"] - 1
     d["held"] = (d["step_time_s"] >= d["predicted_step_time_lo_s"]) & (d["step_time_s"] <= d["predicted_step_time_hi_s"])
     d["family"] = d["run_id"].str.split("-").str[0]
-    moe = d["n_experts"].notna() | d["model"].fillna("").str.contains("deepseek|mixtral|qwen3-235b|gpt-oss|nemotron3|kimi")
+    moe = d["n_experts"].notna() | d["model"].fillna("").str.contains(MOE_MODELS)
     d["kind"] = moe.map({True: "moe", False: "dense"})
     return d
 
