@@ -34,6 +34,10 @@ from perfmodel.workload.module_recompute import MODULES as RECOMPUTE_MODULES
 
 ROOT = Path(__file__).resolve().parent
 RUNS_PUBLIC = ROOT / "validation" / "runs_public.csv"
+# the runs the Validation page can judge against: the public file the default profile is fitted on,
+# and the judged-only files nothing is ever fitted on (out of sample for every profile)
+RUN_FILES = {"public (fitted on)": RUNS_PUBLIC, "judged: published extra": ROOT / "validation" / "runs_published_extra.csv",
+             "judged: DGX Cloud": ROOT / "validation" / "runs_judged_dgxc.csv"}
 PAGES = ["Estimate", "Compare hardware", "Layout search", "Training run", "Validation"]
 SCALES = [0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 4.0]
 WHATIF = {  # key -> (label, System.scaled keyword)
@@ -1028,15 +1032,25 @@ def page_validation(cfg: dict[str, Any]) -> None:
     from perfmodel import app_charts as charts  # Altair: only the pages that draw with it import it
 
     st.header("Validation: how far to trust the numbers")
+    files = [k for k, v in RUN_FILES.items() if v.exists()]
+    if st.session_state.get("runs_file", st.query_params.get("runs_file")) not in files:
+        st.session_state["runs_file"] = files[0]
+    key = _bound(st.selectbox, "Measured runs", "runs_file", options=files,
+                 help="public: validation/runs_public.csv, which the shipped profile is fitted on (in sample for "
+                      "it); judged: validation/runs_published_extra.csv (Megatron-Bridge, NeMo, torchtitan, Hugging "
+                      "Face, LLMQ) and runs_judged_dgxc.csv (NVIDIA's DGX Cloud benchmarking recipes), never "
+                      "fitted on: the error on runs the model has not seen")
+    runs = RUN_FILES[key]
     fitted_here = {"default": " The default profile was fitted on these runs, so this is its in-sample error; its "
                    "leave-one-source-out error is under 'About the profile' in the sidebar.",
                    "none": " Physics only: nothing measured is an input."}
-    st.caption(f"Every run in {RUNS_PUBLIC.relative_to(ROOT)} predicted with the {cfg['engine']} engine and calibration "
-               f"**{cfg['calibration_label']}**." + fitted_here.get(cfg["calibration"], "")
-               + " APE = |predicted − measured| / measured step time.")
+    why = fitted_here.get(cfg["calibration"], "") if runs == RUNS_PUBLIC else (
+        " Nothing is fitted on these runs: this is the error on runs the model never saw.")
+    st.caption(f"Every run in {runs.relative_to(ROOT)} predicted with the {cfg['engine']} engine and calibration "
+               f"**{cfg['calibration_label']}**." + why + " APE = |predicted − measured| / measured step time.")
     try:
-        with st.spinner("Predicting the public runs…"):
-            m, met = validation_frames(str(RUNS_PUBLIC), RUNS_PUBLIC.stat().st_mtime, cfg["engine"], cfg["calibration"])
+        with st.spinner("Predicting the runs…"):
+            m, met = validation_frames(str(runs), runs.stat().st_mtime, cfg["engine"], cfg["calibration"])
     except ModuleNotFoundError as e:
         st.error(f"The {cfg['engine']!r} engine is not available in this build ({e.name} missing); choose 'analytic'.")
         return
@@ -1050,6 +1064,8 @@ def page_validation(cfg: dict[str, Any]) -> None:
     c[2].metric("Median APE (%)", f"{overall['median_ape'] * 100:.1f}")
     c[3].metric("Kendall τ", f"{overall['kendall_tau']:.3f}")
     sources = sorted(m["source"].dropna().unique())
+    if any(x not in sources for x in st.session_state.get("sources", [])):
+        st.session_state["sources"] = sources  # another file's sources: start from all of this one's
     pick = _bound(st.multiselect, "Sources", "sources", options=sources, default=sources)
     ok = m[(m["status"] == "ok") & m["source"].isin(pick)]
     if ok.empty:

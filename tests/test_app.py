@@ -229,6 +229,22 @@ def test_validation_page_reports_the_public_runs() -> None:
     assert any("No predicted runs" in w.value for w in at.warning)
 
 
+def test_validation_page_judges_the_files_nothing_is_fitted_on() -> None:
+    """The judged-only files are out of sample for every profile: the page predicts each of them,
+    says so, and switching files resets the source filter to the new file's sources."""
+    at = app(page="Validation", runs_file="judged: DGX Cloud")
+    no_exception(at)
+    assert not errors(at)
+    predicted, total = metric(at, "Runs predicted").split(" / ")
+    assert int(total) == 326 and int(predicted) == 326
+    assert any("Nothing is fitted on these runs" in c.value for c in at.caption)
+    at.selectbox(key="runs_file").set_value("judged: published extra").run()
+    no_exception(at)
+    predicted, total = metric(at, "Runs predicted").split(" / ")
+    assert int(total) == int(predicted) > 200
+    assert set(at.multiselect(key="sources").value) == set(at.multiselect(key="sources").options)
+
+
 def test_des_engine_gives_a_number_or_a_message() -> None:
     at = app(engine="des", workload="llama3-8b", acc="h100-sxm5-80gb", gpus="64", tp="4", pp="2", gb="512")
     no_exception(at)
