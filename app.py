@@ -27,6 +27,7 @@ from perfmodel.app_fixes import LayoutProblem, diagnose, field_of
 from perfmodel.calibration.frameworks import FRAMEWORKS
 from perfmodel.engines.registry import ENGINE_NAMES
 from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.attention import attention_kernels
 from perfmodel.memory import NO_FIT_PREFIX
 from perfmodel.parallel.schedules import SCHEDULE_NAMES
 from perfmodel.precision import precision_names
@@ -68,22 +69,6 @@ ATTENTION_LABELS = {
     "fused": "cuDNN's fused attention (Transformer Engine's choice on Hopper and later)",
     "flash1": "the 2022-23 Triton FlashAttention", "unfused": "baddbmm + softmax + bmm, scores through HBM",
 }
-
-
-def attention_kernels(acc: Any) -> list[str]:
-    """The attention kernels a plan may name on `acc`: every one but a FlashAttention generation
-    its generation never measured (hardware/attention.check_attention_kernel)."""
-    from perfmodel.hardware.attention import check_attention_kernel
-    from perfmodel.workload.graph import ATTENTION_IMPLS
-
-    out = []
-    for k in ATTENTION_IMPLS:
-        try:
-            check_attention_kernel(acc, k)
-        except PerfmodelError:
-            continue
-        out.append(k)
-    return out
 
 
 # ---- widgets bound to the URL -------------------------------------------------------------------

@@ -177,6 +177,17 @@ def attention_curve(acc: Accelerator) -> AttentionCurve | None:
                           f"(same generation {acc.generation})")
 
 
+def attention_kernels(acc: Accelerator) -> list[str]:
+    """The attention implementations a plan may name on `acc` (workload/graph.ATTENTION_IMPLS):
+    every one but a FlashAttention generation (NAMED_GENERATIONS) neither the part nor its
+    generation measured, those last."""
+    from perfmodel.workload.graph import ATTENTION_IMPLS
+
+    curve = attention_curve(acc)
+    return ([k for k in ATTENTION_IMPLS if k not in NAMED_GENERATIONS]
+            + [k for k in NAMED_GENERATIONS if curve is not None and curve.has(k)])
+
+
 def check_attention_kernel(acc: Accelerator, impl: str) -> None:
     """Raise LayoutError when `impl` names a FlashAttention generation (NAMED_GENERATIONS) that
     neither this part nor a part of its generation measured: FA3 on an A100, FA4 on an H100 or a
@@ -190,12 +201,11 @@ def check_attention_kernel(acc: Accelerator, impl: str) -> None:
 
     have = sorted({p[0] for p in curve.points}) if curve is not None else []
     where = sorted(pid for pid, part in _catalog_parts().items() if any(p[0] == impl for p in _own_attention_points(part)))
-    allowed = ["flash", "fused", "flash1", "unfused"] + [k for k in NAMED_GENERATIONS if k in have]
     raise LayoutError(
         f"attention {impl}: no {impl} rate is measured on {acc.name} ({acc.id}) or its generation "
         f"({acc.generation}; its curve has {', '.join(have) or 'no fused-attention points'}); {impl} is measured on "
         f"{', '.join(where) or 'no catalogue part'} and the parts of its generation. Allowed on this part: "
-        f"{', '.join(allowed)}")
+        f"{', '.join(attention_kernels(acc))}")
 
 
 def _catalog_parts() -> dict[str, Accelerator]:
@@ -213,6 +223,7 @@ __all__ = [
     "AttentionCurve",
     "AttentionPt",
     "attention_curve",
+    "attention_kernels",
     "check_attention_kernel",
     "kernel_reference",
     "length_reference",
