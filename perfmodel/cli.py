@@ -19,7 +19,6 @@ from perfmodel.cliargs import (
     Parser,
     add_precision_arg,
     at_least_one,
-    positive_float_at_most,
     positive_int,
     report_error,
     shape,
@@ -29,7 +28,7 @@ from perfmodel.compute.eager import ELEMENTWISE_IMPLS
 from perfmodel.engines.registry import ENGINE_NAMES
 from perfmodel.errors import PerfmodelError, UsageError
 from perfmodel.parallel.plan import OPTIMIZERS
-from perfmodel.parallel.schedules import SCHEDULE_NAMES, SEARCHED_SCHEDULES
+from perfmodel.parallel.schedules import SCHEDULE_NAMES
 from perfmodel.workload.graph import ATTENTION_IMPLS, CP_RINGS, EXPERT_GEMMS
 
 
@@ -314,18 +313,6 @@ def cmd_list(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_search(a: argparse.Namespace) -> int:
-    from perfmodel.planning.cli import search_main
-
-    return search_main(a)
-
-
-def cmd_compare(a: argparse.Namespace) -> int:
-    from perfmodel.planning.cli import compare_main
-
-    return compare_main(a)
-
-
 def build_parser() -> argparse.ArgumentParser:
     from perfmodel import __version__
 
@@ -410,52 +397,10 @@ def build_parser() -> argparse.ArgumentParser:
     _catalog_args(ls)
     ls.set_defaults(func=cmd_list)
 
-    s = sub.add_parser("search", help="search parallel layouts for a workload on hardware")
-    s.add_argument("workload", help="workload id or the path of a workload YAML file")
-    s.add_argument("--hardware", default="h100-sxm5-80gb")
-    s.add_argument("--n-gpus", type=positive_int, required=True)
-    s.add_argument("--global-batch", type=positive_int, required=True)
-    s.add_argument("--seq-len", type=positive_int, default=None)
-    add_precision_arg(s)
-    s.add_argument("--optimizer", default="adam", choices=list(OPTIMIZERS),
-                   help="every layout's optimizer state and step (adamw-bf16: bf16 moments, fp32 master)")
-    s.add_argument("--attention", default=None, choices=list(ATTENTION_IMPLS),
-                   help="attention kernel of every layout (default: the --framework's, else flash; see estimate "
-                        "--help); flash3 / flash4 only where the chip's generation measured them")
-    s.add_argument("--top", type=positive_int, default=10, help="layouts to show (at least 1)")
-    s.add_argument("--offload", action="store_true",
-                   help="also try activation offloading where a layout does not fit otherwise (pp 1, no recompute, a "
-                        "node with a host link): the fewest offloaded layers that fit")
-    s.add_argument("--block-recompute", action=argparse.BooleanOptionalAction, default=True,
-                   help="try Megatron-Core's block recompute (the fewest layers per chunk that fit) on full-recompute "
-                        "layouts whose no-recompute twin does not fit (default on)")
-    s.add_argument("--schedules", nargs="+", default=None, choices=list(SEARCHED_SCHEDULES), metavar="SCHEDULE",
-                   help=f"pipeline schedules to try, from {', '.join(SEARCHED_SCHEDULES)} (default: all but dualpipe, "
-                        "DeepSeek's own pipeline)")
-    s.add_argument("--json", action="store_true")
-    _catalog_args(s)
-    _calibration_args(s)
-    s.set_defaults(func=cmd_search)
-
-    cmp = sub.add_parser("compare", help="compare accelerators on time, cost and energy")
-    cmp.add_argument("workload", help="workload id or the path of a workload YAML file")
-    cmp.add_argument("--hardware", nargs="+", required=True)
-    cmp.add_argument("--n-gpus", type=positive_int, required=True)
-    cmp.add_argument("--global-batch", type=positive_int, required=True)
-    cmp.add_argument("--tokens", type=positive_float_at_most(1e18), default=None, help="training tokens for time-to-train (> 0)")
-    cmp.add_argument("--pue", type=at_least_one, default=1.0, help="datacentre PUE multiplying the energy (default 1.0: IT power)")
-    cmp.add_argument("--electricity-usd-per-kwh", type=positive_float_at_most(1e3), default=None,
-                     help="electricity price for the energy cost")
-    cmp.add_argument("--optimizer", default="adam", choices=list(OPTIMIZERS),
-                     help="every candidate's optimizer state and step (adamw-bf16: bf16 moments, fp32 master)")
-    cmp.add_argument("--out", default=None, help="write a report (markdown + HTML) here")
-    cmp.add_argument("--json", action="store_true")
-    _catalog_args(cmp)
-    _calibration_args(cmp)
-    cmp.set_defaults(func=cmd_compare)
-
+    from perfmodel.planning.cli import add_parsers as add_planning_parsers
     from perfmodel.planning.lifecycle_cli import add_parsers as add_lifecycle_parsers
 
+    add_planning_parsers(sub, _catalog_args, _calibration_args)
     add_lifecycle_parsers(sub, _plan_args, _plan)
     add_import_sweep_commands(sub)
     return p

@@ -1,14 +1,21 @@
-"""`perfmodel search` and `perfmodel compare` (the subcommands and their arguments live in
-perfmodel/cli.py; these functions run them)."""
+"""`perfmodel search` and `perfmodel compare`: their subcommands and arguments (add_parsers, which
+perfmodel/cli.py calls with its shared catalogue and calibration arguments) and the functions that
+run them."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from typing import Any
 
+from perfmodel.cliargs import add_precision_arg, at_least_one, positive_float_at_most, positive_int
 from perfmodel.errors import LayoutError
+from perfmodel.parallel.plan import OPTIMIZERS
+from perfmodel.parallel.schedules import SEARCHED_SCHEDULES
 from perfmodel.units import fmt
+from perfmodel.workload.graph import ATTENTION_IMPLS
 
 
 def search_main(a: argparse.Namespace) -> int:
@@ -64,3 +71,50 @@ def compare_main(a: argparse.Namespace) -> int:
         paths = write_report(df, a.out, line, sens)
         print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 0
+
+
+def add_parsers(sub: Any, catalog_args: Callable[[argparse.ArgumentParser], None],
+                calibration_args: Callable[[argparse.ArgumentParser], None]) -> None:
+    s = sub.add_parser("search", help="search parallel layouts for a workload on hardware")
+    s.add_argument("workload", help="workload id or the path of a workload YAML file")
+    s.add_argument("--hardware", default="h100-sxm5-80gb")
+    s.add_argument("--n-gpus", type=positive_int, required=True)
+    s.add_argument("--global-batch", type=positive_int, required=True)
+    s.add_argument("--seq-len", type=positive_int, default=None)
+    add_precision_arg(s)
+    s.add_argument("--optimizer", default="adam", choices=list(OPTIMIZERS),
+                   help="every layout's optimizer state and step (adamw-bf16: bf16 moments, fp32 master)")
+    s.add_argument("--attention", default=None, choices=list(ATTENTION_IMPLS),
+                   help="attention kernel of every layout (default: the --framework's, else flash; see estimate "
+                        "--help); flash3 / flash4 only where the chip's generation measured them")
+    s.add_argument("--top", type=positive_int, default=10, help="layouts to show (at least 1)")
+    s.add_argument("--offload", action="store_true",
+                   help="also try activation offloading where a layout does not fit otherwise (pp 1, no recompute, a "
+                        "node with a host link): the fewest offloaded layers that fit")
+    s.add_argument("--block-recompute", action=argparse.BooleanOptionalAction, default=True,
+                   help="try Megatron-Core's block recompute (the fewest layers per chunk that fit) on full-recompute "
+                        "layouts whose no-recompute twin does not fit (default on)")
+    s.add_argument("--schedules", nargs="+", default=None, choices=list(SEARCHED_SCHEDULES), metavar="SCHEDULE",
+                   help=f"pipeline schedules to try, from {', '.join(SEARCHED_SCHEDULES)} (default: all but dualpipe, "
+                        "DeepSeek's own pipeline)")
+    s.add_argument("--json", action="store_true")
+    catalog_args(s)
+    calibration_args(s)
+    s.set_defaults(func=search_main)
+
+    cmp = sub.add_parser("compare", help="compare accelerators on time, cost and energy")
+    cmp.add_argument("workload", help="workload id or the path of a workload YAML file")
+    cmp.add_argument("--hardware", nargs="+", required=True)
+    cmp.add_argument("--n-gpus", type=positive_int, required=True)
+    cmp.add_argument("--global-batch", type=positive_int, required=True)
+    cmp.add_argument("--tokens", type=positive_float_at_most(1e18), default=None, help="training tokens for time-to-train (> 0)")
+    cmp.add_argument("--pue", type=at_least_one, default=1.0, help="datacentre PUE multiplying the energy (default 1.0: IT power)")
+    cmp.add_argument("--electricity-usd-per-kwh", type=positive_float_at_most(1e3), default=None,
+                     help="electricity price for the energy cost")
+    cmp.add_argument("--optimizer", default="adam", choices=list(OPTIMIZERS),
+                     help="every candidate's optimizer state and step (adamw-bf16: bf16 moments, fp32 master)")
+    cmp.add_argument("--out", default=None, help="write a report (markdown + HTML) here")
+    cmp.add_argument("--json", action="store_true")
+    catalog_args(cmp)
+    calibration_args(cmp)
+    cmp.set_defaults(func=compare_main)
