@@ -55,9 +55,9 @@ def estimate(workload: str | ModelSpec, cluster: str | System, plan: ParallelPla
     check_argument_types(workload, cluster, plan)
     prof = load_profile(calibration)
     fw = get_framework(framework) if framework else None
-    if fw is not None:
-        plan = apply_framework(plan, fw)
     spec, system, msgs = resolve(workload, cluster, plan, gpus_per_node)
+    if fw is not None:
+        plan = apply_framework(plan, fw, spec)
     if plan.world > system.num_gpus:
         raise LayoutError(f"plan needs {plan.world} GPUs (dp {plan.dp} x tp {plan.tp} x pp {plan.pp} x cp {plan.cp}) "
                           f"but {system.name} has {system.num_gpus}")

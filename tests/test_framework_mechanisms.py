@@ -16,6 +16,7 @@ from perfmodel.compute.fp8_recipes import RECIPES, gemm_cast_work
 from perfmodel.compute.ops import gemm_rate_flop_per_s, low_precision_in_model_efficiency
 from perfmodel.engines.closed_forms import pipeline_hops_s
 from perfmodel.engines.costs import fused_classifier, fused_cross_entropy, host_op_s, layer_time
+from perfmodel.errors import LayoutError
 from perfmodel.hardware.catalog import load_catalog
 from perfmodel.hardware.derating import mamf_ratio
 from perfmodel.hardware.system import resolve_system
@@ -365,6 +366,23 @@ def test_megatron_core_overlaps_mxfp8_moe_all_to_alls_where_megatron_core_accept
     plan = ParallelPlan(**{**base, **update})
     assert apply_framework(plan, framework("megatron-core")).moe_a2a_overlap is on
     assert apply_framework(plan, framework("torchtitan")).moe_a2a_overlap is bool(update.get("moe_a2a_overlap"))
+
+
+def test_megatron_core_never_overlaps_a_hybrids_all_to_alls() -> None:
+    """The combined 1F1B schedule needs the model's build_schedule_plan, which only GPTModel has:
+    a Nemotron 3 (Mamba + MoE) MXFP8 plan keeps its all-to-alls exposed under the stack, a plan
+    that asks for the overlap there is refused, and the same layout of a GPT MoE gets it."""
+    from perfmodel.parallel.plan import ParallelPlan
+
+    nano, qwen = load_workload("nemotron3-nano"), load_workload("qwen3-30b-a3b")
+    plan = ParallelPlan(dp=8, ep=8, micro_batch=1, global_batch=64, seq_len=8192, precision="mxfp8")
+    assert not apply_framework(plan, framework("megatron-core"), nano).moe_a2a_overlap
+    assert apply_framework(plan, framework("megatron-core"), qwen).moe_a2a_overlap
+    with pytest.raises(LayoutError, match="hybrid") as e:
+        plan.model_copy(update={"moe_a2a_overlap": True}).validate_for(nano, 8)
+    assert "turn the overlap off" in str(e.value)
+    est = perfmodel.estimate("nemotron3-nano", "dgx-b200", plan, calibration="none", framework="megatron-core")
+    assert not est.plan.moe_a2a_overlap
 
 
 def test_fused_per_tensor_casts_write_one_copy_where_fp8_gemms_take_any_layout():

@@ -82,7 +82,7 @@ def read_fit_rows(paths: list[Path | str], say: Callable[[str], None] = lambda _
                 run = row_run(r, workloads)
                 named = r.get("framework") or None
                 fw = framework(named)  # empty: the default stack's host dispatch, which is no stack's (eager)
-                plan = apply_framework(run.plan, fw) if named else run.plan  # as validate: empty applies no stack
+                plan = apply_framework(run.plan, fw, run.spec) if named else run.plan  # as validate: empty applies no stack
                 rows.append(FitRow(run.run_id, r.get("source") or str(path), run.spec, plan,
                                    run.system, fw, measured, run.notes))
             except (PerfmodelError, RowError, ValueError, KeyError):

@@ -145,8 +145,10 @@ src/megatron/bridge/perf_recipes/ at HEAD) and what megatron-core selects from t
                    :402) and no recipe sets moe_dispatch_fwd_dtype (default bf16). Not selected.
     1F1B a2a       overlap_moe_expert_parallel_comm with delay_wgrad_compute (ParallelPlan.moe_a2a_overlap).
       overlap      Selected for MXFP8 MoE layouts that Megatron-Core accepts (ep > 1, no full recompute,
-                   pp 1 or the interleaved schedule; transformer_config.py:3007-3032), where the plan does
-                   not say: at HEAD (26.08) the MXFP8 MoE recipes turn it on through their full-iteration
+                   pp 1 or the interleaved schedule; transformer_config.py:3007-3032) of a GPT model, not
+                   a hybrid (ParallelPlan.hybrid_a2a_refusal: the combined 1F1B needs GPTModel's
+                   build_schedule_plan; the Nemotron-H / Nemotron 3 recipes never set it), where the plan
+                   does not say: at HEAD (26.08) the MXFP8 MoE recipes turn it on through their full-iteration
                    helpers (perf_recipes/deepseek/common.py:76-77 _enable_deepseek_full_iteration_mxfp8,
                    qwen/common.py:58 _enable_hybridep_full_iteration_mxfp8, gpt_oss/common.py:48-49) or
                    directly (deepseek/b200/deepseek_v3.py:147 DeepSeek-V3 256-GPU B200, qwen/b200 and b300
@@ -194,6 +196,7 @@ from perfmodel.names import spelling, spelling_without_notes
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.precision import recipe_precision
 from perfmodel.workload.graph import AttentionImpl, CpRing, CrossEntropyImpl, ExpertGemm
+from perfmodel.workload.spec import ModelSpec
 
 # the commits the evidence strings cite (fetched from GitHub)
 EVIDENCE_COMMITS = {
@@ -392,7 +395,7 @@ def framework(name: str | None) -> Framework:
     return FRAMEWORKS[key]
 
 
-def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
+def apply_framework(plan: ParallelPlan, fw: Framework, spec: ModelSpec | None = None) -> ParallelPlan:
     """The plan with the stack's mechanisms (see the module docstring), its FSDP layout and, where
     the plan names none, its MoE dispatcher; a mechanism the plan already turned on stays on, and a
     recipe the plan names stays. The attention kernel, the element-wise ops, the context-parallel
@@ -419,7 +422,8 @@ def apply_framework(plan: ParallelPlan, fw: Framework) -> ParallelPlan:
         if name not in plan.model_fields_set and getattr(plan, name) != getattr(fw, name):
             update[name] = getattr(fw, name)
     if ("moe_a2a_overlap" not in plan.model_fields_set and plan.precision in fw.moe_a2a_overlap_precisions
-            and not plan.moe_a2a_overlap and plan.a2a_overlap_refusal() is None):
+            and not plan.moe_a2a_overlap and plan.a2a_overlap_refusal() is None
+            and (spec is None or plan.model_copy(update={"moe_a2a_overlap": True}).hybrid_a2a_refusal(spec) is None)):
         update["moe_a2a_overlap"] = True
     if fw.cuda_graphs and not plan.cuda_graphs:
         update["cuda_graphs"] = True

@@ -295,6 +295,19 @@ class ParallelPlan(BaseModel):
             return "and moe_shared_expert_overlap exclude each other; turn one off"
         return None
 
+    def hybrid_a2a_refusal(self, spec: ModelSpec) -> str | None:
+        """Why Megatron-Core cannot run the 1F1B all-to-all overlap for this model, or None. The
+        combined 1F1B schedule asks the model for its schedule plan (pipeline_parallel/
+        combined_1f1b.py:377-382; utils.py:356 "model must implement build_schedule_plan"), which
+        only GPTModel implements (models/gpt/gpt_model.py:843): a hybrid (Mamba) model, Megatron's
+        MambaModel / HybridModel built from a layer pattern, has none. NVIDIA's Nemotron-H and
+        Nemotron 3 performance recipes accordingly never set it (Megatron-Bridge
+        perf_recipes/nemotronh/, v0.5.0 configs/nemotronh/). DualPipe is DeepSeek's own schedule."""
+        if self.moe_a2a_overlap and spec.layer_pattern is not None and self.schedule_name != "dualpipe":
+            return (f"needs a GPT model: {spec.id} is a hybrid (layer_pattern), and Megatron-Core's combined "
+                    "1F1B schedule needs build_schedule_plan, which only GPTModel has; turn the overlap off")
+        return None
+
     def validate_for(self, spec: ModelSpec, n_gpus: int | None = None) -> list[str]:
         """Check the plan against a model (and GPU count); return notes on what was assumed."""
         notes: list[str] = []
@@ -350,6 +363,9 @@ class ParallelPlan(BaseModel):
             if self.tp > 1 and not self.sequence_parallel:
                 notes.append("MoE with tp > 1 and no sequence parallelism: Megatron-Core requires it; "
                              "each tp rank routes 1/tp of the tokens as with it")
+            why = self.hybrid_a2a_refusal(spec)
+            if why is not None:
+                raise LayoutError(f"moe_a2a_overlap (Megatron-Core overlap_moe_expert_parallel_comm) {why}")
         elif self.ep > 1 or self.etp > 1:
             raise LayoutError(f"ep {self.ep} / etp {self.etp} > 1 but {spec.id} has no experts")
         return notes

@@ -121,7 +121,7 @@ class Evaluator:
         plan = self._base.model_copy(update=kw)
         if self.framework is None:
             return plan
-        return apply_framework(plan, self.framework)
+        return apply_framework(plan, self.framework, self.spec)
 
     def graph(self, tp: int, cp: int, ep: int, sp: int, mb: int) -> Graph:
         base = self.plan()

@@ -208,7 +208,7 @@ def layout_sensitivity(spec: ModelSpec, system: System, plan: ParallelPlan, pct:
     prof = load_profile(calibration)
     fw = get_framework(framework) if framework else None
     if fw is not None:
-        plan = apply_framework(plan, fw)
+        plan = apply_framework(plan, fw, spec)
     base = run_engine("analytic", spec, calibrated_system(system, prof, fw), plan).step_time_s
     rows = []
     for knob, arg in SENSITIVITY_KNOBS.items():

@@ -103,7 +103,7 @@ class SearchResult:
         fw = get_framework(self.framework) if self.framework else None
         plan = self.plan(rank)
         if fw is not None:
-            plan = apply_framework(plan, fw)
+            plan = apply_framework(plan, fw, self.spec)
         est = run_engine(engine, self.spec, calibrated_system(self.system, self.profile, fw), plan)
         return with_interval(est, self.profile, self.system, self.spec)
 

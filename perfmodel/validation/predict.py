@@ -46,7 +46,7 @@ def predict_row(row: dict[str, str], workloads: dict, engine: str = "analytic", 
             run.notes.append(f"framework {fw_name!r} read as {fw_id}")
         fw = FRAMEWORKS[fw_id] if fw_id else None
         if fw is not None:
-            run.plan = apply_framework(run.plan, fw)
+            run.plan = apply_framework(run.plan, fw, run.spec)
         if attention_impl and attention_impl != run.plan.attention_impl:
             run.plan = run.plan.model_copy(update={"attention_impl": attention_impl})
             run.notes.append(f"attention {attention_impl} (--attention)")
