@@ -81,3 +81,27 @@ def test_trivial_groups_cost_nothing(a100_system):
     s = a100_system(8)
     assert collective_time_s(s, "all_reduce", 1e9, 1) == 0.0
     assert collective_time_s(s, "all_reduce", 0.0, 8) == 0.0
+
+
+def test_ring_all_gather_pays_every_step_latency_as_nccls_model_does(a100_system):
+    """NCCL's tuning model (src/graph/tuning.cc) charges a ring all-gather of n ranks over N nodes
+    baseLat + (n - N)·3.4 us (NVLink steps) + (N - 1)·9.6 us (network steps), ring / Simple. The
+    one scale-up ring the measured curve holds (7 steps) is not charged twice. 1024 ranks on 128
+    DGX A100: (1024 - 128 - 7) x 3.4 + 127 x 9.6 us = 4.2418 ms above the same gather's bandwidth
+    and switch terms; on 8 nodes (64 ranks) 0.2554 ms."""
+    from perfmodel.comm.collectives import ring_steps_s
+
+    big, small = a100_system(1024), a100_system(64)
+    assert (big.levels[0].step_latency_s, big.levels[1].step_latency_s) == (3.4e-6, 9.6e-6)
+    assert ring_steps_s(big.levels, 1024, 8, 128) == pytest.approx(889 * 3.4e-6 + 127 * 9.6e-6, rel=1e-12)
+    assert ring_steps_s(big.levels, 1024, 8, 128) == pytest.approx(4.2418e-3, rel=1e-4)
+    assert ring_steps_s(small.levels, 64, 8, 8) == pytest.approx(49 * 3.4e-6 + 7 * 9.6e-6, rel=1e-12)
+    # a latency-bound gather (1 KB) grows with the ring by those steps and the switch hops (the
+    # bandwidth terms of 1 KB differ by under a microsecond)
+    grow = collective_time_s(big, "all_gather", 1e3, 1024, 1) - collective_time_s(small, "all_gather", 1e3, 64, 1)
+    hops = 120 * big.levels[1].latency_s
+    assert grow == pytest.approx(ring_steps_s(big.levels, 1024, 8, 128) - ring_steps_s(small.levels, 64, 8, 8) + hops,
+                                 abs=1e-6)
+    # an all-reduce runs NCCL's tree across nodes at scale: its latency stays logarithmic
+    ar = collective_time_s(big, "all_reduce", 1e3, 1024, 1) - collective_time_s(small, "all_reduce", 1e3, 64, 1)
+    assert ar < 1e-4

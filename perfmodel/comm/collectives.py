@@ -45,7 +45,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from perfmodel.hardware.network import MeasuredCurve, bus_factor
+from perfmodel.hardware.network import MeasuredCurve, NetworkLevel, bus_factor
 from perfmodel.hardware.system import System
 
 __all__ = ["Placement", "bridged_clique_time_s", "bus_factor", "collective_time_s", "distinct_share",
@@ -190,7 +190,20 @@ def collective_time_s(system: System, kind: str, size: float, degree: int, strid
         units = math.ceil(g[k] / g[k - 1])
         steps = 2 * math.ceil(math.log2(units)) if kind == "all_reduce" else units - 1
         latency += steps * lv.latency_s
+    if kind != "all_reduce":
+        latency += ring_steps_s(levels, n, g[0], place.domains)
     return t + latency
+
+
+def ring_steps_s(levels: tuple[NetworkLevel, ...], n: int, per_domain: int, domains: int) -> float:
+    """The step latencies of a ring all-gather / reduce-scatter of n ranks over `domains` scale-up
+    domains beyond what the scale-up curve already holds (one ring of `per_domain`): NCCL's tuning
+    model (src/graph/tuning.cc) charges (n - N)·intra + (N - 1)·inter for N nodes; the n - 1 steps
+    run one after another, each waiting for its neighbour's chunk. A ring of 1024 H100s (128 nodes)
+    pays 896 NVLink and 127 network steps, 4.3 ms per collective, where one of 8 nodes pays 0.26 ms:
+    what per-layer FSDP gathers at a thousand GPUs expose and a bandwidth term alone never shows."""
+    intra = max(0, n - domains - max(per_domain - 1, 0))
+    return intra * levels[0].step_latency_s + (domains - 1) * levels[1].step_latency_s
 
 
 # --- MoE token exchange (dispatch / combine) -----------------------------------------------------

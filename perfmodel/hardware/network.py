@@ -87,6 +87,10 @@ class NetworkLevel:
     pair_Bps: float = 0.0  # achieved one-way bandwidth per GPU into its NVLink bridges (0: none)
     pair_latency_s: float = 0.0
     pair_group: int = 2  # GPUs per bridged clique (GPUs g·k .. g·k + g - 1)
+    # seconds one step of a ring collective adds across this level's links, beyond the bandwidth
+    # (NCCL's tuning model, src/graph/tuning.cc hwLat, ring / Simple: NVLink 3.4 us, PCIe 5.7 us,
+    # network 9.6 us); 0 where NCCL's model does not apply (TPU ICI, xGMI / RCCL, host loopback)
+    step_latency_s: float = 0.0
 
     @property
     def achieved_Bps(self) -> float:
@@ -99,6 +103,7 @@ class NetworkLevel:
         if bandwidth == 1.0 and latency == 1.0:
             return self
         return replace(self, bandwidth_Bps=self.bandwidth_Bps * bandwidth, latency_s=self.latency_s * latency,
+                       step_latency_s=self.step_latency_s * latency,
                        curves=tuple(c.scaled(bandwidth, latency, self.latency_s) for c in self.curves),
                        pair_Bps=self.pair_Bps * bandwidth, pair_latency_s=self.pair_latency_s * latency)
 
@@ -121,7 +126,15 @@ def _scale_up_level(node: Node, per_node: int) -> NetworkLevel:
         latency_s=intra.latency.si("seconds"), in_network_reduction=intra.in_network_reduction,
         curves=tuple(MeasuredCurve.from_spec(c) for c in intra.curves),
         pair_Bps=pair_Bps, pair_latency_s=pair_latency_s, pair_group=pair_group,
+        step_latency_s=NCCL_RING_STEP_S.get(intra.fabric.split("-")[0].rstrip("0123456789"), 0.0),
     )
+
+
+# NCCL's per-step latency of a ring collective over each transport, protocol Simple (the one large
+# messages use): NVIDIA/nccl src/graph/tuning.cc hwLat[NVLINK / PCI / NET][Ring][Simple] = 3.4, 5.7,
+# 9.6 us, the same file whose ring Simple base latency (8.4 us) the node specs carry. NCCL's own cost
+# model charges a ring of n ranks over N nodes baseLat + (n - N)·intra + (N - 1)·inter per collective.
+NCCL_RING_STEP_S = {"nvlink": 3.4e-6, "pcie": 5.7e-6, "net": 9.6e-6}
 
 
 @lru_cache(maxsize=256)
@@ -150,7 +163,8 @@ def network_levels(node: Node, fabric: Fabric | None, cluster: Cluster | None, p
     topology = cluster.topology if cluster else None
     first: LevelKind = "rail" if topology == "rail-optimized" else "torus" if topology == "torus-3d" else "scale-out"
     if leaf_nodes is None:
-        levels.append(NetworkLevel(first, name, None, per_gpu_Bps, nic_eff, hop_s * hops, inr, oversub))
+        levels.append(NetworkLevel(first, name, None, per_gpu_Bps, nic_eff, hop_s * hops, inr, oversub,
+                                   step_latency_s=NCCL_RING_STEP_S["net"]))
         return tuple(levels)
     leaf_span = int(leaf_nodes) * per_node
     inner = levels[0].span_gpus or 1
@@ -160,6 +174,8 @@ def network_levels(node: Node, fabric: Fabric | None, cluster: Cluster | None, p
         raise SpecError("leaf_nodes", f"{leaf_nodes:g} nodes x {per_node} GPUs = {leaf_span:g} GPUs under one leaf",
                         f"a whole number of nodes whose GPUs are a multiple of the {inner}-GPU scale-up domain "
                         f"(e.g. {2 * inner // per_node} nodes)", f"clusters/{cluster.id if cluster else '?'}.yaml")
-    levels.append(NetworkLevel(first if first != "scale-out" else "leaf", name, leaf_span, per_gpu_Bps, nic_eff, hop_s, inr))
-    levels.append(NetworkLevel("spine", name, None, per_gpu_Bps, nic_eff, hop_s * hops, inr, oversub))
+    step = NCCL_RING_STEP_S["net"]
+    levels.append(NetworkLevel(first if first != "scale-out" else "leaf", name, leaf_span, per_gpu_Bps, nic_eff, hop_s, inr,
+                               step_latency_s=step))
+    levels.append(NetworkLevel("spine", name, None, per_gpu_Bps, nic_eff, hop_s * hops, inr, oversub, step_latency_s=step))
     return tuple(levels)
