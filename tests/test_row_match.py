@@ -81,7 +81,7 @@ def test_every_alias_reads_as_its_own_workload():
                                   "DeepSeek-V1", "Qwen/Qwen3-Next-80B-A3B", "GPT-3 (13.7B)",
                                   # a dotted version is a network of its own (V3.2 adds sparse attention to
                                   # V3): it used to read as 'DeepSeek' and match DeepSeek-V2.5's alias
-                                  "deepseek-ai/DeepSeek-V3.2", "DeepSeek-V3.1"])
+                                  "deepseek-ai/DeepSeek-V3.2", "DeepSeek-V3.2-Exp"])
 def test_names_of_no_workload_match_none(name):
     assert by_name(name, load_workloads()) is None
 
@@ -89,7 +89,9 @@ def test_names_of_no_workload_match_none(name):
 @pytest.mark.parametrize(("name", "wid"), [("DeepSeekV3 (w/o MTP)", "deepseek-v3"), ("Qwen3_30B_a3B (tokendrop)", "qwen3-30b-a3b"),
                                            ("mistralai/Mixtral-8x22B-Instruct-v0.1", "mixtral-8x22b"),
                                            # MLPerf Training's benchmark names
-                                           ("llama31_405b", "llama3.1-405b"), ("llama31_8b", "llama3.1-8b")])
+                                           ("llama31_405b", "llama3.1-405b"), ("llama31_8b", "llama3.1-8b"),
+                                           # V3.1 is V3's network with a longer context (its model card)
+                                           ("deepseek-ai/DeepSeek-V3.1-Terminus", "deepseek-v3")])
 def test_a_note_with_a_slash_is_no_org_prefix(name, wid):
     """Megatron-Bridge's 25.11 table names 'DeepSeekV3 (w/o MTP)': the bracket goes before the org
     prefix is cut (it was read as the org 'DeepSeekV3 (w' and matched nothing); a v0.x revision

@@ -1,0 +1,58 @@
+"""Current widely trained models added to workloads/: each matches its published parameter counts
+within its own stated tolerance, and the names runs files write for them resolve by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfmodel.validation.match import by_name
+from perfmodel.workload.builder import build_graph
+from perfmodel.workload.catalog import load_workloads
+
+WL = load_workloads()
+CURRENT_IDS = ["qwen3-coder-480b-a35b", "minimax-m2", "mistral-large-2", "mistral-small-3-24b", "phi-3.5-moe",
+               "starcoder2-15b", "granite-3.1-8b"]
+
+
+@pytest.mark.parametrize("wid", CURRENT_IDS)
+def test_current_workload_cites_its_config(wid: str) -> None:
+    assert "config" in WL[wid].source and len(WL[wid].source) > 100
+
+
+@pytest.mark.parametrize("wid", [w for w in CURRENT_IDS if WL[w].published_params is not None])
+def test_current_workload_matches_published_counts(wid: str) -> None:
+    spec, pub = WL[wid], WL[wid].published_params
+    assert pub is not None
+    graph = build_graph(spec, seq_len=2048)
+    assert graph.total_params_full() == pytest.approx(pub.total, rel=pub.tolerance)
+    if pub.active is not None:
+        table = (spec.vocab or 0) * spec.hidden
+        active = graph.active_params_full() - (0 if pub.active_includes_embedding else table) \
+            - (0 if pub.active_includes_output else table)
+        assert active == pytest.approx(pub.active, rel=pub.tolerance)
+
+
+def test_phi_3_5_moe_matches_its_checkpoint_count_exactly() -> None:
+    # 41,873 million in the Hugging Face safetensors count: the config reproduces it to 0.01 %
+    assert build_graph(WL["phi-3.5-moe"], seq_len=2048).total_params_full() == pytest.approx(41.873e9, rel=1e-4)
+
+
+@pytest.mark.parametrize("name, workload", [
+    ("Qwen/Qwen3-Coder-480B-A35B-Instruct", "qwen3-coder-480b-a35b"), ("Qwen3 Coder 480B", "qwen3-coder-480b-a35b"),
+    ("MiniMaxAI/MiniMax-M2", "minimax-m2"), ("MiniMaxAI/MiniMax-M2.5", "minimax-m2"),
+    ("mistralai/Mistral-Large-Instruct-2407", "mistral-large-2"), ("Mistral Large 2", "mistral-large-2"),
+    ("mistralai/Mistral-Small-24B-Instruct-2501", "mistral-small-3-24b"),
+    ("microsoft/Phi-3.5-MoE-instruct", "phi-3.5-moe"), ("bigcode/starcoder2-15b", "starcoder2-15b"),
+    ("ibm-granite/granite-3.1-8b-base", "granite-3.1-8b"), ("ibm-granite/granite-3.0-8b-instruct", "granite-3.1-8b"),
+    ("Qwen3 235B", "qwen3-235b-a22b"), ("Qwen3 30B", "qwen3-30b-a3b"), ("OLMoE", "olmoe-1b-7b"),
+    ("deepseek-ai/DeepSeek-V3-0324", "deepseek-v3"), ("deepseek-ai/DeepSeek-R1-0528", "deepseek-v3"),
+])
+def test_current_names_resolve(name: str, workload: str) -> None:
+    spec = by_name(name, WL)
+    assert spec is not None and spec.id == workload
+
+
+@pytest.mark.parametrize("name", ["deepseek-ai/DeepSeek-V3.2", "DeepSeek-V3.2-Exp", "Qwen/Qwen3-32B", "Mistral Large 3"])
+def test_other_networks_do_not_resolve_to_the_new_aliases(name: str) -> None:
+    spec = by_name(name, WL)
+    assert spec is None or spec.id not in {"deepseek-v3", "qwen3-30b-a3b", "mistral-large-2"}
