@@ -646,7 +646,8 @@ def test_h800_is_h100_compute_on_a_narrower_nvlink() -> None:
 
 
 @pytest.mark.parametrize(("written", "acc_id"), [("Tesla V100", "v100-sxm2-32gb"), ("NVIDIA Tesla V100-SXM2-16GB", "v100-sxm2-16gb"),
-                                                 ("AMD Instinct MI300X", "mi300x"), ("Habana Gaudi 3", "gaudi3")])
+                                                 ("AMD Instinct MI300X", "mi300x"), ("Habana Gaudi 3", "gaudi3"),
+                                                 ("HPU Gaudi3", "gaudi3"), ("Intel Gaudi 3", "gaudi3")])
 def test_a_brand_word_before_the_chip_is_dropped(written: str, acc_id: str) -> None:
     """nvidia-smi and vendor tables prefix a brand (Tesla, Instinct, Habana) that names no part."""
     assert resolve_system(written, None, 8)[0].accelerator.id == acc_id

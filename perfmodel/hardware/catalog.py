@@ -171,8 +171,9 @@ def _load_dir(cls: type[T], dirs: list[Path], taken: dict[str, str], problems: l
 
 
 def _bare(name: str) -> str:
-    """spelling() with bracketed notes and the vendor / brand (Tesla, Instinct, Habana) / DGX / HGX prefixes dropped."""
-    return re.sub(r"^((nvidia|amd|intel|google|dgx|hgx|tesla|instinct|habana)-)+", "", spelling_without_notes(name))
+    """spelling() with bracketed notes and the vendor / brand (Tesla, Instinct, Habana) / DGX / HGX
+    prefixes dropped, and Intel's device class (HPU, as PyTorch's `hpu` device and its tables name Gaudi)."""
+    return re.sub(r"^((nvidia|amd|intel|google|dgx|hgx|tesla|instinct|habana|hpu)-)+", "", spelling_without_notes(name))
 
 
 def name_key(name: str) -> str:
