@@ -165,6 +165,22 @@ def test_cost_and_energy_arithmetic() -> None:
         time_to_train(est, system, tokens=tokens, electricity_usd_per_kwh=-1)
 
 
+def test_a_part_without_published_power_still_gets_its_time_and_cost() -> None:
+    """A pre-release chip without a published TDP or node power (VR200): its time and cost stand,
+    its energy columns are NaN (blank in the tables) and the message says which field is missing;
+    the comparison keeps the candidate instead of an error row."""
+    system = _system("vr200", 64)
+    plan = perfmodel.ParallelPlan(dp=64, micro_batch=2, global_batch=256, zero_stage=1)
+    est = perfmodel.estimate("llama3-8b", system, plan)
+    run = time_to_train(est, system, tokens=1e11, electricity_usd_per_kwh=0.1)
+    assert run.wall_s == pytest.approx(1e11 / (256 * 8192) * est.step_time_s)
+    assert run.cost_usd is None  # no published price either: both say so, in that order
+    assert math.isnan(run.energy_j) and math.isnan(run.power_per_gpu_w) and math.isnan(run.tokens_per_joule)
+    assert run.message.index("hourly price") < run.message.index("no energy estimate") and "'tdp'" in run.message
+    row = compare("llama3-8b", ["vr200"], 64, 256).iloc[0]
+    assert row["days"] > 0 and math.isnan(row["energy_mwh"]) and "tdp" in row["message"]
+
+
 @pytest.mark.parametrize(("hardware", "watts", "basis"), [
     ("h100-sxm5-80gb", 10200 / 8, "dgx-h100 wall power"),  # 1275 W
     ("h200-sxm-141gb", 10200 / 8, "dgx-h200 wall power"),  # was the 700 W TDP (issue 13.5)

@@ -71,15 +71,16 @@ def test_each_key_moves_the_step_on_every_reference_node(acc: str, overlap: bool
     domain = probe.domain_size
     tp = min(8, domain)
     world = 2 * domain if len(probe.levels) > 1 else domain
-    # four micro-batches of 2 x 4096 tokens: a loaded step, not one bound by the host issuing kernels
-    # (a host-bound step rightly ignores FLOP/s)
+    # two micro-batches of 4 x 4096 tokens: a loaded step, not one bound by the host issuing kernels
+    # (a host-bound step rightly ignores FLOP/s; at 2 x 4096 a Rubin GPU's kernels already finish
+    # before the host has issued the next ones)
     precision = next(p for p in ("bf16", "fp16", "fp32") if p in probe.accelerator.supported_precisions)
     cal = probe.accelerator.calibration.gemm_max_achievable
     if probe.accelerator.kind == "cpu" and "fp32" in cal and precision in cal:
         # a CPU without bf16 instructions (Zen 3) runs bf16 GEMMs ~30x slower than fp32: train in its faster
         # format, or the step is all GEMM and the keys this test needs feed under 1 % of it
         precision = max((precision, "fp32"), key=lambda p: cal[p].si("flop_per_s"))
-    plan = perfmodel.ParallelPlan(tp=tp, dp=world // tp, micro_batch=2, global_batch=8 * (world // tp), seq_len=4096,
+    plan = perfmodel.ParallelPlan(tp=tp, dp=world // tp, micro_batch=4, global_batch=8 * (world // tp), seq_len=4096,
                                   overlap_dp_comm=overlap, overlap_fsdp_prefetch=overlap, precision=precision)
     system, _ = resolve_system(acc, None, world)
     workload = "gpt2-124m" if probe.accelerator.kind == "cpu" else "llama3-8b"

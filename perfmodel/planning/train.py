@@ -33,7 +33,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Literal
 
-from perfmodel.errors import PerfmodelError
+from perfmodel.errors import PerfmodelError, SpecError
 from perfmodel.estimate import Estimate
 from perfmodel.hardware.catalog import load_catalog
 from perfmodel.hardware.derating import Derived, peer_median
@@ -180,18 +180,27 @@ def time_to_train(est: Estimate, system: System, tokens: float | None = None, st
     wall = n_steps * est.step_time_s
     gpu_hours = est.n_gpus * wall / 3600.0
     _check_site(pue, electricity_usd_per_kwh)
-    power = gpu_power_w(system, est.mfu, power_model, idle_fraction, pue)
+    notes: list[str] = []
+    try:
+        power = gpu_power_w(system, est.mfu, power_model, idle_fraction, pue)
+        basis = power_basis_w(system)[1]
+    except SpecError as e:
+        if e.field != "tdp":
+            raise
+        # a part whose power is not published (a pre-release chip) still gets its time and cost;
+        # its energy columns stay blank (NaN) and the message says why
+        power, basis = math.nan, ""
+        notes.append(f"no energy estimate: {e}")
     energy = est.n_gpus * power * wall
     energy_cost = energy / 3.6e6 * electricity_usd_per_kwh if electricity_usd_per_kwh is not None else None
     cost: float | None
     rate: float | None
-    message = ""
     try:
         if price == "hourly":
             rate = hourly_price_per_gpu(system)
         elif price == "purchase":
             rate = purchase_price_per_gpu(system) / (amortisation_years * HOURS_PER_YEAR)
-            if electricity_usd_per_kwh is not None:
+            if electricity_usd_per_kwh is not None and math.isfinite(power):
                 rate += power / 1000.0 * electricity_usd_per_kwh
         else:
             raise ValueError(f"price {price!r}: expected 'hourly' or 'purchase'")
@@ -199,9 +208,10 @@ def time_to_train(est: Estimate, system: System, tokens: float | None = None, st
     except NoPriceError as e:
         if require_price:
             raise
-        cost, rate, message = None, None, str(e)
+        cost, rate = None, None
+        notes.insert(0, str(e))
     return TrainingRun(n_tokens, n_steps, est.step_time_s, est.n_gpus, wall, gpu_hours, power, energy, cost, rate,
-                       est.mfu, message, power_basis_w(system)[1], pue, energy_cost)
+                       est.mfu, "; ".join(notes), basis, pue, energy_cost)
 
 
 __all__ = [
