@@ -409,3 +409,17 @@ def test_blackwell_specs_take_fp8_in_any_layout():
     cat = load_catalog()
     assert all(cat.accelerator(a).fp8_any_layout for a in ("b200", "b300", "gb200", "gb300"))
     assert not any(cat.accelerator(a).fp8_any_layout for a in ("h100-sxm5-80gb", "h200-sxm-141gb"))
+
+
+@pytest.mark.parametrize(("written", "stack"), [
+    ("JAX/MaxText", "jax"), ("NeMo/Megatron-Core", "megatron-core"), ("torchtune", "pytorch"),
+    ("Colossal-AI", "pytorch"), ("veScale", "pytorch"), ("Hugging Face Transformers", "pytorch"),
+    # parts that name different stacks, or a name of several stacks' front ends, stay unknown
+    ("DeepSpeed/Megatron-LM", None), ("Primus", None),
+])
+def test_framework_names_other_teams_write(written: str, stack: str | None) -> None:
+    """A runs file's framework cell names the stack whose code ran; a name that could be two stacks
+    (AMD's Primus runs Megatron or torchtitan) is no stack's, and validate says so."""
+    from perfmodel.calibration.frameworks import framework_id
+
+    assert framework_id(written) == stack

@@ -361,7 +361,11 @@ ALIASES: dict[str, str] = {
                      "nanogpt", "hf-transformers", "trl", "axolotl",
                      # HF Trainer underneath (LLaMA-Factory); eager PyTorch with flash-attn 2 and their own
                      # TP / PP modules (Hugging Face nanotron, picotron): the `pytorch` mechanisms
-                     "llama-factory", "llamafactory", "nanotron", "picotron"), "pytorch"),
+                     "llama-factory", "llamafactory", "nanotron", "picotron",
+                     # torch-native trainers: torchtune (eager recipes, FSDP2), Colossal-AI and ByteDance's
+                     # veScale (PyTorch with their own parallel wrappers), Optimum Habana (HF Trainer on Gaudi)
+                     "torchtune", "colossal-ai", "colossalai", "vescale", "optimum-habana",
+                     "hugging-face-transformers", "huggingface-transformers"), "pytorch"),
     # DeepSpeed named with its ZeRO stage (the stage is the zero_stage column's)
     **dict.fromkeys(("deepspeed-zero", "deepspeed-zero1", "deepspeed-zero2", "deepspeed-zero3", "ds-zero"), "deepspeed"),
     # LLMQ (IST-DASLab/llmq): a C++/CUDA trainer built on llm.c's kernels, native dispatch, fp8 casts
@@ -378,12 +382,18 @@ _VERSION = re.compile(r"(-(v|r)?\d+([.-]\d+)*[a-z]*\d*(\+[a-z0-9.]+)?)+$")
 
 def framework_id(name: str) -> str | None:
     """The stack `name` means (its id, or an alias up to case, spaces and '_', with a bracketed
-    note or a trailing version dropped: 'NeMo 2.0', 'MaxText (JAX)'); None if none."""
+    note or a trailing version dropped: 'NeMo 2.0', 'MaxText (JAX)'; or parts joined by '/' that
+    all name one stack: 'JAX/MaxText'); None if none."""
     for key in (spelling(name), _VERSION.sub("", spelling_without_notes(name))):
         if key in FRAMEWORKS:
             return key
         if key in ALIASES:
             return ALIASES[key]
+    if "/" in name:
+        # 'JAX/MaxText', 'NeMo/Megatron-Core': the parts name one stack, or the name is ambiguous
+        found = {framework_id(part) for part in name.split("/") if part.strip()}
+        if len(found) == 1:
+            return found.pop()
     return None
 
 
