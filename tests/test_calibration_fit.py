@@ -257,7 +257,7 @@ def test_framework_column_selects_the_attention_kernel(tmp_path):
     flash = predict_row({**row, "framework": "deepspeed"}, wl, profile=NONE)
     assert meg["status"] == flash["status"] == "ok"
     assert float(meg["predicted_step_time_s"]) > float(flash["predicted_step_time_s"])
-    unknown = predict_row({**row, "framework": "colossalai"}, wl, profile=NONE)
+    unknown = predict_row({**row, "framework": "primus"}, wl, profile=NONE)
     assert unknown["status"] == "ok" and "not one perfmodel models (known: megatron-lm" in unknown["message"]
 
 

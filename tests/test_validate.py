@@ -182,7 +182,7 @@ def test_framework_written_another_way_or_unknown_still_predicts(tmp_path):
     base = {"model": "llama3-8b", "seq_len": "8192", "global_batch": "64", "n_gpus": "8", "precision": "bf16",
             "accelerator": "h100-sxm5-80gb", "recompute": "full"}
     rows = [{"run_id": "nemo", "framework": "NeMo", **base}, {"run_id": "mcore", "framework": "megatron-core", **base},
-            {"run_id": "colossal", "framework": "colossalai", **base}, {"run_id": "empty", **base},
+            {"run_id": "unknown", "framework": "primus", **base}, {"run_id": "empty", **base},
             {"run_id": "versioned", "framework": "NeMo 2.0 (24.07 container)", **base}]
     runs, out = tmp_path / "runs.csv", tmp_path / "pred.csv"
     _write(runs, rows)
@@ -194,8 +194,8 @@ def test_framework_written_another_way_or_unknown_still_predicts(tmp_path):
     # a version or a bracketed note says nothing about the mechanisms
     assert got["versioned"]["predicted_step_time_s"] == got["mcore"]["predicted_step_time_s"]
     assert "framework 'NeMo 2.0 (24.07 container)' read as megatron-core" in got["versioned"]["message"]
-    assert got["colossal"]["predicted_step_time_s"] == got["empty"]["predicted_step_time_s"]
-    assert "framework 'colossalai' is not one perfmodel models" in got["colossal"]["message"]
+    assert got["unknown"]["predicted_step_time_s"] == got["empty"]["predicted_step_time_s"]
+    assert "framework 'primus' is not one perfmodel models" in got["unknown"]["message"]
 
 
 def test_report_names_a_pred_file_it_cannot_use(tmp_path, capsys):
