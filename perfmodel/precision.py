@@ -171,7 +171,10 @@ PRECISIONS: dict[str, TrainingPrecision] = {p.name: p for p in (
     TrainingPrecision("fp8", 8, "fp8", 1.0, 1, recipes=("delayed", "current", "blockwise"),
                       aliases=("float8", "fp8-cs", "fp8-ds", "fp8-delayed", "fp8-current", "fp8-hybrid", "fp8-e4m3",
                                "fp8-blockwise", "fp8-block", "fp8-tensorwise", "fp8-rowwise", "float8-tensorwise",
-                               "float8-rowwise", "fp8-current-scaling", "fp8-delayed-scaling")),
+                               "float8-rowwise", "fp8-current-scaling", "fp8-delayed-scaling",
+                               # Megatron-Bridge's fp8_sc, "FP8-SS" in NVIDIA's DGX Cloud tables: subchannel
+                               # (blockwise) scaling, training/mixed_precision.py bf16_with_fp8_subchannel_scaling_mixed
+                               "fp8-sc", "fp8-ss", "fp8-subchannel", "fp8-subchannel-scaling")),
     TrainingPrecision("mxfp8", 8, "fp8", 1.0, 1, recipes=("mxfp8",), listed_by_format=False, aliases=("fp8-mx",)),
     TrainingPrecision("nvfp4", 4, "fp4", 0.5 + 1.0 / 16, 0.5 + 1.0 / 16, recipes=("nvfp4",), listed_by_format=False),
     TrainingPrecision("fp32", 32, "fp32", 4.0, 4, model_copy_bytes=4.0, aliases=("float32",)),

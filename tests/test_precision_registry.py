@@ -71,7 +71,9 @@ def test_aliases_resolve_to_the_registry_name(tmp_path: Path, capsys: pytest.Cap
     # as stacks and published tables write them: Lightning, Composer, Megatron-Bridge's tables
     for written, name in (("bf16-mixed", "bf16"), ("amp_bf16", "bf16"), ("16-mixed", "fp16"), ("FP8-CS", "fp8"),
                           ("fp8_ds", "fp8"), ("FP8-MX", "mxfp8"), ("fp8 (delayed)", "fp8"), ("float8 rowwise", "fp8"),
-                          ("FP8 current scaling", "fp8"), ("bf16 mixed precision", "bf16"), ("FP16 precision", "fp16")):
+                          ("FP8 current scaling", "fp8"), ("bf16 mixed precision", "bf16"), ("FP16 precision", "fp16"),
+                          # subchannel (blockwise) scaling: Megatron-Bridge's fp8_sc, DGX Cloud's FP8-SS
+                          ("fp8_sc", "fp8"), ("FP8-SS", "fp8")):
         assert registry.canonical(written) == name, written
     # names whose format is not one precision stay unknown: fp4 (MXFP4 or NVFP4), tf32
     assert registry.canonical("fp4") is None and registry.canonical("tf32") is None
