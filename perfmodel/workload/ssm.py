@@ -81,6 +81,18 @@ def mamba2_params(spec: ModelSpec) -> float:
     return h * in_n + m.conv_dim * m.conv_kernel + m.conv_dim + 3 * m.num_heads + m.d_inner + m.d_inner * h
 
 
+def layout_copies(b: int, tokens: int, in_width: int, out_width: int) -> list[Op]:
+    """Megatron-Core's mixer runs the scan batch-major: it copies the in_proj output [s, b, .] to
+    [b, s, .] and the scan output back (megatron/core/ssm/mamba_mixer.py _ssm_training:
+    rearrange(zxBCdt, "l b d -> b l d").contiguous(), rearrange(y, "b l d -> l b d").contiguous()),
+    and autograd copies both gradients back the same way. At micro-batch 1 each rearrange is a view
+    that is already contiguous: no copy. One read and one write per element, two kernels each pass."""
+    if b <= 1:
+        return []
+    return [elementwise_op("mamba_layout_copies", tokens * (in_width + out_width), 1, 1, 0,
+                           bwd_bytes_factor=1.0, kernels=2)]
+
+
 def mamba2_ops(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision: str,
                saved_in: float | None) -> tuple[list[Op], float, tuple[tuple[str, float], ...]]:
     """Forward ops of one Mamba-2 mixer on a rank holding `ax` (heads and groups per tp rank and
@@ -103,6 +115,7 @@ def mamba2_ops(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision: str
     ssd_in = Ts * conv_s * ACT_BYTES + Ts * Hs * 4  # x, B, C and fp32 dt, kept for the backward
     ops = [
         gemm_op("mamba_in_proj", T, in_n, h, precision, saved=saved_in, split="column"),
+        *layout_copies(b, Ts, 2 * d_s + 2 * Gs * N + Hs, d_s),
         # depthwise causal conv1d: K multiply-adds per output element (FlopCounterMode counts 2·K), its
         # SiLU applied in the same kernel (causal_conv1d_fwd's activation argument, as
         # mamba_split_conv1d_scan_combined calls it); the backward recomputes the convolution before
