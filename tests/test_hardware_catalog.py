@@ -397,7 +397,7 @@ def test_intra_node_curves_are_monotone_and_under_line_rate(cat: catalog.Catalog
 def test_nvl72_cluster_covers_gb200_and_gb300(cat: catalog.Catalog) -> None:
     rack = cat.clusters["nvl72"]
     assert rack.num_nodes * cat.node(rack.node).accelerators_per_node == 72
-    assert set(rack.nodes_by_accelerator) == {"gb200", "gb300"}
+    assert set(rack.nodes_by_accelerator) == {"gb200", "gb300", "vr200"}
     for acc_id, node_id in rack.nodes_by_accelerator.items():
         node = cat.node(node_id)
         assert node.accelerator == acc_id
