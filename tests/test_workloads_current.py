@@ -56,3 +56,30 @@ def test_current_names_resolve(name: str, workload: str) -> None:
 def test_other_networks_do_not_resolve_to_the_new_aliases(name: str) -> None:
     spec = by_name(name, WL)
     assert spec is None or spec.id not in {"deepseek-v3", "qwen3-30b-a3b", "mistral-large-2"}
+
+
+@pytest.mark.parametrize("name, workload", [
+    ("Qwen3-Coder-30B-A3B", "qwen3-30b-a3b"), ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "qwen3-30b-a3b"),
+    ("Qwen2.5-Coder-32B", "qwen2.5-32b"), ("Qwen/Qwen2.5-Coder-32B-Instruct", "qwen2.5-32b"),
+    ("Qwen2.5-Coder-7B", "qwen2.5-7b"), ("Qwen/Qwen2.5-Coder-7B-Instruct", "qwen2.5-7b"),
+    ("DeepSeek-Coder-V2", "deepseek-v2"), ("deepseek-ai/DeepSeek-Coder-V2-Instruct-0724", "deepseek-v2"),
+    ("DeepSeek-Coder-V2-Lite", "deepseek-v2-lite"), ("deepseek-ai/DeepSeek-Coder-V2-Lite-Base", "deepseek-v2-lite"),
+    ("Nemotron-H-47B", "nemotron-h-47b"), ("nvidia/Nemotron-H-47B-Base-8K", "nemotron-h-47b"),
+])
+def test_code_variants_and_nemotron_h_47b_resolve(name: str, workload: str) -> None:
+    spec = by_name(name, WL)
+    assert spec is not None and spec.id == workload
+
+
+@pytest.mark.parametrize("name", ["Qwen2.5-Coder-14B", "Qwen3-Coder-480B-A35B", "Nemotron-H-56B", "Nemotron-H-8B"])
+def test_neighbours_of_the_new_names_keep_their_own_workload(name: str) -> None:
+    spec = by_name(name, WL)
+    assert spec is None or spec.id not in {"qwen2.5-32b", "qwen2.5-7b", "qwen3-30b-a3b", "nemotron-h-47b"}
+
+
+def test_nemotron_h_47b_cites_its_config_and_matches_its_published_size() -> None:
+    spec = WL["nemotron-h-47b"]
+    assert "config" in spec.source and spec.published_params is not None
+    assert len(spec.layer_pattern or "") == spec.num_layers == 98
+    total = build_graph(spec, seq_len=2048).total_params_full()
+    assert total == pytest.approx(spec.published_params.total, rel=spec.published_params.tolerance)
