@@ -433,7 +433,7 @@ def apply_framework(plan: ParallelPlan, fw: Framework, spec: ModelSpec | None = 
             update[name] = getattr(fw, name)
     if ("moe_a2a_overlap" not in plan.model_fields_set and plan.precision in fw.moe_a2a_overlap_precisions
             and not plan.moe_a2a_overlap and plan.a2a_overlap_refusal() is None
-            and (spec is None or plan.model_copy(update={"moe_a2a_overlap": True}).hybrid_a2a_refusal(spec) is None)):
+            and (spec is None or plan.hybrid_a2a_refusal(spec) is None)):
         update["moe_a2a_overlap"] = True
     if fw.cuda_graphs and not plan.cuda_graphs:
         update["cuda_graphs"] = True

@@ -303,7 +303,7 @@ class ParallelPlan(BaseModel):
         MambaModel / HybridModel built from a layer pattern, has none. NVIDIA's Nemotron-H and
         Nemotron 3 performance recipes accordingly never set it (Megatron-Bridge
         perf_recipes/nemotronh/, v0.5.0 configs/nemotronh/). DualPipe is DeepSeek's own schedule."""
-        if self.moe_a2a_overlap and spec.layer_pattern is not None and self.schedule_name != "dualpipe":
+        if spec.layer_pattern is not None and self.schedule_name != "dualpipe":
             return (f"needs a GPT model: {spec.id} is a hybrid (layer_pattern), and Megatron-Core's combined "
                     "1F1B schedule needs build_schedule_plan, which only GPTModel has; turn the overlap off")
         return None
@@ -363,7 +363,7 @@ class ParallelPlan(BaseModel):
             if self.tp > 1 and not self.sequence_parallel:
                 notes.append("MoE with tp > 1 and no sequence parallelism: Megatron-Core requires it; "
                              "each tp rank routes 1/tp of the tokens as with it")
-            why = self.hybrid_a2a_refusal(spec)
+            why = self.hybrid_a2a_refusal(spec) if self.moe_a2a_overlap else None
             if why is not None:
                 raise LayoutError(f"moe_a2a_overlap (Megatron-Core overlap_moe_expert_parallel_comm) {why}")
         elif self.ep > 1 or self.etp > 1:

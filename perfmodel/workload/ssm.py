@@ -115,7 +115,7 @@ def mamba2_ops(spec: ModelSpec, b: int, s: int, T: int, ax: Axes, precision: str
     ssd_in = Ts * conv_s * ACT_BYTES + Ts * Hs * 4  # x, B, C and fp32 dt, kept for the backward
     ops = [
         gemm_op("mamba_in_proj", T, in_n, h, precision, saved=saved_in, split="column"),
-        *layout_copies(b, Ts, 2 * d_s + 2 * Gs * N + Hs, d_s),
+        *layout_copies(b, Ts, conv_s + d_s + Hs, d_s),  # in_proj's z, x, B, C and dt on the scan's heads
         # depthwise causal conv1d: K multiply-adds per output element (FlopCounterMode counts 2·K), its
         # SiLU applied in the same kernel (causal_conv1d_fwd's activation argument, as
         # mamba_split_conv1d_scan_combined calls it); the backward recomputes the convolution before
