@@ -100,6 +100,10 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recompute-num-layers", type=positive_int, default=None, metavar="N",
                    help="with --recompute full: layers per checkpointed run (uniform) or per model chunk recomputed "
                         "(block; implies --recompute-method block when no method is given)")
+    g.add_argument("--recompute-early-stop", action=argparse.BooleanOptionalAction, default=None,
+                   help="with --recompute full: the rerun stops once the tensors the backward needs are rebuilt, as "
+                        "PyTorch's non-reentrant checkpoint does (the block's last GEMM and residual add do not "
+                        "rerun); default: the --framework's (torchtitan: on)")
     g.add_argument("--offload-activations", type=int, default=0, metavar="N",
                    help="the first N transformer layers' saved activations go to host memory and back (Megatron-Core "
                         "cpu_offloading_num_layers; needs pp 1, no recompute; over the node's measured host link)")
@@ -166,6 +170,8 @@ def _plan(a: argparse.Namespace, n_gpus: int):
                         **({"cuda_graphs": a.cuda_graphs} if getattr(a, "cuda_graphs", None) is not None else {}),
                         **({"act_fp8_input_store": True} if getattr(a, "act_fp8_input_store", False) else {}),
                         **({"autocast_weights": a.autocast_weights} if a.autocast_weights is not None else {}),
+                        **({"recompute_early_stop": a.recompute_early_stop}
+                           if getattr(a, "recompute_early_stop", None) is not None else {}),
                         **({"moe_imbalance": a.moe_imbalance} if a.moe_imbalance is not None else {}),
                         zero_stage=a.zero, micro_batch=a.micro_batch, global_batch=gb, seq_len=a.seq_len,
                         recompute=recompute, offload_activations=a.offload_activations,

@@ -120,6 +120,20 @@ the commits in EVIDENCE_COMMITS):
                    so the un-permutation keeps no copy of the expert outputs; the others at the
                    combine (Hugging Face's index_add_ of expert_output * routing_weights), which keeps
                    one (C·h bf16 per layer and micro-batch).
+    recompute_early_stop  full recompute reruns a block only until the tensors its backward needs are
+                   rebuilt (ParallelPlan.recompute_early_stop, workload/early_stop.py): the block's last
+                   GEMM and residual add do not rerun. `torchtitan`, which wraps each block in
+                   checkpoint_wrapper, NO_REENTRANT by default (torchtitan/distributed/
+                   activation_checkpoint.py), on PyTorch releases whose non-reentrant checkpoint stops
+                   early by default; under torch.compile the partitioner likewise reruns only what the
+                   backward reads. Megatron's full recompute (tensor_parallel.checkpoint, an
+                   autograd.Function), DeepSpeed's and Hugging Face's default (use_reentrant=True) rerun the
+                   whole block. `composer` is not selected though llm-foundry checkpoints non-reentrant
+                   (yamls/pretrain/mpt-*.yaml activation_checkpointing_reentrant: false @ 8c8dd48): its
+                   tables ran the mosaicml/pytorch:2.1.0 image (benchmarking/sweep.sh @ b2a43a147), and
+                   the early stop came in behind a flag that defaulted off (pytorch/pytorch #90105, 2023);
+                   the release that turned it on is not pinned here. A plan states it
+                   (--recompute-early-stop) where the run's release has it.
     cuda_graphs    the transformer layers captured in CUDA graphs: one host launch per layer and
                    pass (ParallelPlan.cuda_graphs). No stack turns it on by default: Megatron-Bridge's
                    recipes set cuda_graph_impl "none" in 219 of 229 places (src/megatron/bridge/recipes,
@@ -239,11 +253,12 @@ class Framework:
     autocast_weights: bool = False  # fp32 parameters cast by torch.autocast every micro-batch (module docstring)
     expert_gemm: ExpertGemm = "grouped"  # MoE expert GEMMs as one kernel or one per local expert (module docstring)
     moe_probs_in_activation: bool = False  # router probabilities applied in the experts' activation (docstring)
+    recompute_early_stop: bool = False  # full recompute through PyTorch's non-reentrant checkpoint (docstring)
 
 
 # the mechanisms a Framework and a ParallelPlan name alike: the stack's value holds where the plan
 # does not set the field itself (apply_framework)
-STACK_FIELDS = ("cp_ring", "elementwise", "moe_probs_in_activation", "expert_gemm", "autocast_weights",
+STACK_FIELDS = ("cp_ring", "elementwise", "moe_probs_in_activation", "expert_gemm", "autocast_weights", "recompute_early_stop",
                 "cross_entropy_impl", "vocab_multiple")
 
 # PyTorch's context-parallel ring on K/V repeated to the query heads (module docstring, cp_ring)
@@ -309,7 +324,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "(benchmarks/llama3_h100_202412_torchtitan.md tables 1-5), so its fp8 / fp4 casts are fused. "
               "Context parallelism through PyTorch's context_parallel (all-gather rotation, fp32 merges and dK/dV "
               "rotation) on K/V repeated to the query heads (models/llama/model.py repeat_kv @ 9dec370).",
-              fsdp="per-param", fp8_recipe="current", selective="op", fused_casts=True, cp_ring=TORCHTITAN_CP_RING),
+              fsdp="per-param", fp8_recipe="current", selective="op", fused_casts=True, cp_ring=TORCHTITAN_CP_RING,
+              recompute_early_stop=True),
     Framework("composer", "flash1", "eager", False,
               "llm-foundry (Composer) as its published benchmark tables ran it: MPT with attn_config attn_impl "
               "'triton' (scripts/train/benchmarking/submit_benchmarks.py --attn_impl default 'triton' and "
@@ -318,7 +334,9 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "triton_pre_mlir: `flash1`. llm-foundry moved its yamls to attn_impl 'flash' in March 2024 "
               "(c26309de5); a plan that names `--attention flash` models that. Eager; FSDP1 "
               "(FullyShardedDataParallel, FlatParameter) with limit_all_gathers and BACKWARD_POST prefetch "
-              "(composer FSDPConfig defaults); MPT's LayerNorm and GELU are torch's fused kernels.",
+              "(composer FSDPConfig defaults); MPT's LayerNorm and GELU are torch's fused kernels; activation "
+              "checkpointing non-reentrant (yamls/pretrain/mpt-*.yaml activation_checkpointing_reentrant: false), "
+              "its early stop not selected (module docstring, recompute_early_stop).",
               elementwise="eager"),
     Framework("pytorch", "flash", "eager", False,
               "plain PyTorch DDP / FSDP: F.scaled_dot_product_attention (flash backend), eager dispatch; a "

@@ -47,6 +47,7 @@ from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.ranks import group_stride
 from perfmodel.parallel.shard import CP_DKV_ROTATE, CP_KV_ALLGATHER, TP_PAIR_COMMS
 from perfmodel.parallel.split import EDGE_KINDS
+from perfmodel.workload.early_stop import early_stop_tail
 from perfmodel.workload.graph import ACT_BYTES, Comm, Layer, Op
 from perfmodel.workload.module_recompute import OP_POLICY, module_recompute
 from perfmodel.workload.op_checkpoint import op_checkpoint
@@ -402,6 +403,12 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
     # selective recompute reruns the attention core (and the ring's forward call) under core_attn only
     core_rerun = mods is not None and mods.core_attn
     r_gpu = fwd if rec == "full" else core if core_rerun else 0.0
+    k_tail = 0  # kernels of the block's tail a non-reentrant checkpoint's early stop does not rerun
+    if rec == "full" and plan.recompute_early_stop:
+        for op in early_stop_tail(layer):
+            r_gpu -= op_cost(acc, cross_entropy_op(op, plan.cross_entropy_impl), "fwd", plan.fp8_recipe_name,
+                             fused).time_s
+            k_tail += op.kernels
     kcore = kcore if core_rerun else 0
     r_op_comm = 0.0
     rerun = per_op or mods
@@ -448,7 +455,7 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
         kf, kb, kcore, kw = min(kf, 1), min(kb, 1), min(kcore, 1), min(kw, 1)
         per_expert = r_per_expert = 0.0
     if rec == "full":
-        r_comm, r_host = cf, kf * hf + per_expert
+        r_comm, r_host = cf, (kf - min(k_tail, kf)) * hf + per_expert
     elif rec == "selective":
         # core_attn reruns the ring's forward call (all-gather and merges); the per-op policy saves it
         r_comm, r_host = r_op_comm + (ring_rerun_s if core_rerun else 0.0), kcore * hf + r_per_expert

@@ -57,6 +57,10 @@ class ParallelPlan(BaseModel):
         "core_attn, the attention core), or op (torchtitan's per-op policy, workload/op_checkpoint.py: saves "
         "matmul outputs but every second one, attention and reduce-scatters; reruns the rest); the training "
         "stack selects core_attn or op where the plan does not say"))
+    recompute_early_stop: bool = Field(False, description=(
+        "full recompute as PyTorch's non-reentrant checkpoint reruns a block: it stops once the tensors the "
+        "backward needs are rebuilt, so the block's last GEMM and its residual add do not rerun "
+        "(workload/early_stop.py); the training stack selects it where the plan does not say"))
     recompute_method: Literal["uniform", "block"] = Field("uniform", description=(
         "which layers recompute 'full' reruns (Megatron-Core recompute_method, parallel/partial_recompute.py): "
         "uniform (every layer, checkpointed in runs of recompute_num_layers, default 1) or block (only the first "
