@@ -11,7 +11,8 @@ from perfmodel.workload.catalog import load_workloads
 
 WL = load_workloads()
 CURRENT_IDS = ["qwen3-coder-480b-a35b", "minimax-m2", "mistral-large-2", "mistral-small-3-24b", "phi-3.5-moe",
-               "starcoder2-15b", "granite-3.1-8b"]
+               "starcoder2-15b", "granite-3.1-8b",
+               "olmo-2-13b", "olmo-2-32b", "gemma-3-4b", "gemma-3-1b", "phi-4-mini", "ministral-8b", "codestral-22b"]
 
 
 @pytest.mark.parametrize("wid", CURRENT_IDS)
@@ -53,6 +54,18 @@ def test_phi_3_5_moe_matches_its_checkpoint_count_exactly() -> None:
     ("DeepSeek-Coder-V2", "deepseek-v2"), ("deepseek-ai/DeepSeek-Coder-V2-Instruct-0724", "deepseek-v2"),
     ("DeepSeek-Coder-V2-Lite", "deepseek-v2-lite"), ("deepseek-ai/DeepSeek-Coder-V2-Lite-Base", "deepseek-v2-lite"),
     ("Nemotron-H-47B", "nemotron-h-47b"), ("nvidia/Nemotron-H-47B-Base-8K", "nemotron-h-47b"),
+    # OLMo 2 13B / 32B, Gemma 3 4B / 1B, Phi-4-mini, Ministral 8B, Codestral 22B
+    ("allenai/OLMo-2-1124-13B", "olmo-2-13b"), ("allenai/OLMo-2-1124-13B-Instruct", "olmo-2-13b"), ("OLMo 2 13B", "olmo-2-13b"),
+    ("allenai/OLMo-2-0325-32B", "olmo-2-32b"), ("allenai/OLMo-2-0325-32B-Instruct", "olmo-2-32b"), ("OLMo 2 32B", "olmo-2-32b"),
+    ("google/gemma-3-4b-pt", "gemma-3-4b"), ("google/gemma-3-4b-it", "gemma-3-4b"), ("Gemma 3 4B", "gemma-3-4b"),
+    ("google/gemma-3-1b-pt", "gemma-3-1b"), ("google/gemma-3-1b-it", "gemma-3-1b"), ("Gemma 3 1B", "gemma-3-1b"),
+    ("microsoft/Phi-4-mini-instruct", "phi-4-mini"), ("Phi-4-mini", "phi-4-mini"),
+    ("mistralai/Ministral-8B-Instruct-2410", "ministral-8b"), ("Ministral 8B", "ministral-8b"),
+    ("mistralai/Codestral-22B-v0.1", "codestral-22b"), ("mistral-community/Codestral-22B-v0.1", "codestral-22b"),
+    ("Codestral 22B", "codestral-22b"),
+    # releases of a catalogued network, aliased earlier: Llama 3.3 70B, DeepSeek-R1, GLM-4.6
+    ("meta-llama/Llama-3.3-70B-Instruct", "llama3.1-70b"), ("deepseek-ai/DeepSeek-R1", "deepseek-v3"),
+    ("zai-org/GLM-4.6", "glm-4.5"),
 ])
 def test_current_names_resolve(name: str, workload: str) -> None:
     spec = by_name(name, WL)
@@ -60,11 +73,17 @@ def test_current_names_resolve(name: str, workload: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["deepseek-ai/DeepSeek-V3.2", "DeepSeek-V3.2-Exp", "Qwen/Qwen3-32B", "Mistral Large 3",
-                                  "Qwen2.5-Coder-14B", "Qwen3-Coder-480B-A35B", "Nemotron-H-56B", "Nemotron-H-8B"])
+                                  "Qwen2.5-Coder-14B", "Qwen3-Coder-480B-A35B", "Nemotron-H-56B", "Nemotron-H-8B",
+                                  # other networks beside the models added with OLMo 2 13B / 32B ... Codestral 22B
+                                  "allenai/OLMo-2-0425-1B", "allenai/OLMo-2-1124-7B", "google/gemma-3-12b-it",
+                                  "google/gemma-3-270m", "microsoft/phi-4", "microsoft/Phi-4-mini-flash-reasoning",
+                                  "mistralai/Ministral-3-8B-Instruct-2512", "mistralai/Mamba-Codestral-7B-v0.1",
+                                  "mistralai/Mistral-Small-Instruct-2409"])
 def test_other_networks_do_not_resolve_to_the_new_aliases(name: str) -> None:
     spec = by_name(name, WL)
     assert spec is None or spec.id not in {"deepseek-v3", "qwen3-30b-a3b", "mistral-large-2", "qwen2.5-32b",
-                                           "qwen2.5-7b", "nemotron-h-47b"}
+                                           "qwen2.5-7b", "nemotron-h-47b", "olmo-2-13b", "olmo-2-32b", "gemma-3-4b",
+                                           "gemma-3-1b", "phi-4-mini", "ministral-8b", "codestral-22b"}
 
 
 def test_nemotron_h_47b_cites_its_config_and_matches_its_published_size() -> None:
@@ -73,3 +92,18 @@ def test_nemotron_h_47b_cites_its_config_and_matches_its_published_size() -> Non
     assert len(spec.layer_pattern or "") == spec.num_layers == 98
     total = build_graph(spec, seq_len=2048).total_params_full()
     assert total == pytest.approx(spec.published_params.total, rel=spec.published_params.tolerance)
+
+
+@pytest.mark.parametrize(("wid", "window", "local", "global_"), [("gemma-3-4b", 1024, 29, 5), ("gemma-3-1b", 512, 22, 4),
+                                                              ("ministral-8b", 32768, 27, 9)])
+def test_interleaved_local_attention_of_the_new_models(wid: str, window: int, local: int, global_: int) -> None:
+    # Gemma 3: 5 local layers per global one (1B: a 512-token window); Ministral 8B: one full-context
+    # layer per three 32K-window layers (its model card's ragged 128k, 32k, 32k, 32k)
+    spec = WL[wid]
+    counts = {layer.name: layer.count for layer in build_graph(spec, seq_len=2048).body}
+    assert spec.sliding_window == window and counts == {"layers_local": local, "layers": global_}
+
+
+def test_ministral_8b_matches_its_model_card_count_exactly() -> None:
+    # 'Parameters 8,019,808,256' in the Ministral-8B-Instruct-2410 architecture table
+    assert build_graph(WL["ministral-8b"], seq_len=2048).total_params_full() == 8_019_808_256
