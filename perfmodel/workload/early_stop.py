@@ -14,8 +14,8 @@ never runs the block's tail:
     to train without dropout, where F.dropout with p = 0 returns its input and saves nothing);
   - the op before them, when it is a GEMM: a Linear saves only its input and weight, and packing
     them is the last save the block makes, so the rerun stops before the GEMM's kernel. For a
-    transformer block that is the MLP's down projection (MPT's down_proj, Llama's w2), a third of
-    a GELU MLP's GEMM FLOPs and about a quarter of a Llama block's.
+    transformer block that is the MLP's down projection: MPT's down_proj, 4h² of its block's 12h²
+    GEMM FLOPs (a third); Llama's w2, a quarter of Llama-3-8B's (14336 of 59392 columns).
 
 An op that saves its own output (FlashAttention's log-sum-exp and output, an activation that keeps
 its result) runs whole. Traced stacks come to the same rerun: torch.compile's partitioner
