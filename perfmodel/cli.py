@@ -330,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("workload", nargs="?", default=None, help="workload id from workloads/ (see `perfmodel list "
                    "workloads`), a workload YAML, or a Hugging Face config.json")
     e.add_argument("--hardware", "--cluster", dest="hardware", default="a100-sxm4-80gb", help="accelerator, node or cluster id")
-    e.add_argument("--n-gpus", type=positive_int, default=None, help="GPUs (default: dp x tp x pp x cp)")
+    e.add_argument("--n-gpus", "--gpus", dest="n_gpus", type=positive_int, default=None, help="GPUs (default: dp x tp x pp x cp)")
     e.add_argument("--gpus-per-node", type=positive_int, default=None)
     e.add_argument("--engine", default="analytic", choices=ENGINE_NAMES)
     e.add_argument("--scale", type=_scale_arg, action="append", default=[], metavar="KEY=FACTOR",

@@ -17,7 +17,13 @@ from perfmodel.errors import PerfmodelError, SpecError, UsageError, clip, quote
 
 class Parser(argparse.ArgumentParser):
     """argparse that raises UsageError (carrying the usage line) instead of exiting, so that
-    `main` reports argument errors the same way as every other error (JSON with --json)."""
+    `main` reports argument errors the same way as every other error (JSON with --json), and
+    that takes no option by a prefix: argparse's abbreviations read `--gpus 8` as
+    `--gpus-per-node 8` and silently estimated one GPU."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         # one usage line, not argparse's whole option list (40 lines for estimate) before the error

@@ -98,6 +98,13 @@ def test_json_spec_error_names_file_and_field(tmp_path: Path, capsys: pytest.Cap
     assert "appears twice (lines 2 and 3)" in err["message"]
 
 
+def test_gpus_is_the_gpu_count_and_no_option_is_taken_by_its_prefix(capsys: pytest.CaptureFixture[str]) -> None:
+    # argparse's abbreviations had read `--gpus 8` as `--gpus-per-node 8`: one GPU, silently
+    assert _main(["estimate", "gpt2-124m", "--gpus", "8", "--json"]) == 0
+    gpus = json.loads(capsys.readouterr().out)["plan"]
+    assert gpus["dp"] * gpus["tp"] * gpus["pp"] * gpus["cp"] == 8
+
+
 def test_version_and_broken_pipe_end_without_a_traceback() -> None:
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
     v = subprocess.run([sys.executable, "-m", "perfmodel", "--version"], capture_output=True, text=True, env=env, check=False)

@@ -126,7 +126,7 @@ def add_parsers(sub: Any, plan_args: Callable[[argparse.ArgumentParser], None],
     c = sub.add_parser("converge", help="time, GPU-hours, cost and energy to a target loss, per global batch")
     c.add_argument("workload")
     c.add_argument("--hardware", required=True, help="accelerator, node or cluster id")
-    c.add_argument("--n-gpus", type=positive_int, required=True)
+    c.add_argument("--n-gpus", "--gpus", dest="n_gpus", type=positive_int, required=True)
     c.add_argument("--target-loss", type=positive_float, default=None, help="nats per token")
     c.add_argument("--noise-scale", type=positive_float_at_most(MOST_TOKENS), default=None,
                    help="B_noise in tokens (default: Kaplan B_crit(L))")
@@ -148,7 +148,7 @@ def add_parsers(sub: Any, plan_args: Callable[[argparse.ArgumentParser], None],
     g = sub.add_parser("goodput", help="checkpoint cost and goodput from the model and a storage spec")
     g.add_argument("workload")
     g.add_argument("--hardware", required=True)
-    g.add_argument("--n-gpus", type=positive_int, required=True)
+    g.add_argument("--n-gpus", "--gpus", dest="n_gpus", type=positive_int, required=True)
     g.add_argument("--storage", default="tectonic-llama3", help="storage spec id (hardware_specs/storage/) or YAML path")
     g.add_argument("--async", dest="asynchronous", action="store_true", help="asynchronous checkpointing")
     g.add_argument("--interval", type=positive_float_at_most(MOST_SECONDS), nargs="*", default=[600.0, 1800.0, 3600.0, 7200.0],
