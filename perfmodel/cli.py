@@ -257,7 +257,10 @@ def cmd_estimate(a: argparse.Namespace) -> int:
 
 def cmd_validate(a: argparse.Namespace) -> int:
     from perfmodel.validation.predict import validate_file
+    from perfmodel.validation.runs import column_warnings
 
+    for line in column_warnings(a.runs):
+        print(f"perfmodel: warning: {line}", file=sys.stderr)
     preds = validate_file(a.runs, a.out, a.engine, a.attention, a.calibration, a.framework)
     ok = sum(p["status"] == "ok" for p in preds)
     print(f"{len(preds)} rows read, {ok} predicted, {len(preds) - ok} errors -> {a.out}", file=sys.stderr)

@@ -259,3 +259,27 @@ def test_arch_written_as_a_family_name_reads_as_its_arch(tmp_path):
     assert rows["c"]["predicted_step_time_s"] == rows["d"]["predicted_step_time_s"] != ""
     assert "arch 'Llama-3' read as llama" in rows["b"]["message"] and "arch 'Mixtral' read as moe" in rows["d"]["message"]
     assert rows["e"]["status"] == "error" and "allowed values: gpt, llama, moe" in rows["e"]["message"]
+
+
+def test_a_column_the_format_does_not_read_is_named_with_the_one_it_means(tmp_path, capsys):
+    # 'micro_batch_size' is not the format's micro_batch: its value is ignored and micro_batch
+    # defaults to 1, which the warning says instead of predicting it without a word
+    runs = tmp_path / "runs.csv"
+    runs.write_text("run_id,model,micro_batch_size,global_batch,dp,n_gpus,accelerator,step_time_s,GBS,cost_usd\n"
+                    "r1,llama3-8b,2,64,8,8,h100-sxm5-80gb,5.0,64,12.5\n")
+    assert main(["validate", "--runs", str(runs), "--out", str(tmp_path / "pred.csv")]) == 0
+    err = capsys.readouterr().err
+    assert "column 'micro_batch_size' is not in the runs format and is ignored; did you mean 'micro_batch'?" in err
+    # a spelling of a column the file also has is named without a guess; a free column is only named
+    assert "column 'GBS' is not in the runs format and is ignored (columns" in err
+    assert "column 'cost_usd' is not in the runs format and is ignored (columns" in err
+    _, rows = _read(tmp_path / "pred.csv")
+    assert rows[0]["status"] == "ok" and "micro_batch=1" in rows[0]["message"]
+
+
+def test_the_format_s_own_files_draw_no_column_warning():
+    from perfmodel.validation.runs import column_warnings
+
+    root = Path(__file__).resolve().parents[1] / "validation"
+    for name in ("runs_public.csv", "runs_published_extra.csv", "runs_judged_dgxc.csv", "runs_cpu.csv"):
+        assert column_warnings(root / name) == [], name

@@ -69,6 +69,65 @@ ARCH_COLUMNS = {"n_layers": "num_layers", "hidden": "hidden", "ffn_hidden": "ffn
                 "head_dim": "head_dim"}
 
 
+# columns other tools and papers name what this format calls otherwise: a runs file that carries one
+# of them has its value ignored and the format's column defaulted (DEFAULTS), so it is named
+COLUMN_SPELLINGS = {
+    "micro_batch": ("micro_batch_size", "mbs", "micro_bs", "batch_size_per_gpu", "per_device_batch_size"),
+    "global_batch": ("global_batch_size", "gbs", "global_bs", "batch_size"),
+    "n_gpus": ("num_gpus", "gpus", "world_size", "n_devices", "num_devices", "gpu_count"),
+    "tp": ("tensor_parallel", "tensor_model_parallel_size", "tp_size"),
+    "pp": ("pipeline_parallel", "pipeline_model_parallel_size", "pp_size"),
+    "cp": ("context_parallel", "context_parallel_size", "cp_size"),
+    "ep": ("expert_parallel", "expert_model_parallel_size", "ep_size"),
+    "dp": ("data_parallel", "data_parallel_size", "dp_size"),
+    "vp": ("virtual_pipeline", "virtual_pipeline_model_parallel_size", "vpp"),
+    "etp": ("expert_tensor_parallel", "expert_tensor_parallel_size"),
+    "zero_stage": ("zero", "zero_level", "fsdp"),
+    "recompute": ("activation_checkpointing", "recompute_granularity", "checkpointing"),
+    "n_layers": ("num_layers", "num_hidden_layers", "layers"),
+    "hidden": ("hidden_size", "d_model"),
+    "ffn_hidden": ("ffn_hidden_size", "intermediate_size"),
+    "n_heads": ("num_attention_heads", "num_heads", "heads"),
+    "n_kv_heads": ("num_key_value_heads", "num_kv_heads", "num_query_groups"),
+    "vocab": ("vocab_size",),
+    "n_experts": ("num_experts", "num_moe_experts"),
+    "top_k": ("moe_router_topk", "num_experts_per_tok", "topk"),
+    "seq_len": ("seq_length", "sequence_length", "max_seq_len", "context_length"),
+    "sequence_parallel": ("sp",),
+    "precision": ("dtype", "mixed_precision"),
+    "accelerator": ("gpu", "gpu_type", "hardware", "device"),
+    "step_time_s": ("step_time", "iteration_time", "iter_time", "step_time_ms", "time_per_step"),
+}
+
+
+def column_warnings(path: Path | str) -> list[str]:
+    """One line per header column the runs format does not read (COLUMNS, OPTIONAL_COLUMNS and the
+    prediction columns of a joined file aside), naming the format's column it most likely means
+    (COLUMN_SPELLINGS, else the nearest name): its value is ignored and that column defaulted, so
+    a `micro_batch_size` header would otherwise predict micro-batch 1 without a word."""
+    import difflib
+
+    known = set(COLUMNS) | set(OPTIONAL_COLUMNS) | set(OUTPUT_COLUMNS)
+    try:
+        header = [(h or "").strip() for h in next(csv.reader(io.StringIO(
+            Path(path).read_bytes().decode("utf-8-sig", errors="replace"))), [])]
+    except (OSError, StopIteration, csv.Error):
+        return []  # read_rows says what spoils the file
+    out = []
+    for col in header:
+        if not col or col in known:
+            continue
+        key = spelling(col).replace("-", "_")
+        meant = next((c for c, names in COLUMN_SPELLINGS.items() if key in names), None)
+        if meant is None:
+            close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.8)
+            meant = close[0] if close else None
+        hint = f"; did you mean {meant!r}?" if meant and meant not in header else ""
+        out.append(f"{path}: column {col!r} is not in the runs format and is ignored{hint} "
+                   f"(columns: docs/VALIDATION.md)")
+    return out
+
+
 class RowError(PerfmodelError):
     """A runs-file row that cannot be predicted; the message says which column and why."""
 
