@@ -154,6 +154,9 @@ def _plan(a: argparse.Namespace, n_gpus: int):
     if modules and recompute != "selective":
         raise UsageError(f"--recompute-modules {modules} names what selective recompute reruns; it needs --recompute "
                          f"selective (got --recompute {recompute})")
+    if getattr(a, "recompute_early_stop", None) and recompute != "full":
+        raise UsageError(f"--recompute-early-stop says how full recompute reruns a block; it needs --recompute full "
+                         f"(got --recompute {recompute})")
     method, window = getattr(a, "recompute_method", None), getattr(a, "recompute_num_layers", None)
     if (method or window) and recompute != "full":
         flag = f"--recompute-method {method}" if method else f"--recompute-num-layers {window}"
