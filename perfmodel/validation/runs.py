@@ -109,8 +109,7 @@ def column_warnings(path: Path | str) -> list[str]:
 
     known = set(COLUMNS) | set(OPTIONAL_COLUMNS) | set(OUTPUT_COLUMNS)
     try:
-        header = [(h or "").strip() for h in next(csv.reader(io.StringIO(
-            Path(path).read_bytes().decode("utf-8-sig", errors="replace"))), [])]
+        header = [(h or "").strip() for h in next(csv.reader(io.StringIO(_text(Path(path).read_bytes()))), [])]
     except (OSError, StopIteration, csv.Error):
         return []  # read_rows says what spoils the file
     out = []
@@ -146,6 +145,15 @@ FREE_TEXT = ("source", "source_detail", "notes")  # never read by a prediction
 MAX_COUNT = 10**7  # parallel degrees, GPU and batch counts: 10 million is past any machine built
 
 
+def _text(raw: bytes) -> str:
+    """A runs file's text: utf-8-sig drops the byte-order mark spreadsheets write; surrogateescape
+    keeps a stray latin-1 byte as a marker that fails only the cell holding it (see undecodable);
+    utf-16 is spreadsheets' "Unicode text" export."""
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return raw.decode("utf-16", errors="replace")
+    return raw.decode("utf-8-sig", errors="surrogateescape")
+
+
 def read_rows(path: Path | str) -> list[dict[str, str]]:
     """The rows of a runs file as {column: stripped text}. Raises RowError only for what spoils
     the whole file (missing, no run_id column, a repeated column name, broken CSV quoting)."""
@@ -153,13 +161,7 @@ def read_rows(path: Path | str) -> list[dict[str, str]]:
         raw = Path(path).read_bytes()
     except OSError as e:
         raise RowError(f"{path}: cannot be read ({e.strerror or e})") from None
-    # utf-8-sig drops the byte-order mark spreadsheets write; surrogateescape keeps a stray
-    # latin-1 byte as a marker that fails only the cell holding it (see undecodable)
-    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):  # spreadsheets' "Unicode text" export
-        text = raw.decode("utf-16", errors="replace")
-    else:
-        text = raw.decode("utf-8-sig", errors="surrogateescape")
-    reader = csv.DictReader(io.StringIO(text, newline=""))
+    reader = csv.DictReader(io.StringIO(_text(raw), newline=""))
     try:
         header = [(h or "").strip() for h in (reader.fieldnames or [])]
         repeated = sorted({h for h in header if h and header.count(h) > 1})
