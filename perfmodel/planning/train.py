@@ -109,14 +109,18 @@ def gpu_power_w(system: System, mfu: float = 1.0, power_model: PowerModel = "tdp
                 idle_fraction: float = DEFAULT_IDLE_FRACTION, pue: float = 1.0) -> float:
     """Average watts per GPU while training, times the datacentre PUE (see the module docstring)."""
     _check_site(pue, None)
-    basis, _ = power_basis_w(system)
+    return _drawn_w(power_basis_w(system)[0], mfu, power_model, idle_fraction, pue)
+
+
+def _drawn_w(basis_w: float, mfu: float, power_model: PowerModel, idle_fraction: float, pue: float) -> float:
+    """Average watts per GPU from its full-load wall watts `basis_w` (power_basis_w), times the PUE."""
     if power_model == "tdp":
         factor = 1.0
     elif power_model == "utilisation":
         factor = idle_fraction + (1.0 - idle_fraction) * min(1.0, max(0.0, mfu))
     else:
         raise ValueError(f"power_model {power_model!r}: expected 'tdp' or 'utilisation'")
-    return basis * factor * pue
+    return basis_w * factor * pue
 
 
 def _check_site(pue: float, electricity_usd_per_kwh: float | None) -> None:
@@ -182,8 +186,8 @@ def time_to_train(est: Estimate, system: System, tokens: float | None = None, st
     _check_site(pue, electricity_usd_per_kwh)
     notes: list[str] = []
     try:
-        power = gpu_power_w(system, est.mfu, power_model, idle_fraction, pue)
-        basis = power_basis_w(system)[1]
+        full_load_w, basis = power_basis_w(system)
+        power = _drawn_w(full_load_w, est.mfu, power_model, idle_fraction, pue)
     except SpecError as e:
         if e.field != "tdp":
             raise
