@@ -297,10 +297,18 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
     prefixes = {c.hide_behind for c in layer.comms if c.overlappable and c.hide_behind}
     behind = {p: [0.0, 0.0] for p in prefixes}  # fwd / bwd seconds of the ops a collective hides behind
     fused = plan.fp8_fused_casts
-    for graph_op in layer.ops:
+    rec = plan.recompute if layer.recomputable else "none"
+    # the block's tail a non-reentrant checkpoint's early stop does not rerun (workload/early_stop.py):
+    # the last ops of the layer, their forward seconds and kernels summed as the loop costs them
+    tail_from = len(layer.ops) - (len(early_stop_tail(layer)) if rec == "full" and plan.recompute_early_stop else 0)
+    tail_f, k_tail = 0.0, 0
+    for i, graph_op in enumerate(layer.ops):
         op = cross_entropy_op(graph_op, plan.cross_entropy_impl)
         f = op_cost(acc, op, "fwd", plan.fp8_recipe_name, fused).time_s
         b = op_cost(acc, op, "bwd", plan.fp8_recipe_name, fused).time_s
+        if i >= tail_from:
+            tail_f += f
+            k_tail += op.kernels
         for p in prefixes:
             if op.name.startswith(p):
                 behind[p][0] += f
@@ -397,18 +405,11 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
         cf += ring.exposed_fwd_s
         cb += ring.exposed_bwd_s
         ring_rerun_s = ring.exposed_fwd_s
-    rec = plan.recompute if layer.recomputable else "none"
     per_op = op_checkpoint(layer, plan.tp, plan.etp) if rec == "selective" and plan.selective_recompute == OP_POLICY else None
     mods = module_recompute(layer, plan.selective_recompute) if rec == "selective" and per_op is None else None
     # selective recompute reruns the attention core (and the ring's forward call) under core_attn only
     core_rerun = mods is not None and mods.core_attn
-    r_gpu = fwd if rec == "full" else core if core_rerun else 0.0
-    k_tail = 0  # kernels of the block's tail a non-reentrant checkpoint's early stop does not rerun
-    if rec == "full" and plan.recompute_early_stop:
-        for op in early_stop_tail(layer):
-            r_gpu -= op_cost(acc, cross_entropy_op(op, plan.cross_entropy_impl), "fwd", plan.fp8_recipe_name,
-                             fused).time_s
-            k_tail += op.kernels
+    r_gpu = fwd - tail_f if rec == "full" else core if core_rerun else 0.0
     kcore = kcore if core_rerun else 0
     r_op_comm = 0.0
     rerun = per_op or mods
