@@ -122,10 +122,10 @@ def test_recompute_time_is_the_rerun_ops_forward() -> None:
     plan = _plan("moe_act,mla_up_proj")  # no core_attn: the attention core does not rerun
     layer = _layer(plan, "moe_layers")
     want = sum(op_cost(acc, _op(layer, n), "fwd").time_s for n in ("q_up", "kv_up", "rope", "expert_act"))
-    assert layer_time(SYSTEM, plan, layer).recompute_gpu_s == pytest.approx(want, rel=1e-12)
+    assert layer_time(SYSTEM, plan, layer, world=1).recompute_gpu_s == pytest.approx(want, rel=1e-12)
     with_core = _plan("core_attn,moe_act,mla_up_proj")
     flash = next(o for o in layer.ops if o.kind == "attention")
-    assert layer_time(SYSTEM, with_core, layer).recompute_gpu_s == pytest.approx(
+    assert layer_time(SYSTEM, with_core, layer, world=1).recompute_gpu_s == pytest.approx(
         want + op_cost(acc, flash, "fwd").time_s, rel=1e-12)
 
 

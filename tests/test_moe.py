@@ -258,8 +258,8 @@ def test_shared_expert_overlap_hides_the_all_to_all() -> None:
     plan = ParallelPlan(dp=64, ep=64, global_batch=64, seq_len=4096)
     over = plan.model_copy(update={"moe_shared_expert_overlap": True})
     spec = DSV3.with_(seq_len=4096)
-    t0 = layer_time(sys_, plan, moe_layer(plan_graph(spec, plan)))
-    t1 = layer_time(sys_, over, moe_layer(plan_graph(spec, over)))
+    t0 = layer_time(sys_, plan, moe_layer(plan_graph(spec, plan)), world=1)
+    t1 = layer_time(sys_, over, moe_layer(plan_graph(spec, over)), world=1)
     assert t1.fwd_comm_s < t0.fwd_comm_s and t1.bwd_comm_s < t0.bwd_comm_s
     layer = moe_layer(plan_graph(spec, over))
     acc = sys_.accelerator
@@ -333,7 +333,7 @@ def test_combined_1f1b_layer_exposes_the_pairs_excess_and_the_unpaired_all_to_al
     spec = DSV3.with_(seq_len=4096)
     layer = moe_layer(plan_graph(spec, plan))
     over = plan.model_copy(update={"moe_a2a_overlap": True})
-    t0, t1 = layer_time(sys_, plan, layer), layer_time(sys_, over, layer)
+    t0, t1 = layer_time(sys_, plan, layer, world=1), layer_time(sys_, over, layer, world=1)
     acc = sys_.accelerator
     cost = {o.name: (op_cost(acc, o, "fwd").time_s, op_cost(acc, o, "bwd").time_s,
                      op_cost(acc, o, "bwd").time_s * o.wgrad_factor / o.bwd_flop_factor if o.wgrad_factor else 0.0)

@@ -73,7 +73,7 @@ def test_recompute_seconds_are_the_separate_projections_own_gemms() -> None:
     by_hand += [o for o in layer.ops if o.kind in ("norm", "elementwise")]
     acc = system.accelerator
     want = sum(op_cost(acc, o, "fwd", plan.fp8_recipe_name).time_s for o in by_hand)
-    lt = layer_time(system, plan, layer)
+    lt = layer_time(system, plan, layer, world=1)
     assert lt.recompute_gpu_s == pytest.approx(want, rel=1e-12)
     assert lt.recompute_comm_s == 0.0
 
@@ -125,7 +125,7 @@ def test_megatron_meaning_is_unchanged() -> None:
     system = resolve_system("h100-sxm5-80gb", None, 8)[0]
     layer = _block(plan)
     flash = next(o for o in layer.ops if o.kind == "attention")
-    assert layer_time(system, plan, layer).recompute_gpu_s == op_cost(system.accelerator, flash, "fwd").time_s
+    assert layer_time(system, plan, layer, world=1).recompute_gpu_s == op_cost(system.accelerator, flash, "fwd").time_s
 
 
 def test_unknown_policy_names_the_allowed_values() -> None:

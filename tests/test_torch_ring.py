@@ -90,7 +90,7 @@ def test_layer_time_adds_the_merges_and_the_exposed_exchange():
     sys_ = _system()
     acc = sys_.accelerator
     ring, p2p = _layer("allgather-repeat-kv"), _layer("p2p")
-    lt_r, lt_p = layer_time(sys_, _plan("allgather-repeat-kv"), ring), layer_time(sys_, _plan("p2p"), p2p)
+    lt_r, lt_p = layer_time(sys_, _plan("allgather-repeat-kv"), ring, world=1), layer_time(sys_, _plan("p2p"), p2p, world=1)
     att = next(op for op in ring.ops if op.kind == "attention")
     f, b = op_cost(acc, att, "fwd").time_s, op_cost(acc, att, "bwd").time_s
     fwd_b, bwd_b = merge_bytes(ring.layout.cp, 8, "allgather-repeat-kv")

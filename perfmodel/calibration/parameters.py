@@ -14,6 +14,8 @@ exactly one *knob*, a field of the resolved hardware that the cost functions alr
     scale_out     collective bandwidth over the NICs                       System.levels[1:]: efficiency
     moe_dispatch  MoE dispatch / combine seconds divide by it (engines/costs) System.ep_dispatch_efficiency
     p2p           pipeline send/recv seconds multiply by it (engines/stages)  System.p2p_time_factor
+    speed_spread  the chip-speed spread the slowest chip's pace reads          System.speed_spread
+                  (hardware/variability.py; engines/costs.layer_time)
 
 A knob's value for one run is the product of the parameters that read it and apply to the run's
 scope: `global`, `generation` (Accelerator.generation, one value per generation the fit saw; an
@@ -80,6 +82,10 @@ Priors (value, log-normal spread, and why):
       reach 153-158 of ~160 GB/s NVLink and 43-58 GB/s of a ~50 GB/s CX7 NIC (deepseek-ai/DeepEP
       README, H800, EP 8-64), at or above the ring fraction, and NCCL's all-to-all over IB reaches
       one NIC's 48 of 50 GB/s (GTC slide, nccl-tests #267).
+  gpu_speed_spread 1.0 +- 0.50 (a multiple of the 1.3 % spread of chip speeds): Sinha et al. (SC22)
+      measured 8 % (22 % at most) between the GPUs of five clusters; how the 8 % maps to a standard
+      deviation depends on their range's definition (5.4 to 7 sigma: 1.1-1.5 %), and newer parts
+      under tighter power management may spread more or less: wide.
   pipeline_p2p 1.0 +- 0.30 (a time multiple): one send/recv pair per stage boundary moves the
       activation at the level's measured collective rate (NCCL send/recv over NVLink or a NIC is one
       copy; p2pBandwidthLatencyTest reaches 83-91 % of line, CALIBRATION_FACTS §6), so the modelled
@@ -95,11 +101,13 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from perfmodel.hardware.specs import Accelerator
 
-Knob = Literal["gemm", "attention", "flash1", "memory_bound", "host", "scale_up", "scale_out", "moe_dispatch", "p2p"]
+Knob = Literal["gemm", "attention", "flash1", "memory_bound", "host", "scale_up", "scale_out", "moe_dispatch", "p2p",
+               "speed_spread"]
 KNOBS: tuple[Knob, ...] = ("gemm", "attention", "flash1", "memory_bound", "host", "scale_up", "scale_out", "moe_dispatch",
-                           "p2p")
-# knobs that multiply seconds (the others are efficiencies: seconds divide by them)
-TIME_KNOBS: tuple[Knob, ...] = ("host", "p2p")
+                           "p2p", "speed_spread")
+# knobs that multiply seconds (the others are efficiencies: seconds divide by them); the slowest
+# chip's extra seconds are proportional to the speed spread
+TIME_KNOBS: tuple[Knob, ...] = ("host", "p2p", "speed_spread")
 Scope = Literal["global", "generation", "scale_up_domain", "scale_out_fabric"]
 
 
@@ -171,6 +179,11 @@ REGISTRY: tuple[Parameter, ...] = (
               "physical argument: one send/recv per boundary at the level's collective rate; spread for "
               "Megatron's batched isend/irecv synchronisation",
               "engines/stages.p2p_time_s (System.p2p_time_factor)", unit="multiple of the modelled send/recv seconds"),
+    Parameter("gpu_speed_spread", "speed_spread", "global", 1.0, 0.30, 0.1, 4.0,
+              "measurement: 8 % average speed variation between the GPUs of one cluster, outliers aside "
+              "(Sinha et al., SC22, arXiv 2208.11035), read as a 1.3 % standard deviation (hardware/variability.py)",
+              "engines/costs.layer_time (System.speed_spread: the slowest of the job's chips sets its kernels' pace)",
+              unit="multiple of the 1.3 % chip-speed spread", kinds=("gpu", "tpu", "hpu")),
 )
 BY_NAME = {p.name: p for p in REGISTRY}
 

@@ -278,7 +278,8 @@ def system_with_knobs(system: System, k: dict[Knob, float]) -> System:
         levels = _adjusted_levels(system.levels, k["scale_up"], k["scale_out"])
     return replace(system, accelerator=acc, levels=levels,
                    ep_dispatch_efficiency=system.ep_dispatch_efficiency * k["moe_dispatch"],
-                   p2p_time_factor=system.p2p_time_factor * k["p2p"])
+                   p2p_time_factor=system.p2p_time_factor * k["p2p"],
+                   speed_spread=system.speed_spread * k["speed_spread"])
 
 
 # --- intervals -----------------------------------------------------------------------------------

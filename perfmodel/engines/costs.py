@@ -43,6 +43,7 @@ from perfmodel.engines.torch_ring import torch_ring
 from perfmodel.engines.userbuffers import all_gather_bytes_per_element, tp_overlap_s
 from perfmodel.hardware.specs import Accelerator
 from perfmodel.hardware.system import System
+from perfmodel.hardware.variability import slowest_unit_factor
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.parallel.ranks import group_stride
 from perfmodel.parallel.shard import CP_DKV_ROTATE, CP_KV_ALLGATHER, TP_PAIR_COMMS
@@ -288,8 +289,11 @@ def sp_amax_allreduce_s(system: System, plan: ParallelPlan, layer: Layer) -> tup
     return n_f * t, n_b * t
 
 
-def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
+def layer_time(system: System, plan: ParallelPlan, layer: Layer, world: int | None = None) -> LayerTime:
+    """One instance of `layer` on one rank, one micro-batch, on the slowest of the `world` chips the
+    job holds (default plan.world; hardware/variability.py): its kernels run that chip's seconds."""
     acc = system.accelerator
+    pace = slowest_unit_factor(system.speed_spread, plan.world if world is None else world)
     fwd = bwd = core = wgrad = 0.0
     kf = kb = kcore = kw = 0
     attn_compute = attn_bwd = 0.0  # the attention core's forward and backward seconds
@@ -304,8 +308,8 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
     tail_f, k_tail = 0.0, 0
     for i, graph_op in enumerate(layer.ops):
         op = cross_entropy_op(graph_op, plan.cross_entropy_impl)
-        f = op_cost(acc, op, "fwd", plan.fp8_recipe_name, fused).time_s
-        b = op_cost(acc, op, "bwd", plan.fp8_recipe_name, fused).time_s
+        f = op_cost(acc, op, "fwd", plan.fp8_recipe_name, fused).time_s * pace
+        b = op_cost(acc, op, "bwd", plan.fp8_recipe_name, fused).time_s * pace
         if i >= tail_from:
             tail_f += f
             k_tail += op.kernels
@@ -396,9 +400,9 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
         ring = torch_ring(acc, layer.layout.cp, plan.cp, plan.cp_ring, attn_compute, attn_bwd,
                           ring_s[CP_KV_ALLGATHER], ring_s[CP_DKV_ROTATE])
         # the merges run on the compute stream after each attention step: part of the attention core
-        fwd += ring.merge_fwd_s
-        core += ring.merge_fwd_s
-        bwd += ring.merge_bwd_s
+        fwd += ring.merge_fwd_s * pace
+        core += ring.merge_fwd_s * pace
+        bwd += ring.merge_bwd_s * pace
         kf += ring.merge_fwd_kernels
         kcore += ring.merge_fwd_kernels
         kb += ring.merge_bwd_kernels
@@ -419,7 +423,7 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
         # recompute modules (workload/module_recompute.py): the other modules' ops and collectives
         r_gemm, r_tp = 0.0, 0.0
         for op in rerun.recomputed:
-            t = op_cost(acc, op, "fwd", plan.fp8_recipe_name, fused).time_s
+            t = op_cost(acc, op, "fwd", plan.fp8_recipe_name, fused).time_s * pace
             r_gpu += t
             kcore += op.kernels
             r_gemm += t if op.kind == "gemm" and not op.grouped else 0.0

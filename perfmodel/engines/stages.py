@@ -125,9 +125,10 @@ def check_imported(graph: Graph, plan: ParallelPlan) -> list[str]:
 # ---- per stage ----------------------------------------------------------------------------------
 
 @lru_cache(maxsize=4096)
-def cached_layer_time(system: System, plan: ParallelPlan, layer: Layer) -> LayerTime:
-    """costs.layer_time, memoised on (system, plan, layer): engines and planner ask for the same layers."""
-    return layer_time(system, plan, layer)
+def cached_layer_time(system: System, plan: ParallelPlan, layer: Layer, world: int | None = None) -> LayerTime:
+    """costs.layer_time, memoised on (system, plan, layer, world): engines and planner ask for the
+    same layers (the planner's shape plans name the layout's GPU count in `world`)."""
+    return layer_time(system, plan, layer, world)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from perfmodel.hardware.host_cpu import HOST_CPU, HOST_NODE
 from perfmodel.hardware.network import NetworkLevel, network_levels
 from perfmodel.hardware.specs import Accelerator
 from perfmodel.hardware.system_specs import Cluster, Fabric, Node
+from perfmodel.hardware.variability import SPEED_SPREAD
 from perfmodel.names import spelling
 from perfmodel.units import Dimension, parse_quantity
 
@@ -53,6 +54,9 @@ class System:
     # by it), and a multiple of the modelled pipeline send/recv seconds
     ep_dispatch_efficiency: float = 1.0
     p2p_time_factor: float = 1.0
+    # relative standard deviation of chip speed across the fleet: a step runs at its slowest
+    # chip's pace (hardware/variability.py); the calibration parameter gpu_speed_spread scales it
+    speed_spread: float = SPEED_SPREAD
     # `host-cpu` on a machine whose CPU no spec describes: another CPU's spec stands in for it
     # (hardware/host_cpu.py), and the prediction interval says how far CPUs differ
     host_stand_in: bool = False

@@ -130,11 +130,13 @@ class Evaluator:
                             moe_options(base), base.cp_ring, base.elementwise, base.autocast_weights)
 
     # -- per shape: one vector entry per graph layer ----------------------------------------------
-    def layer_vectors(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int,
+    def layer_vectors(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int, world: int,
                       a2a: tuple[int, int, int] | None = None) -> dict[str, np.ndarray]:
-        """`a2a`: (pp, vp, micro-batches) of a layout whose MoE all-to-alls run under the combined
-        1F1B (a2a_overlap_micro_batches), whose exposed share depends on them; None: not overlapped."""
-        key = (tp, cp, ep, sp, mb, rec, a2a)
+        """`world`: the layout's GPU count (its slowest chip sets the kernels' pace,
+        hardware/variability.py); `a2a`: (pp, vp, micro-batches) of a layout whose MoE all-to-alls
+        run under the combined 1F1B (a2a_overlap_micro_batches), whose exposed share depends on
+        them; None: not overlapped."""
+        key = (tp, cp, ep, sp, mb, rec, world, a2a)
         if key not in self._layers:
             g = self.graph(tp, cp, ep, sp, mb)
             shape = {"tp": tp, "cp": cp, "ep": ep, "dp": ep, "sequence_parallel": bool(sp), "micro_batch": mb,
@@ -142,7 +144,7 @@ class Evaluator:
             if a2a is not None:
                 shape.update(pp=a2a[0], vp=a2a[1], global_batch=a2a[2] * mb * ep)
             plan = self.plan(**shape)
-            lts = [cached_layer_time(self.system, plan, layer) for layer in g.layers]
+            lts = [cached_layer_time(self.system, plan, layer, world) for layer in g.layers]
             self._layers[key] = {
                 "fwd": np.array([lt.fwd_s for lt in lts]),
                 "bwd": np.array([lt.bwd_s for lt in lts]),
@@ -168,15 +170,15 @@ class Evaluator:
             self._counts[key] = c
         return self._counts[key]
 
-    def stages(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int, pp: int, vp: int,
+    def stages(self, tp: int, cp: int, ep: int, sp: int, mb: int, rec: int, pp: int, vp: int, dp: int,
                split_wgrad: int = 0, a2a_m: int = 0, place: int = -1) -> StageTable:
         """`split_wgrad`: the schedule runs the weight-gradient phase apart (schedule.defers_wgrad);
         `a2a_m`: the micro-batches of a layout under the combined 1F1B, 0 where it is off; `place`:
         the schedule that places the chunks on ranks, -1 for Megatron's (stage_counts)."""
-        key = (tp, cp, ep, sp, mb, rec, pp, vp, split_wgrad, a2a_m, place)
+        key = (tp, cp, ep, sp, mb, rec, pp, vp, dp, split_wgrad, a2a_m, place)
         if key in self._stages:
             return self._stages[key]
-        v = self.layer_vectors(tp, cp, ep, sp, mb, rec, (pp, vp, a2a_m) if a2a_m else None)
+        v = self.layer_vectors(tp, cp, ep, sp, mb, rec, tp * cp * pp * dp, (pp, vp, a2a_m) if a2a_m else None)
         c = self.stage_counts(self.graph(tp, cp, ep, sp, mb), pp, vp, place)
         # a micro-batch runs through the schedule's share of a rank's chunks (stages.rank_costs)
         ct = c * (SCHEDULES[placement_name(place)].run_share() if pp > 1 else 1.0)
@@ -218,7 +220,7 @@ class Evaluator:
         activation bytes per micro-batch and the working set."""
         key = ("mem", tp, cp, ep, sp, mb, rec, pp, vp, dp, place)
         if key not in self._mem:
-            st = self.stages(tp, cp, ep, sp, mb, rec, pp, vp, place=place)
+            st = self.stages(tp, cp, ep, sp, mb, rec, pp, vp, dp, place=place)
             rows = [self.static_bytes(tp, cp, ep, pp, vp, dp, z, place) for z in range(4)]
             rows += [st.act_per_mb_bytes, st.act_working_bytes]
             self._mem[key] = tuple(pad(r, 3) for r in rows)
@@ -229,7 +231,7 @@ class Evaluator:
         key = (tp, cp, ep, sp, mb, rec, pp, vp, dp, split_wgrad, a2a_m, place)
         if key in self._costs:
             return self._costs[key]
-        st = self.stages(tp, cp, ep, sp, mb, rec, pp, vp, split_wgrad, a2a_m, place)
+        st = self.stages(tp, cp, ep, sp, mb, rec, pp, vp, dp, split_wgrad, a2a_m, place)
         hops = self.rank_hops(st, tp, cp, pp, vp, dp, mb)
         t = np.asarray(st.all_t_s) + hops
         row = [float(t.max()), float(t.sum()), float(t[st.worst_rank]), st.avg_wgrad_s,
@@ -417,7 +419,7 @@ class Evaluator:
         uniq columns, tp .. place) for schedule `name`, as the analytic engine forms them."""
         key = ("ranks", name, row)
         if key not in self._pipe:
-            st = self.stages(*row[:8], *row[9:])  # less dp
+            st = self.stages(*row)
             tp, cp, _, _, mb, _, pp, vp, dp = row[:9]
             hops = self.rank_hops(st, tp, cp, pp, vp, dp, mb)
             t = np.asarray(st.all_t_s) + hops

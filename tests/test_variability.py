@@ -1,0 +1,90 @@
+"""A synchronous step runs at its slowest chip's pace (hardware/variability.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from scipy import integrate, stats
+
+import perfmodel
+from perfmodel.calibration.parameters import BY_NAME, TIME_KNOBS
+from perfmodel.calibration.profile import NONE, calibrated_system, load_profile, system_with_knobs
+from perfmodel.engines.costs import layer_time
+from perfmodel.engines.stages import plan_graph
+from perfmodel.hardware.system import resolve_system
+from perfmodel.hardware.variability import SPEED_SPREAD, slowest_of, slowest_unit_factor
+from perfmodel.parallel.plan import ParallelPlan
+
+
+def _exact_max(n: int) -> float:
+    """E[max of n standard normals] by quadrature."""
+    return integrate.quad(lambda x: x * n * stats.norm.pdf(x) * stats.norm.cdf(x) ** (n - 1), -12, 12, limit=200)[0]
+
+
+def test_one_chip_has_no_slower_peer() -> None:
+    assert slowest_of(1) == 0.0
+    assert slowest_unit_factor(0.05, 1) == 1.0
+
+
+@pytest.mark.parametrize("n", [8, 64, 1024, 16384])
+def test_blom_is_within_one_percent_of_the_order_statistic(n: int) -> None:
+    assert slowest_of(n) == pytest.approx(_exact_max(n), rel=0.01)
+
+
+def test_the_slowest_chip_grows_slower_with_the_job() -> None:
+    xs = [slowest_of(n) for n in (2, 8, 64, 512, 4096)]
+    assert xs == sorted(xs)
+    # by hand: PhiInv((8 - 0.375) / 8.25) = PhiInv(0.92424) = 1.4342; PhiInv(127.625 / 128.25) = 2.5847
+    assert slowest_of(8) == pytest.approx(1.4342, abs=1e-4)
+    assert slowest_of(128) == pytest.approx(2.5847, abs=1e-4)
+    # a weak-scaled job slows by (1 + 0.013·2.5847) / (1 + 0.013·1.4342) - 1 = 1.47 % from 8 to 128 chips
+    assert slowest_unit_factor(SPEED_SPREAD, 128) / slowest_unit_factor(SPEED_SPREAD, 8) == pytest.approx(1.01468, abs=1e-5)
+
+
+def _block(plan: ParallelPlan):  # type: ignore[no-untyped-def]
+    return next(layer for layer in plan_graph(perfmodel.get_workload("llama3-8b"), plan).layers if layer.recomputable)
+
+
+def test_kernels_take_the_slowest_chips_seconds_and_collectives_do_not() -> None:
+    system = calibrated_system(resolve_system("h100-sxm5-80gb", None, 64)[0], NONE)
+    plan = ParallelPlan(tp=8, dp=8, sequence_parallel=True, micro_batch=1, global_batch=8, seq_len=4096, recompute="full")
+    block = _block(plan)
+    one, many = layer_time(system, plan, block, world=1), layer_time(system, plan, block)  # plan.world = 64
+    pace = slowest_unit_factor(system.speed_spread, 64)
+    for f in ("fwd_gpu_s", "bwd_gpu_s", "recompute_gpu_s", "wgrad_gpu_s"):
+        assert getattr(many, f) == pytest.approx(getattr(one, f) * pace, rel=1e-12), f
+    for f in ("fwd_comm_s", "bwd_comm_s", "fwd_host_s", "bwd_host_s"):
+        assert getattr(many, f) == pytest.approx(getattr(one, f), rel=1e-12), f
+    # no spread: every chip the same, the job's size changes nothing
+    flat = replace(system, speed_spread=0.0)
+    assert layer_time(flat, plan, block) == layer_time(flat, plan, block, world=1)
+
+
+def test_more_spread_never_makes_a_step_faster() -> None:
+    spec = perfmodel.get_workload("llama3-8b")
+    base = resolve_system("h100-sxm5-80gb", None, 64)[0]
+    plan = ParallelPlan(tp=2, pp=2, dp=16, micro_batch=1, global_batch=128, seq_len=4096)
+    steps = [perfmodel.estimate(spec, replace(base, speed_spread=s), plan, calibration="none").step_time_s
+             for s in (0.0, 0.01, 0.02, 0.05)]
+    assert steps == sorted(steps) and steps[0] < steps[-1]
+    # one GPU: nothing to wait for
+    single = ParallelPlan(micro_batch=1, global_batch=4, seq_len=1024)
+    small = perfmodel.get_workload("llama3.2-1b")
+    one = resolve_system("h100-sxm5-80gb", None, 1)[0]
+    assert (perfmodel.estimate(small, one, single, calibration="none").step_time_s
+            == perfmodel.estimate(small, replace(one, speed_spread=0.05), single, calibration="none").step_time_s)
+
+
+def test_the_calibration_parameter_scales_the_spread() -> None:
+    p = BY_NAME["gpu_speed_spread"]
+    assert (p.knob, p.prior) == ("speed_spread", 1.0) and "speed_spread" in TIME_KNOBS
+    system = resolve_system("h100-sxm5-80gb", None, 8)[0]
+    assert system.speed_spread == SPEED_SPREAD
+    assert calibrated_system(system, NONE).speed_spread == SPEED_SPREAD  # physics only: the measured spread
+    knobs = NONE.knobs(system.accelerator) | {"speed_spread": 2.0}
+    assert system_with_knobs(system, knobs).speed_spread == pytest.approx(2 * SPEED_SPREAD)
+    prof = load_profile("default")
+    assert calibrated_system(system, prof).speed_spread == pytest.approx(SPEED_SPREAD * prof.value("gpu_speed_spread"))
+    # a CPU run is one process: the parameter does not apply to it
+    assert "cpu" not in p.kinds
