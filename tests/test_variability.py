@@ -88,3 +88,14 @@ def test_the_calibration_parameter_scales_the_spread() -> None:
     assert calibrated_system(system, prof).speed_spread == pytest.approx(SPEED_SPREAD * prof.value("gpu_speed_spread"))
     # a CPU run is one process: the parameter does not apply to it
     assert "cpu" not in p.kinds
+
+
+def test_an_estimate_says_how_much_the_slowest_chip_costs() -> None:
+    spec = perfmodel.get_workload("llama3-8b")
+    system = resolve_system("h100-sxm5-80gb", None, 64)[0]
+    plan = ParallelPlan(tp=2, pp=2, dp=16, micro_batch=1, global_batch=128, seq_len=4096)
+    physics = perfmodel.estimate(spec, system, plan, calibration="none")
+    assert "x1.0304 (chip-speed spread 1.30%" in physics.provenance["slowest_chip"]  # 1 + 0.013 x 2.3367
+    fitted = perfmodel.estimate(spec, system, plan)
+    spread = SPEED_SPREAD * load_profile("default").value("gpu_speed_spread")
+    assert f"x{slowest_unit_factor(spread, 64):.4f}" in fitted.provenance["slowest_chip"]

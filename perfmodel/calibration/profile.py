@@ -31,6 +31,7 @@ from perfmodel.hardware.attention import FLASH1_KERNEL, attention_curve
 from perfmodel.hardware.network import NetworkLevel
 from perfmodel.hardware.specs import Accelerator
 from perfmodel.hardware.system import System
+from perfmodel.hardware.variability import slowest_unit_factor
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.units import parse_quantity
 from perfmodel.workload.spec import ModelSpec
@@ -360,8 +361,13 @@ def with_interval(est: Estimate, prof: Profile, system: System, spec: ModelSpec 
     iv = step_time_interval(prof, acc, spec, est.plan, est.step_time_s, framework=framework,
                             host_stand_in=system.host_stand_in)
     prov = system_provenance(system, est.plan.precision) if est.provenance else {}
+    k = prof.knobs(acc, named_framework(framework) if framework else None)
+    if prov:
+        spread = system.speed_spread * k["speed_spread"]
+        prov["slowest_chip"] = (f"kernels at the pace of the slowest of {est.plan.world} chips: "
+                                f"x{slowest_unit_factor(spread, est.plan.world):.4f} (chip-speed spread {spread:.2%}, "
+                                "hardware/variability.py)")
     if not prof.physics_only:
-        k = prof.knobs(acc, named_framework(framework) if framework else None)
         prov["calibration"] = (f"fitted: profile {prof.name!r} x " + ", ".join(f"{n} {v:.3g}" for n, v in k.items() if v != 1.0)
                                + " on the rates above (gemm and attention not where a whole-model efficiency is known)")
     return replace(est, calibration=prof.name, step_time_lo_s=iv[0] if iv else None, step_time_hi_s=iv[1] if iv else None,
