@@ -423,3 +423,36 @@ def test_framework_names_other_teams_write(written: str, stack: str | None) -> N
     from perfmodel.calibration.frameworks import framework_id
 
     assert framework_id(written) == stack
+
+
+def test_stacks_without_ring_context_parallelism_refuse_cp():
+    """DeepSpeed (Ulysses), pre-Core Megatron-LM and llm.c do not run the ring context parallelism
+    perfmodel models: a cp > 1 plan under them is an error naming the stack, not a ring's cost."""
+    from perfmodel.calibration.frameworks import NO_CONTEXT_PARALLEL
+
+    spec = load_workload("llama3-8b")
+    plan = perfmodel.ParallelPlan(dp=4, cp=2, global_batch=8, seq_len=8192)
+    for name, fw in FRAMEWORKS.items():
+        if fw.context_parallel:
+            assert apply_framework(plan, fw, spec).cp == 2, name
+        else:
+            with pytest.raises(LayoutError, match=f"cp 2 under the {name} stack"):
+                apply_framework(plan, fw, spec)
+    assert set(NO_CONTEXT_PARALLEL) == {"deepspeed", "megatron-lm", "llm.c"}
+    assert "Ulysses" in NO_CONTEXT_PARALLEL["deepspeed"]
+    # cp 1 is every stack's
+    assert apply_framework(plan.model_copy(update={"cp": 1, "dp": 8}), FRAMEWORKS["deepspeed"], spec).cp == 1
+
+
+def test_the_search_keeps_cp_1_for_a_stack_without_it():
+    from perfmodel.planning.space import SearchSpace
+
+    res = perfmodel.search("llama3-8b", "h100-sxm5-80gb", n_gpus=16, global_batch=32, framework="deepspeed",
+                           space=SearchSpace(tp=(1, 2), pp=(1, 2), micro_batch=(1,)))
+    assert len(res.table) and set(res.table["cp"]) == {1}
+    mega = perfmodel.search("llama3-8b", "h100-sxm5-80gb", n_gpus=16, global_batch=32, framework="megatron-core",
+                            space=SearchSpace(tp=(1, 2), pp=(1, 2), micro_batch=(1,)))
+    assert mega.table["cp"].max() > 1
+    with pytest.raises(LayoutError, match="cp 4 under the deepspeed stack"):
+        perfmodel.search("llama3-8b", "h100-sxm5-80gb", n_gpus=16, global_batch=32, framework="deepspeed",
+                         space=SearchSpace(cp=(1, 4)))

@@ -80,6 +80,17 @@ the commits in EVIDENCE_COMMITS):
                    (ff0829c, 2026-01-27), which passes enable_gqa and keeps the kv heads: the stack selects
                    `allgather-repeat-kv`, the code of its published CP benchmarks; a plan for torchtitan
                    after Jan 2026 states `--cp-ring allgather`.
+    context_parallel  whether the stack splits one sequence over ranks the way perfmodel models it
+                   (a ring of K/V chunks, `cp_ring`): Megatron-Core (--context-parallel-size,
+                   Transformer Engine's CP attention), torchtitan (PyTorch's context_parallel), JAX
+                   (MaxText's context axis) and plain PyTorch (torch.distributed context_parallel).
+                   Not `megatron-lm` (context parallelism arrived with Megatron-Core: its
+                   --context-parallel-size and TE's CP attention have no counterpart in the pre-Core
+                   megatron/model/transformer.py), `deepspeed` (it splits sequences with DeepSpeed-Ulysses,
+                   an all-to-all over attention heads before and after attention: deepspeed/sequence/
+                   layer.py DistributedAttention, which perfmodel does not model) and `llm.c` (data
+                   parallel and ZeRO only). A cp > 1 plan under those stacks is refused
+                   (apply_framework), and the layout search keeps cp 1 for them.
     elementwise    how norms, activations and rotary embeddings run (ParallelPlan.elementwise,
                    compute/eager.py): `fused` (one kernel each) where the stack ships fused kernels or
                    compiles: Megatron-LM (Apex FusedLayerNorm / fused bias-GeLU / bias-dropout-add),
@@ -205,7 +216,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from perfmodel.compute.eager import ElementwiseImpl
-from perfmodel.errors import PerfmodelError
+from perfmodel.errors import LayoutError, PerfmodelError
 from perfmodel.names import spelling, spelling_without_notes
 from perfmodel.parallel.plan import ParallelPlan
 from perfmodel.precision import recipe_precision
@@ -254,12 +265,22 @@ class Framework:
     expert_gemm: ExpertGemm = "grouped"  # MoE expert GEMMs as one kernel or one per local expert (module docstring)
     moe_probs_in_activation: bool = False  # router probabilities applied in the experts' activation (docstring)
     recompute_early_stop: bool = False  # full recompute through PyTorch's non-reentrant checkpoint (docstring)
+    context_parallel: bool = True  # the stack runs ring context parallelism (module docstring)
 
 
 # the mechanisms a Framework and a ParallelPlan name alike: the stack's value holds where the plan
 # does not set the field itself (apply_framework)
 STACK_FIELDS = ("cp_ring", "elementwise", "moe_probs_in_activation", "expert_gemm", "autocast_weights", "recompute_early_stop",
                 "cross_entropy_impl", "vocab_multiple")
+
+# why a stack without ring context parallelism refuses cp > 1 (module docstring, context_parallel)
+NO_CONTEXT_PARALLEL = {
+    "megatron-lm": "Megatron-LM before Megatron-Core has no context parallelism (--context-parallel-size and "
+                   "Transformer Engine's CP attention came with Megatron-Core; name the megatron-core stack)",
+    "deepspeed": "DeepSpeed splits a sequence with DeepSpeed-Ulysses, an all-to-all over attention heads "
+                 "(deepspeed/sequence/layer.py DistributedAttention), which perfmodel does not model",
+    "llm.c": "llm.c trains data parallel (and ZeRO) only",
+}
 
 # PyTorch's context-parallel ring on K/V repeated to the query heads (module docstring, cp_ring)
 TORCHTITAN_CP_RING: CpRing = "allgather-repeat-kv"
@@ -270,7 +291,8 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "FusedScaleMaskSoftmax + bmm (megatron/model/transformer.py CoreAttention; vTrain @ f8dda84 "
               "src/model/fused_softmax.py); FlashAttention only behind the later opt-in --use-flash-attn. "
               "No userbuffers TP overlap, blocking p2p, the vocab-parallel cross-entropy in PyTorch ops "
-              "(megatron/core/tensor_parallel/cross_entropy.py), bf16 / fp16 only.", vocab_multiple=128),
+              "(megatron/core/tensor_parallel/cross_entropy.py), bf16 / fp16 only.", vocab_multiple=128,
+              context_parallel=False),
     Framework("megatron-core", "fused", "eager", True,
               "Megatron-Core with Transformer Engine as NeMo / Megatron-Bridge's performance recipes run it: "
               "TE DotProductAttention, which runs cuDNN's FusedAttention on Hopper and later whenever it supports "
@@ -310,7 +332,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "DeepSpeed with Hugging Face models: attention through torch SDPA (flash backend), eager; the "
               "models' norms, SwiGLU and RoPE as written in transformers (LlamaRMSNorm upcasts to fp32, "
               "apply_rotary_pos_emb with rotate_half), one ATen kernel per call.",
-              elementwise="eager"),
+              elementwise="eager", context_parallel=False),
     Framework("torchtitan", "flash", "eager", False,
               "torchtitan: SDPA flash attention, eager unless --compile (the default); FSDP2: fully_shard per "
               "transformer block and on the root (torchtitan/distributed/fsdp.py, parallelize.apply_fsdp), whose "
@@ -355,7 +377,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "(src/models/llama_model.cpp 'Use fused kernel: RMSNorm + quantization in one pass', "
               "rmsnorm_forward_quant), each tensor's abs-max comes from the kernel that produces it, and the "
               "quantized weights are kept across micro-batches (--offload-quants moves them), so fp8 casts are fused.",
-              fused_casts=True, cross_entropy_impl="classifier", vocab_multiple=128),
+              fused_casts=True, cross_entropy_impl="classifier", vocab_multiple=128, context_parallel=False),
     Framework("jax", "fused", "compiled", False,
               "JAX / XLA (MaxText, Pax): the step is one compiled XLA program; attention is a fused kernel "
               "(Pallas flash / splash attention on TPU, cuDNN on GPU)."),
@@ -428,6 +450,9 @@ def apply_framework(plan: ParallelPlan, fw: Framework, spec: ModelSpec | None = 
     the plan names none, its MoE dispatcher; a mechanism the plan already turned on stays on, and a
     recipe the plan names stays. The attention kernel, the element-wise ops, the context-parallel
     ring and the meaning of selective recompute are the stack's unless the plan names them."""
+    if plan.cp > 1 and not fw.context_parallel:
+        raise LayoutError(f"cp {plan.cp} under the {fw.name} stack: {NO_CONTEXT_PARALLEL[fw.name]}; "
+                          "perfmodel models ring context parallelism (stacks megatron-core, torchtitan, jax, pytorch)")
     update: dict[str, object] = {}
     if plan.moe_dispatcher is None:
         update["moe_dispatcher"] = fw.moe_dispatcher

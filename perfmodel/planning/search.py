@@ -23,7 +23,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from perfmodel.calibration.frameworks import Framework, apply_framework
+from perfmodel.calibration.frameworks import NO_CONTEXT_PARALLEL, Framework, apply_framework
 from perfmodel.calibration.frameworks import framework as get_framework
 from perfmodel.calibration.profile import NONE, Profile, calibrated_system, load_profile, with_interval
 from perfmodel.compute.ops import gemm_precision
@@ -171,10 +171,16 @@ def search(workload: str | ModelSpec, cluster: str | System, n_gpus: int, global
     counts = sorted(set(gpu_counts or [n_gpus]))
     system = resolve_hardware(cluster, max(counts))
     space = space or SearchSpace()
+    fw = get_framework(framework) if framework else None
+    if fw is not None and not fw.context_parallel:
+        # a stack without ring context parallelism (frameworks.NO_CONTEXT_PARALLEL) searches cp 1 only;
+        # asking it for more is the estimate's refusal, not a silently narrower search
+        if space.cp is not None and any(c > 1 for c in space.cp):
+            raise LayoutError(f"cp {max(space.cp)} under the {fw.name} stack: {NO_CONTEXT_PARALLEL[fw.name]}")
+        space = space.model_copy(update={"cp": (1,)})
     seq = seq_len or spec.seq_len
     grid = layout_grid(spec, system, counts, global_batch, seq, space)
     prof = load_profile(calibration)
-    fw = get_framework(framework) if framework else None
     ev = evaluator(spec, calibrated_system(system, prof, fw), seq, precision, fw.moe_dispatcher if fw else None, fw,
                    optimizer, attention or "")
     out = ev.evaluate(grid, space.overlap_dp_comm, space.overlap_fsdp_prefetch) if len(grid["tp"]) else {
