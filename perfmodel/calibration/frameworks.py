@@ -139,12 +139,19 @@ the commits in EVIDENCE_COMMITS):
                    early by default; under torch.compile the partitioner likewise reruns only what the
                    backward reads. Megatron's full recompute (tensor_parallel.checkpoint, an
                    autograd.Function), DeepSpeed's and Hugging Face's default (use_reentrant=True) rerun the
-                   whole block. `composer` is not selected though llm-foundry checkpoints non-reentrant
-                   (yamls/pretrain/mpt-*.yaml activation_checkpointing_reentrant: false @ 8c8dd48): its
-                   tables ran the mosaicml/pytorch:2.1.0 image (benchmarking/sweep.sh @ b2a43a147), and
-                   the early stop came in behind a flag that defaulted off (pytorch/pytorch #90105, 2023);
-                   the release that turned it on is not pinned here. A plan states it
-                   (--recompute-early-stop) where the run's release has it.
+                   whole block. `composer` is not selected, though llm-foundry checkpoints its bf16 runs
+                   non-reentrant (yamls/pretrain/mpt-*.yaml activation_checkpointing_reentrant: false @
+                   b2a43a147; its fp8 runs, TE layers, are forced reentrant by scripts/train/train.py there)
+                   and its tables ran the mosaicml/pytorch:2.1.0 image (benchmarking/sweep.sh @ b2a43a147),
+                   whose checkpoint most likely stops early: the flag that came in off (pytorch/pytorch
+                   #90105) was made the default by #96866 (March 2023, between 2.0's and 2.1's branch
+                   cuts). Selected and refitted (eleventh session), it takes the public held-out error 9.7
+                   -> 9.4 % (llm-foundry 15.5 -> 13.9 %) but the Hopper GEMM factor 0.931 -> 0.912, and
+                   NVIDIA's judged DGX Cloud rows (Megatron-Core on H100) 10.4 -> 11.6 % with their
+                   interval holding 88 -> 70 %: llm-foundry's H100 rows without checkpointing, 3-14 %
+                   optimistic for a reason not found, then set the Hopper factor alone. Left off until
+                   that mechanism is found. A plan states it (--recompute-early-stop) where the run's
+                   release has it.
     cuda_graphs    the transformer layers captured in CUDA graphs: one host launch per layer and
                    pass (ParallelPlan.cuda_graphs). No stack turns it on by default: Megatron-Bridge's
                    recipes set cuda_graph_impl "none" in 219 of 229 places (src/megatron/bridge/recipes,
