@@ -38,7 +38,9 @@ RUNS_PUBLIC = ROOT / "validation" / "runs_public.csv"
 # the runs the Validation page can judge against: the public file the default profile is fitted on,
 # and the judged-only files nothing is ever fitted on (out of sample for every profile)
 RUN_FILES = {"public (fitted on)": RUNS_PUBLIC, "judged: published extra": ROOT / "validation" / "runs_published_extra.csv",
-             "judged: DGX Cloud": ROOT / "validation" / "runs_judged_dgxc.csv"}
+             "judged: DGX Cloud": ROOT / "validation" / "runs_judged_dgxc.csv",
+             "judged: AMD Instinct": ROOT / "validation" / "runs_judged_amd.csv",
+             "judged: Google TPU": ROOT / "validation" / "runs_judged_tpu.csv"}
 PAGES = ["Estimate", "Compare hardware", "Layout search", "Training run", "Validation"]
 SCALES = [0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0, 4.0]
 WHATIF = {  # key -> (label, System.scaled keyword)
@@ -1023,7 +1025,9 @@ def page_validation(cfg: dict[str, Any]) -> None:
     key = _bound(st.selectbox, "Measured runs", "runs_file", options=files,
                  help="public: validation/runs_public.csv, which the shipped profile is fitted on (in sample for "
                       "it); judged: validation/runs_published_extra.csv (Megatron-Bridge, NeMo, torchtitan, Hugging "
-                      "Face, LLMQ) and runs_judged_dgxc.csv (NVIDIA's DGX Cloud benchmarking recipes), never "
+                      "Face, LLMQ), runs_judged_dgxc.csv (NVIDIA's DGX Cloud benchmarking recipes), "
+                      "runs_judged_amd.csv (MLPerf, Primus and ROCm Megatron-LM on MI325X / MI355X) and "
+                      "runs_judged_tpu.csv (MaxText on TPU v5e / v5p / v6e / TPU7x), never "
                       "fitted on: the error on runs the model has not seen")
     runs = RUN_FILES[key]
     fitted_here = {"default": " The default profile was fitted on these runs, so this is its in-sample error; its "
