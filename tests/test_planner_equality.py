@@ -134,7 +134,9 @@ def test_planner_equals_estimate_under_a_framework(fw_name: str, acc: str, workl
     spec = perfmodel.get_workload(workload)
     system = resolve_system(acc, None, n_gpus)[0]
     seq = spec.seq_len
-    g = layout_grid(spec, system, [n_gpus], gb, seq, SearchSpace())
+    from perfmodel.planning.search import space_for_stack
+
+    g = layout_grid(spec, system, [n_gpus], gb, seq, space_for_stack(SearchSpace(), fw))
     out = Evaluator(spec, calibrated_system(system, NONE, fw), seq, precision, framework=fw).evaluate(g)
     rng = np.random.default_rng(7)
     rows = _sample(g, rng, 10)

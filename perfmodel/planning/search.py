@@ -155,6 +155,17 @@ def _schedule_field(pp: int, vp: int, name: str) -> str | None:
     return None if pp == 1 or name == ("interleaved" if vp > 1 else "1f1b") else name
 
 
+def space_for_stack(space: SearchSpace, fw: Framework | None) -> SearchSpace:
+    """`space` as the stack can run it: a stack without ring context parallelism
+    (frameworks.NO_CONTEXT_PARALLEL) searches cp 1 only; asking it for more is the estimate's
+    refusal, not a silently narrower search."""
+    if fw is None or fw.context_parallel:
+        return space
+    if space.cp is not None and any(c > 1 for c in space.cp):
+        raise LayoutError(f"cp {max(space.cp)} under the {fw.name} stack: {NO_CONTEXT_PARALLEL[fw.name]}")
+    return space.model_copy(update={"cp": (1,)})
+
+
 def search(workload: str | ModelSpec, cluster: str | System, n_gpus: int, global_batch: int, *,
            seq_len: int | None = None, precision: str = "bf16", space: SearchSpace | None = None,
            objective: Objective = "step_time", gpu_counts: list[int] | None = None,
@@ -170,14 +181,8 @@ def search(workload: str | ModelSpec, cluster: str | System, n_gpus: int, global
     spec = get_workload(workload) if isinstance(workload, str) else workload
     counts = sorted(set(gpu_counts or [n_gpus]))
     system = resolve_hardware(cluster, max(counts))
-    space = space or SearchSpace()
     fw = get_framework(framework) if framework else None
-    if fw is not None and not fw.context_parallel:
-        # a stack without ring context parallelism (frameworks.NO_CONTEXT_PARALLEL) searches cp 1 only;
-        # asking it for more is the estimate's refusal, not a silently narrower search
-        if space.cp is not None and any(c > 1 for c in space.cp):
-            raise LayoutError(f"cp {max(space.cp)} under the {fw.name} stack: {NO_CONTEXT_PARALLEL[fw.name]}")
-        space = space.model_copy(update={"cp": (1,)})
+    space = space_for_stack(space or SearchSpace(), fw)
     seq = seq_len or spec.seq_len
     grid = layout_grid(spec, system, counts, global_batch, seq, space)
     prof = load_profile(calibration)
