@@ -135,7 +135,7 @@ def test_layer_exposes_the_sum_of_its_overlaps():
     def exposed(terms):
         return sum(a - b for a, b in (overlapped_gemm_s(acc, TE_DEFAULTS[n], (ops[o],), p, 4, t) for n, o, p, t in terms))
 
-    plain, over = layer_time(H100, PLAN, layer), layer_time(H100, OVER, layer)
+    plain, over = layer_time(H100, PLAN, layer, world=1), layer_time(H100, OVER, layer, world=1)
     assert over.fwd_comm_s == pytest.approx(exposed(terms_f), rel=1e-12)
     assert over.bwd_comm_s == pytest.approx(exposed(terms_b), rel=1e-12)
     assert plain.fwd_comm_s == pytest.approx(2 * (t_ag + t_rs))
@@ -241,7 +241,7 @@ def test_fp8_all_gathers_move_the_quantized_tensor():
     t_ag_fp8 = comm_s(H100, plan, replace(ag, bytes=ag.bytes / 2))
     _, t_rs = tp_times(plan=plan, layer=layer)
     ov = tp_overlap_s(H100.accelerator, layer, 4, t_ag_fp8, t_rs, 2)
-    got = layer_time(H100, over, layer)  # delayed scaling: no per-gather amax all-reduce in the layer
+    got = layer_time(H100, over, layer, world=1)  # delayed scaling: no per-gather amax all-reduce in the layer
     assert (got.fwd_comm_s, got.bwd_comm_s) == pytest.approx((ov.fwd_s, ov.bwd_s), rel=1e-12)
     assert t_ag_fp8 < comm_s(H100, plan, ag)
 

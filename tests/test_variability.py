@@ -99,3 +99,31 @@ def test_an_estimate_says_how_much_the_slowest_chip_costs() -> None:
     fitted = perfmodel.estimate(spec, system, plan)
     spread = SPEED_SPREAD * load_profile("default").value("gpu_speed_spread")
     assert f"x{slowest_unit_factor(spread, 64):.4f}" in fitted.provenance["slowest_chip"]
+
+
+def test_userbuffers_gemms_run_at_the_slowest_chips_pace():
+    """Megatron-Core's TP overlap runs GEMMs beside the collectives: the overlap's makespans are sums
+    and maxima of GEMM and collective seconds, so with every GEMM p times slower the exposed seconds
+    are p x those with the collectives' seconds divided by p."""
+    from perfmodel.calibration.frameworks import FRAMEWORKS, apply_framework
+    from perfmodel.engines.costs import comm_s
+    from perfmodel.engines.userbuffers import pipelined_rs_s, ring_exchange_s, tp_overlap_s
+
+    # the makespans are homogeneous of degree 1 in their seconds (bulk_s too: a max of sums)
+    assert ring_exchange_s(3.0, 5.0, 8) == 3 * ring_exchange_s(1.0, 5.0 / 3, 8)
+    assert pipelined_rs_s(3.0, 5.0, 4) == pytest.approx(3 * pipelined_rs_s(1.0, 5.0 / 3, 4))
+    system = calibrated_system(resolve_system("h100-sxm5-80gb", None, 64)[0], NONE)
+    plan = apply_framework(ParallelPlan(tp=8, dp=8, sequence_parallel=True, micro_batch=1, global_batch=8,
+                                        seq_len=4096), FRAMEWORKS["megatron-core"])
+    assert plan.overlap_tp_comm
+    block = _block(plan)
+    ag = next(c for c in block.comms if c.kind == "all_gather")
+    rs = next(c for c in block.comms if c.kind == "reduce_scatter")
+    t_ag, t_rs = comm_s(system, plan, ag), comm_s(system, plan, rs)
+    pairs = sum(c.fwd for c in block.comms if c.kind == "all_gather")
+    pace = slowest_unit_factor(system.speed_spread, 64)
+    one, many = layer_time(system, plan, block, world=1), layer_time(system, plan, block)
+    at_one = tp_overlap_s(system.accelerator, block, 8, t_ag, t_rs, pairs)
+    at_pace = tp_overlap_s(system.accelerator, block, 8, t_ag / pace, t_rs / pace, pairs)
+    assert many.fwd_comm_s - one.fwd_comm_s == pytest.approx(pace * at_pace.fwd_s - at_one.fwd_s, rel=1e-9)
+    assert many.bwd_comm_s - one.bwd_comm_s == pytest.approx(pace * at_pace.bwd_s - at_one.bwd_s, rel=1e-9)

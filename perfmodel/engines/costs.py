@@ -388,10 +388,13 @@ def layer_time(system: System, plan: ParallelPlan, layer: Layer, world: int | No
         # column -> row GEMMs, if any, stay exposed
         (sum_ag, n_ag), (sum_rs, n_rs) = ub["all_gather"], ub["reduce_scatter"]
         t_ag, t_rs = sum_ag / max(n_ag, 1), sum_rs / max(n_rs, 1)
-        ov = tp_overlap_s(acc, layer, plan.tp, t_ag, t_rs, int(min(n_ag, n_rs)))
+        # its GEMMs run at the slowest chip's pace too: the overlap's makespans are sums and maxima
+        # of GEMM and collective seconds, so the paced result is pace x the result with the
+        # collectives' seconds divided by the pace
+        ov = tp_overlap_s(acc, layer, plan.tp, t_ag / pace, t_rs / pace, int(min(n_ag, n_rs)))
         left = t_ag * (n_ag - ov.pairs) + t_rs * (n_rs - ov.pairs)
-        cf += ov.fwd_s + left
-        cb += ov.bwd_s + left
+        cf += ov.fwd_s * pace + left
+        cb += ov.bwd_s * pace + left
     amax_f, amax_b = sp_amax_allreduce_s(system, plan, layer)
     cf += amax_f
     cb += amax_b
