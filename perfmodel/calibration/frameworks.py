@@ -272,7 +272,12 @@ class Framework:
     expert_gemm: ExpertGemm = "grouped"  # MoE expert GEMMs as one kernel or one per local expert (module docstring)
     moe_probs_in_activation: bool = False  # router probabilities applied in the experts' activation (docstring)
     recompute_early_stop: bool = False  # full recompute through PyTorch's non-reentrant checkpoint (docstring)
-    context_parallel: bool = True  # the stack runs ring context parallelism (module docstring)
+
+    @property
+    def context_parallel(self) -> bool:
+        """Whether the stack runs ring context parallelism (module docstring; NO_CONTEXT_PARALLEL
+        names the stacks that do not, with the reason)."""
+        return self.name not in NO_CONTEXT_PARALLEL
 
 
 # the mechanisms a Framework and a ParallelPlan name alike: the stack's value holds where the plan
@@ -289,6 +294,14 @@ NO_CONTEXT_PARALLEL = {
     "llm.c": "llm.c trains data parallel (and ZeRO) only",
 }
 
+
+
+def context_parallel_refusal(fw: Framework, cp: int) -> LayoutError:
+    """The error of a cp > 1 plan under a stack without ring context parallelism (NO_CONTEXT_PARALLEL)."""
+    return LayoutError(f"cp {cp} under the {fw.name} stack: {NO_CONTEXT_PARALLEL[fw.name]}; perfmodel models ring "
+                       "context parallelism (stacks megatron-core, torchtitan, jax, pytorch)")
+
+
 # PyTorch's context-parallel ring on K/V repeated to the query heads (module docstring, cp_ring)
 TORCHTITAN_CP_RING: CpRing = "allgather-repeat-kv"
 
@@ -298,8 +311,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "FusedScaleMaskSoftmax + bmm (megatron/model/transformer.py CoreAttention; vTrain @ f8dda84 "
               "src/model/fused_softmax.py); FlashAttention only behind the later opt-in --use-flash-attn. "
               "No userbuffers TP overlap, blocking p2p, the vocab-parallel cross-entropy in PyTorch ops "
-              "(megatron/core/tensor_parallel/cross_entropy.py), bf16 / fp16 only.", vocab_multiple=128,
-              context_parallel=False),
+              "(megatron/core/tensor_parallel/cross_entropy.py), bf16 / fp16 only.", vocab_multiple=128),
     Framework("megatron-core", "fused", "eager", True,
               "Megatron-Core with Transformer Engine as NeMo / Megatron-Bridge's performance recipes run it: "
               "TE DotProductAttention, which runs cuDNN's FusedAttention on Hopper and later whenever it supports "
@@ -339,7 +351,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "DeepSpeed with Hugging Face models: attention through torch SDPA (flash backend), eager; the "
               "models' norms, SwiGLU and RoPE as written in transformers (LlamaRMSNorm upcasts to fp32, "
               "apply_rotary_pos_emb with rotate_half), one ATen kernel per call.",
-              elementwise="eager", context_parallel=False),
+              elementwise="eager"),
     Framework("torchtitan", "flash", "eager", False,
               "torchtitan: SDPA flash attention, eager unless --compile (the default); FSDP2: fully_shard per "
               "transformer block and on the root (torchtitan/distributed/fsdp.py, parallelize.apply_fsdp), whose "
@@ -384,7 +396,7 @@ FRAMEWORKS: dict[str, Framework] = {f.name: f for f in (
               "(src/models/llama_model.cpp 'Use fused kernel: RMSNorm + quantization in one pass', "
               "rmsnorm_forward_quant), each tensor's abs-max comes from the kernel that produces it, and the "
               "quantized weights are kept across micro-batches (--offload-quants moves them), so fp8 casts are fused.",
-              fused_casts=True, cross_entropy_impl="classifier", vocab_multiple=128, context_parallel=False),
+              fused_casts=True, cross_entropy_impl="classifier", vocab_multiple=128),
     Framework("jax", "fused", "compiled", False,
               "JAX / XLA (MaxText, Pax): the step is one compiled XLA program; attention is a fused kernel "
               "(Pallas flash / splash attention on TPU, cuDNN on GPU)."),
@@ -458,8 +470,7 @@ def apply_framework(plan: ParallelPlan, fw: Framework, spec: ModelSpec | None = 
     recipe the plan names stays. The attention kernel, the element-wise ops, the context-parallel
     ring and the meaning of selective recompute are the stack's unless the plan names them."""
     if plan.cp > 1 and not fw.context_parallel:
-        raise LayoutError(f"cp {plan.cp} under the {fw.name} stack: {NO_CONTEXT_PARALLEL[fw.name]}; "
-                          "perfmodel models ring context parallelism (stacks megatron-core, torchtitan, jax, pytorch)")
+        raise context_parallel_refusal(fw, plan.cp)
     update: dict[str, object] = {}
     if plan.moe_dispatcher is None:
         update["moe_dispatcher"] = fw.moe_dispatcher

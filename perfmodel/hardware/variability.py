@@ -20,7 +20,7 @@ exact order statistic at N = 2, within 1 % of it from N = 8 up):
 sigma: an 8 % spread between the fastest and slowest of thousands of chips is 5.4 sigma where it is
 read as the box plot's whisker range (outliers excluded, +-2.7 sigma) and 7 sigma as the full
 range of ~4,000 draws: sigma = 1.1 % to 1.5 %, SPEED_SPREAD = 1.3 % between them. What it
-predicts: a weak-scaled job (fixed work per GPU) slows by 1.4 % from 8 to 128 GPUs and by 2.5 %
+predicts: a weak-scaled job (fixed work per GPU) slows by 1.5 % from 8 to 128 GPUs and by 2.5 %
 from 8 to 2,048 (compute-bound time; collectives do not scale with it), as NVIDIA's DGX Cloud
 benchmark tables show their runs slowing by 0.5-3 % over such ranges (validation/report/extra).
 The calibration parameter `gpu_speed_spread` scales sigma (calibration/parameters.py).

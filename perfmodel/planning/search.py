@@ -23,7 +23,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from perfmodel.calibration.frameworks import NO_CONTEXT_PARALLEL, Framework, apply_framework
+from perfmodel.calibration.frameworks import Framework, apply_framework, context_parallel_refusal
 from perfmodel.calibration.frameworks import framework as get_framework
 from perfmodel.calibration.profile import NONE, Profile, calibrated_system, load_profile, with_interval
 from perfmodel.compute.ops import gemm_precision
@@ -162,7 +162,7 @@ def space_for_stack(space: SearchSpace, fw: Framework | None) -> SearchSpace:
     if fw is None or fw.context_parallel:
         return space
     if space.cp is not None and any(c > 1 for c in space.cp):
-        raise LayoutError(f"cp {max(space.cp)} under the {fw.name} stack: {NO_CONTEXT_PARALLEL[fw.name]}")
+        raise context_parallel_refusal(fw, max(space.cp))
     return space.model_copy(update={"cp": (1,)})
 
 
