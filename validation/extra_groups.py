@@ -5,7 +5,9 @@ are never fitted on.
 
     python validation/extra_groups.py [--runs validation/runs_published_extra.csv | validation/runs_judged_dgxc.csv]
 
-Writes the markdown table to stdout (validation/report/extra/report.md quotes it).
+Writes the markdown table to stdout, after a line with the file's Kendall tau of layouts and its
+ceiling (perfmodel/validation/report.tau_ceiling: what the runs' columns can tell apart);
+validation/report/extra/report.md quotes both.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from perfmodel.validation.predict import validate_file
+from perfmodel.validation.report import group_tau, tau_ceiling
 
 HERE = Path(__file__).resolve().parent
 GROUPS = ("family", "precision", "framework", "kind", "accelerator")
@@ -46,6 +49,14 @@ def joined(runs: Path) -> pd.DataFrame:
     return d
 
 
+def tau_line(d: pd.DataFrame) -> str:
+    """The shipped profile's Kendall tau of layouts (per model x hardware, as `perfmodel validate
+    --report` computes it) against the ceiling of an exact model that reads only the runs' columns."""
+    physics = group_tau(d.assign(predicted_step_time_s=d["predicted_step_time_s_physics"]))
+    return (f"Kendall tau {group_tau(d):.3f} (physics only {physics:.3f}); ceiling {tau_ceiling(d):.3f}: "
+            "an exact model that reads only these columns, runs that agree on all of them tied\n\n")
+
+
 def table(d: pd.DataFrame) -> str:
     rows = [("overall", "", d)]
     for col in GROUPS:
@@ -63,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=Path, default=HERE / "runs_published_extra.csv")
     a = ap.parse_args(argv)
-    print(table(joined(a.runs)), end="")
+    d = joined(a.runs)
+    print(tau_line(d) + table(d), end="")
     return 0
 
 
