@@ -1051,7 +1051,12 @@ def page_validation(cfg: dict[str, Any]) -> None:
     c[0].metric("Runs predicted", f"{int(overall['rows'])} / {len(m)}")
     c[1].metric("Mean APE (%)", f"{overall['mape'] * 100:.1f}")
     c[2].metric("Median APE (%)", f"{overall['median_ape'] * 100:.1f}")
-    c[3].metric("Kendall τ", f"{overall['kendall_tau']:.3f}")
+    ceiling = overall["kendall_tau_ceiling"]
+    c[3].metric("Kendall τ", f"{overall['kendall_tau']:.3f}",
+                help="Rank agreement of predicted and measured step time within each model × hardware group. "
+                     + ("" if ceiling != ceiling else
+                        f"Ceiling {ceiling:.3f}: what a model exact up to what the runs' columns tell apart "
+                        "would reach (runs identical in every input column tie)."))
     sources = sorted(m["source"].dropna().unique())
     if any(x not in sources for x in st.session_state.get("sources", [])):
         st.session_state["sources"] = sources  # another file's sources: start from all of this one's
