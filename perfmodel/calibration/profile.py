@@ -280,7 +280,13 @@ def system_with_knobs(system: System, k: dict[Knob, float]) -> System:
     return replace(system, accelerator=acc, levels=levels,
                    ep_dispatch_efficiency=system.ep_dispatch_efficiency * k["moe_dispatch"],
                    p2p_time_factor=system.p2p_time_factor * k["p2p"],
-                   speed_spread=system.speed_spread * k["speed_spread"])
+                   speed_spread=calibrated_spread(system, k))
+
+
+def calibrated_spread(system: System, k: dict[Knob, float]) -> float:
+    """The chip-speed spread a calibrated step runs with: the system's times the speed_spread knob
+    (hardware/variability.py); what calibrated_system sets and the provenance line reports."""
+    return system.speed_spread * k["speed_spread"]
 
 
 # --- intervals -----------------------------------------------------------------------------------
@@ -363,7 +369,7 @@ def with_interval(est: Estimate, prof: Profile, system: System, spec: ModelSpec 
     prov = system_provenance(system, est.plan.precision) if est.provenance else {}
     k = prof.knobs(acc, named_framework(framework) if framework else None)
     if prov:
-        spread = system.speed_spread * k["speed_spread"]
+        spread = calibrated_spread(system, k)
         prov["slowest_chip"] = (f"kernels at the pace of the slowest of {est.plan.world} chips: "
                                 f"x{slowest_unit_factor(spread, est.plan.world):.4f} (chip-speed spread {spread:.2%}, "
                                 "hardware/variability.py)")
