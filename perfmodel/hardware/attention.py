@@ -36,7 +36,8 @@ FLASH1_KERNEL = "triton"
 # USE_CUDNN path, XLA's GPU attention): the kernel `fused` reads where its generation measured it
 # (Hopper: the FA3 paper's cuDNN bars on H100, 0.88 of FA3 at 8K causal fwd+bwd); elsewhere the
 # newest FlashAttention generation stands in for it, an upper bound (FA4's paper puts cuDNN 9.13
-# up to 1.3x below FA4 on B200; no Blackwell cuDNN rate is published)
+# up to 1.3x below FA4 on B200; NVIDIA's cudnn-frontend publishes Blackwell SDPA sweeps, left out:
+# docs/DESIGN.md, attention kernels)
 CUDNN_KERNEL = "cudnn"
 # the implementations that name one FlashAttention generation; each reads the points of the kernel of
 # its own name, and no other generation's curve stands in for them (FA3 is Hopper's warp-specialised
