@@ -98,14 +98,17 @@ def test_a_part_with_no_peer_of_its_vendor_takes_every_measured_accelerator():
     assert "any accelerator" in mamf_ratio(_acc("gaudi3"), "bf16").provenance
 
 
-def test_tpus_carry_the_measured_v5e_matmul():
-    """TPU v5e's XLA matmul (181.8 of 197 TFLOP/s at 8192^3, the JAX Pallas guide) is the one TPU
-    measurement: the other TPUs take its ratio as their vendor's, not the GPU-dominated median."""
+def test_tpus_carry_the_measured_tpu_matmuls():
+    """TPU v5e (181.8 of 197 TFLOP/s, the JAX Pallas guide), v6e (840.2 of 918, tpu-recipes) and
+    TPU7x (2 x 956.4 of 2307, two TensorCores per chip) measured their XLA matmuls; v5p, which
+    did not, takes the median of its vendor's measured parts, not the GPU-dominated median."""
     assert mamf_ratio(_acc("tpu-v5e"), "bf16").value == pytest.approx(181.8 / 197.0)
-    for acc_id in ("tpu-v5p", "tpu-v6e", "tpu-v7"):
-        d = mamf_ratio(_acc(acc_id), "bf16")
-        assert d.value == pytest.approx(181.8 / 197.0)
-        assert "same vendor google" in d.provenance
+    assert mamf_ratio(_acc("tpu-v6e"), "bf16").value == pytest.approx(840.2 / 918.0, rel=1e-6)
+    assert mamf_ratio(_acc("tpu-v7"), "bf16").value == pytest.approx(1912.8 / 2307.0)  # 2 x 956.38, as the spec rounds it
+    d = mamf_ratio(_acc("tpu-v5p"), "bf16")
+    ratios = sorted(mamf_ratio(_acc(a), "bf16").value for a in ("tpu-v5e", "tpu-v6e", "tpu-v7"))
+    assert d.value == pytest.approx(ratios[1])
+    assert "same vendor google" in d.provenance
 
 
 def test_no_fallback_beats_every_measured_part():
