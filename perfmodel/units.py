@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from functools import lru_cache
 from typing import Literal
 
 from perfmodel.errors import SpecError, quote
@@ -82,7 +83,23 @@ def parse_quantity(value: object, expected: Dimension, field: str = "value") -> 
     """Parse '989 TFLOP/s' (or a bare number when ``expected`` is dimensionless) into SI.
 
     A bare number for a dimensioned field is refused: YAML readers must say what unit they mean.
+    A string read once is remembered (specs are read on every estimate); a string that does not
+    parse is read again with `field`, so its error names the field it came from.
     """
+    if isinstance(value, str):
+        try:
+            return _parse_text(value, expected)
+        except SpecError:
+            pass
+    return _parse(value, expected, field)
+
+
+@lru_cache(maxsize=4096)
+def _parse_text(value: str, expected: Dimension) -> float:
+    return _parse(value, expected, "value")
+
+
+def _parse(value: object, expected: Dimension, field: str) -> float:
     if isinstance(value, bool):
         raise SpecError(field, f"got a boolean {value!r}", f"a quantity in {expected}")
     if isinstance(value, (int, float)):
