@@ -27,7 +27,7 @@ framework, source, run or model.
 
 Priors (value, log-normal spread, and why):
   gemm_in_model 0.80 +- 0.25: the one whole-model measurement in the catalogue, B200 at 0.70 of its
-      isolated rate in a training step (b200.yaml; 0.67 for the GEMMs alone since its attention has its
+      isolated rate in a training step (b200.yaml; 0.68 for the GEMMs alone since its attention has its
       own in-step measurement, 0.82), and Bekman's MAMF/peak spread (0.76-0.87) show isolated rates are
       not sustained inside a step (clocks under whole-model power, cache and shape mix).
       It applies to Python stacks (eager, compiled): the B200 figure is an eager Hugging Face step, and
@@ -138,7 +138,7 @@ class Parameter:
 
 REGISTRY: tuple[Parameter, ...] = (
     Parameter("gemm_in_model", "gemm", "global", 0.80, 0.25, 0.2, 1.2,
-              "physical argument + B200 whole-model measurement 0.67 on its GEMMs (b200.yaml), Bekman MAMF/peak 0.76-0.87",
+              "physical argument + B200 whole-model measurement 0.68 on its GEMMs (b200.yaml), Bekman MAMF/peak 0.76-0.87",
               "compute/ops.gemm_rate_flop_per_s (MAMF x in_model_efficiency)", dispatch=("eager", "compiled")),
     Parameter("gemm_native", "gemm", "global", 1.0, 0.10, 0.4, 1.2,
               "physical argument: a C/CUDA trainer issues the cuBLASLt GEMMs the MAMF benchmark times, back to "

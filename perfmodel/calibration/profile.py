@@ -195,7 +195,7 @@ def _adjusted_accelerator(acc: Accelerator, gemm: float, attention: float, flash
     d = acc.model_dump()
     cal = d["calibration"]
     gemm_applied = 1.0
-    # a whole-model efficiency measured on this part or its generation (B200's 0.67, carried to
+    # a whole-model efficiency measured on this part or its generation (B200's 0.68, carried to
     # GB200 / B300 / GB300 by hardware/derating.py) already is the in-model GEMM and attention
     # efficiency: the fitted knobs apply only where the part runs at isolated-kernel rates
     in_model_known = acc.calibration.in_model_efficiency is not None or acc.in_model_efficiency != 1.0

@@ -64,7 +64,7 @@ the cap and alpha grows (a GB300 capped at 500 W ran cuBLAS GEMMs at ~617 TFLOP/
 ~1600-2174 at 1400 W, alpha ~1: facebookexperimental/triton PR 2023): it is an upper bound.
 
 The whole-model efficiency (`calibration.in_model_efficiency`: what fraction of the isolated
-kernel rates a real model's step reaches, 0.67 for B200's GEMMs) is carried only within a generation
+kernel rates a real model's step reaches, 0.68 for B200's GEMMs) is carried only within a generation
 (same die, clocks and kernels); a generation without a measurement keeps the isolated rates
 (1.0) and says so, since carrying B200's figure to other generations would be a guess. Attention
 takes its own in-step fraction where one was measured (`calibration.attention_in_step`: FA4 inside
