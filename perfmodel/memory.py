@@ -135,8 +135,21 @@ def op_saved_bytes(op: Op, plan: ParallelPlan) -> float:
 
 
 def layer_saved_bytes(layer: Layer, plan: ParallelPlan) -> float:
-    """Bytes the layer keeps for its backward without recompute (op_saved_bytes summed)."""
-    return sum(op_saved_bytes(o, plan) for o in layer.ops)
+    """Bytes the layer keeps for its backward without recompute (op_saved_bytes summed),
+    remembered per layer object and the four plan fields op_saved_bytes reads: an estimate asks
+    for the same layers many times (memory per rank, the recompute that fits, the offload)."""
+    key = (id(layer), plan.cross_entropy_impl, plan.act_fp8_input_store, plan.fp8_fused_casts, plan.fp8_recipe)
+    hit = _SAVED.get(key)
+    if hit is None or hit[0] is not layer:
+        if len(_SAVED) > _SAVED_MAX:
+            _SAVED.clear()
+        # the entry holds the layer too, so its id is never reused while the entry lives
+        hit = _SAVED[key] = (layer, sum(op_saved_bytes(o, plan) for o in layer.ops))
+    return hit[1]
+
+
+_SAVED: dict[tuple[object, ...], tuple[Layer, float]] = {}
+_SAVED_MAX = 16384
 
 
 def layer_activation_bytes(layer: Layer, plan: ParallelPlan) -> float:

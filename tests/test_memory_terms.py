@@ -226,3 +226,18 @@ def test_recompute_never_keeps_more_than_no_recompute(workload: str, layers: int
                {"recompute": "selective", "selective_recompute": "op"}):
         plan = ParallelPlan(**base, **kw)
         assert memory_per_rank(plan_graph(spec, plan), plan).activations_bytes <= none * (1 + 1e-12), kw
+
+
+def test_layer_saved_bytes_remembered_per_plan_setting():
+    """layer_saved_bytes is remembered per layer object and the plan fields op_saved_bytes reads:
+    a plan that changes one of them (Transformer Engine's fp8 casts keep a GEMM's input in 1 B)
+    gets its own sum, and a plan that changes something else (the global batch) the same one."""
+    from perfmodel.memory import op_saved_bytes
+
+    spec = perfmodel.get_workload("llama3-8b")
+    base = ParallelPlan(global_batch=8, precision="fp8")
+    layer = next(layer for layer in plan_graph(spec, base).layers if layer.recomputable)
+    te = base.model_copy(update={"fp8_fused_casts": True})
+    for plan in (base, te, base, base.model_copy(update={"global_batch": 16}), te):
+        assert layer_saved_bytes(layer, plan) == sum(op_saved_bytes(o, plan) for o in layer.ops)
+    assert layer_saved_bytes(layer, te) < layer_saved_bytes(layer, base)
