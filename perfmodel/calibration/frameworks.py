@@ -294,7 +294,6 @@ NO_CONTEXT_PARALLEL = {
 }
 
 
-
 def context_parallel_refusal(fw: Framework, cp: int) -> LayoutError:
     """The error of a cp > 1 plan under a stack without ring context parallelism (NO_CONTEXT_PARALLEL)."""
     return LayoutError(f"cp {cp} under the {fw.name} stack: {NO_CONTEXT_PARALLEL[fw.name]}; perfmodel models ring "

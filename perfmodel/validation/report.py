@@ -80,6 +80,17 @@ def joined(runs: list[Path], preds: list[Path]) -> pd.DataFrame:
     return m
 
 
+def _key(g: pd.DataFrame, cols: list[str], blanks: dict[str, str] | None = None) -> pd.Series:
+    """One text key per row from `cols`, '|'-joined; a blank cell reads as `blanks[col]` or ''. A
+    column a runs file leaves all blank reads as float NaN: it is texted cell by cell."""
+    out = None
+    for col in cols:
+        part = g[col].astype(object).where(g[col].notna(), (blanks or {}).get(col, "")).astype(str)
+        out = part if out is None else out + "|" + part
+    assert out is not None
+    return out
+
+
 def group_tau(g: pd.DataFrame) -> float:
     """Kendall tau between predicted and measured step time inside each (model, hardware)
     group with at least 3 runs, averaged with weights = group size: does the model rank the
@@ -88,13 +99,7 @@ def group_tau(g: pd.DataFrame) -> float:
 
     if g.empty:
         return float("nan")
-
-    def text(col: str, blank: str = "") -> pd.Series:
-        # a column a runs file leaves all blank reads as float NaN: text it cell by cell
-        return g[col].astype(object).where(g[col].notna(), blank).astype(str)
-
-    key = text("model") + "|" + text("arch") + "|" + text("n_layers") + "|" + text("hidden") + "|" + \
-        text("accelerator", "a100-sxm4-80gb")
+    key = _key(g, ["model", "arch", "n_layers", "hidden", "accelerator"], {"accelerator": "a100-sxm4-80gb"})
     taus, weights = [], []
     for _, grp in g.groupby(key):
         if len(grp) < 3 or grp["step_time_s"].nunique() < 2:
@@ -117,7 +122,7 @@ def tau_ceiling(g: pd.DataFrame) -> float:
     if g.empty:
         return float("nan")
     inputs = [c for c in (*COLUMNS, *OPTIONAL_COLUMNS) if c in g and c not in ("run_id", *FREE_TEXT, *MEASURED)]
-    same = g[inputs].astype(object).where(g[inputs].notna(), "").astype(str).agg("|".join, axis=1)
+    same = _key(g, inputs)
     exact = g.copy()
     exact["predicted_step_time_s"] = g.groupby(same)["step_time_s"].transform("mean")
     return group_tau(exact)
